@@ -1,0 +1,77 @@
+// swift-tools-version: 6.1
+//
+// FluxBus: Flux (actions -> dispatcher -> stores -> views) across processes on one Linux machine.
+//
+// Dependencies point one way:
+//   FluxCore (wire types, framing, JSON envelope scanner; no I/O)
+//     <- FluxRouter (the dispatcher as a pure state machine; the semantics live here)
+//     <- FluxTransport (thin libuv layer: loop, Unix-socket listener, connections, timers, signals)
+//     <- FluxDaemon (feeds transport events into the router, carries out its effects)
+//     <- fluxd (executable: argument parsing and wiring only)
+//   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
+//   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
+//   FluxClient <- fluxctl (debug CLI)
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+]
+
+let package = Package(
+    name: "FluxBus",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "fluxd", targets: ["fluxd"]),
+        .executable(name: "fluxctl", targets: ["fluxctl"]),
+        .library(name: "FluxClient", targets: ["FluxClient"]),
+        .library(name: "FluxStore", targets: ["FluxStore"]),
+        .library(name: "FluxTesting", targets: ["FluxTesting"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLibUV",
+            pkgConfig: "libuv",
+            providers: [.apt(["libuv1-dev"])]
+        ),
+        .target(name: "FluxCore", swiftSettings: swiftSettings),
+        .target(name: "FluxRouter", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
+        .target(
+            name: "FluxTransport",
+            dependencies: ["CLibUV", "FluxCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "FluxDaemon",
+            dependencies: ["FluxCore", "FluxRouter", "FluxTransport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(name: "FluxClient", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
+        .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient"], swiftSettings: swiftSettings),
+        .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "fluxd",
+            dependencies: [
+                "FluxDaemon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "fluxctl",
+            dependencies: [
+                "FluxClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
+    ]
+)

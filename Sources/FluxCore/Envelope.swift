@@ -1,0 +1,446 @@
+/// Why a frame body could not be read as a message envelope.
+public enum EnvelopeError: Error, Equatable, Sendable {
+    /// Not valid JSON: the byte offset and what was wrong there. Maps to `bad-json`.
+    case invalidJSON(offset: Int, reason: String)
+    /// Valid JSON, but the top-level value is not an object. Maps to `bad-message`.
+    case notAnObject
+    /// The top-level object has the same key twice. Maps to `bad-message`.
+    case duplicateKey(String)
+
+    /// The protocol error code this maps to.
+    public var code: ErrorCode {
+        switch self {
+        case .invalidJSON: return .badJSON
+        case .notAnObject, .duplicateKey: return .badMessage
+        }
+    }
+
+    /// A one-line description for the peer.
+    public var message: String {
+        switch self {
+        case .invalidJSON(let offset, let reason): return "invalid JSON at byte \(offset): \(reason)"
+        case .notAnObject: return "a message must be a JSON object"
+        case .duplicateKey(let key): return "duplicate key \"\(key)\""
+        }
+    }
+}
+
+/// The kind of a JSON value.
+public enum JSONKind: Sendable, Equatable {
+    case object, array, string, number, bool, null
+}
+
+/// Where one JSON value sits inside a frame body.
+public struct JSONSpan: Sendable, Equatable {
+    public var kind: JSONKind
+    /// Byte range of the value in the body (for strings: including the quotes).
+    public var range: Range<Int>
+}
+
+/// A message's top-level object, read without building a tree: every byte of the body has been validated against
+/// the JSON grammar, and each top-level field's value is known by its byte span. Nested values (payloads, states,
+/// queries) are never decoded here; they are forwarded as the exact bytes the sender wrote.
+///
+/// This is how fluxd stays off Foundation's JSON on its hot path (see DESIGN.md, "Performance principles").
+public struct Envelope: Sendable {
+    /// The frame body the spans point into.
+    public let body: [UInt8]
+    /// Top-level fields in the order they appear.
+    public private(set) var fields: [(key: String, value: JSONSpan)]
+
+    /// Scans `body`. Throws when it is not valid JSON, not an object, or repeats a top-level key.
+    public init(body: [UInt8], maxDepth: Int = 64) throws(EnvelopeError) {
+        self.body = body
+        self.fields = []
+        var collected: [(key: String, value: JSONSpan)] = []
+        let result: EnvelopeError? = body.withUnsafeBufferPointer { buf -> EnvelopeError? in
+            var scanner = JSONScanner(buf, maxDepth: maxDepth)
+            do {
+                try scanner.scanDocument(topLevel: &collected)
+                return nil
+            } catch let error as EnvelopeError {
+                return error
+            } catch {
+                return .invalidJSON(offset: 0, reason: "\(error)")
+            }
+        }
+        if let result { throw result }
+        self.fields = collected
+    }
+
+    /// The span of a top-level field.
+    public func span(_ key: String) -> JSONSpan? {
+        for field in fields where field.key == key { return field.value }
+        return nil
+    }
+
+    /// Whether a field is present (with any value, including null).
+    public func has(_ key: String) -> Bool { span(key) != nil }
+
+    /// The raw bytes of a field's value.
+    public func raw(_ key: String) -> ArraySlice<UInt8>? {
+        guard let s = span(key) else { return nil }
+        return body[s.range]
+    }
+
+    /// A string field's decoded value. `nil` when absent; `.failure` when present but not a string.
+    public func string(_ key: String) -> FieldResult<String> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .string else { return .wrongType }
+        return .value(decodeJSONString(body[s.range]))
+    }
+
+    /// An integer field (JSON number without fraction or exponent, fitting in Int64).
+    public func int(_ key: String) -> FieldResult<Int64> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .number, let v = parseJSONInteger(body[s.range]) else { return .wrongType }
+        return .value(v)
+    }
+
+    /// A boolean field.
+    public func bool(_ key: String) -> FieldResult<Bool> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .bool else { return .wrongType }
+        return .value(body[s.range.lowerBound] == UInt8(ascii: "t"))
+    }
+
+    /// An array-of-strings field.
+    public func stringArray(_ key: String) -> FieldResult<[String]> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .array else { return .wrongType }
+        var items: [String] = []
+        var ok = true
+        body.withUnsafeBufferPointer { buf in
+            var scanner = JSONScanner(buf, maxDepth: 64)
+            scanner.pos = s.range.lowerBound + 1
+            scanner.skipWhitespace()
+            if scanner.peek() == UInt8(ascii: "]") { return }
+            while true {
+                scanner.skipWhitespace()
+                let begin = scanner.pos
+                guard scanner.peek() == UInt8(ascii: "\""), (try? scanner.scanString()) != nil else {
+                    ok = false
+                    return
+                }
+                items.append(decodeJSONString(body[begin..<scanner.pos]))
+                scanner.skipWhitespace()
+                if scanner.peek() == UInt8(ascii: ",") { scanner.pos += 1; continue }
+                return
+            }
+        }
+        return ok ? .value(items) : .wrongType
+    }
+}
+
+/// The outcome of reading one field of an envelope.
+public enum FieldResult<Value: Sendable>: Sendable {
+    case absent
+    case wrongType
+    case value(Value)
+
+    /// The value, or nil when absent or ill-typed.
+    public var value: Value? {
+        if case .value(let v) = self { return v }
+        return nil
+    }
+}
+
+extension FieldResult: Equatable where Value: Equatable {}
+
+/// Parses a JSON integer literal; nil for fractions, exponents or overflow.
+public func parseJSONInteger(_ bytes: ArraySlice<UInt8>) -> Int64? {
+    var i = bytes.startIndex
+    var negative = false
+    if i < bytes.endIndex && bytes[i] == UInt8(ascii: "-") { negative = true; i += 1 }
+    guard i < bytes.endIndex else { return nil }
+    var value: Int64 = 0
+    while i < bytes.endIndex {
+        let c = bytes[i]
+        guard c >= 48 && c <= 57 else { return nil }
+        let (m, o1) = value.multipliedReportingOverflow(by: 10)
+        let (a, o2) = m.addingReportingOverflow(Int64(c - 48))
+        if o1 || o2 { return nil }
+        value = a
+        i += 1
+    }
+    return negative ? -value : value
+}
+
+/// Decodes a JSON string token (with its quotes) that the scanner has already validated.
+public func decodeJSONString(_ token: ArraySlice<UInt8>) -> String {
+    let inner = token.dropFirst().dropLast()
+    if !inner.contains(UInt8(ascii: "\\")) {
+        return String(decoding: inner, as: UTF8.self)
+    }
+    var out: [UInt8] = []
+    out.reserveCapacity(inner.count)
+    var i = inner.startIndex
+    while i < inner.endIndex {
+        let c = inner[i]
+        if c != UInt8(ascii: "\\") {
+            out.append(c)
+            i += 1
+            continue
+        }
+        let e = inner[i + 1]
+        i += 2
+        switch e {
+        case UInt8(ascii: "n"): out.append(0x0A)
+        case UInt8(ascii: "t"): out.append(0x09)
+        case UInt8(ascii: "r"): out.append(0x0D)
+        case UInt8(ascii: "b"): out.append(0x08)
+        case UInt8(ascii: "f"): out.append(0x0C)
+        case UInt8(ascii: "u"):
+            var scalar = hex4(inner, i)
+            i += 4
+            if scalar >= 0xD800 && scalar < 0xDC00, i + 1 < inner.endIndex, inner[i] == UInt8(ascii: "\\") {
+                let low = hex4(inner, i + 2)
+                scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                i += 6
+            }
+            appendUTF8(Unicode.Scalar(scalar) ?? "\u{FFFD}", to: &out)
+        default: out.append(e) // \" \\ \/
+        }
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+private func hex4(_ s: ArraySlice<UInt8>, _ at: Int) -> UInt32 {
+    var v: UInt32 = 0
+    for k in 0..<4 { v = v << 4 | UInt32(hexValue(s[at + k]) ?? 0) }
+    return v
+}
+
+private func hexValue(_ c: UInt8) -> UInt8? {
+    switch c {
+    case 48...57: return c - 48
+    case 65...70: return c - 55
+    case 97...102: return c - 87
+    default: return nil
+    }
+}
+
+private func appendUTF8(_ scalar: Unicode.Scalar, to out: inout [UInt8]) {
+    for unit in String(Character(scalar)).utf8 { out.append(unit) }
+}
+
+/// A validating single-pass JSON scanner over raw bytes. It builds nothing: it checks the grammar (RFC 8259),
+/// UTF-8 well-formedness, escapes and surrogate pairs, and the nesting depth, and reports where values are.
+struct JSONScanner {
+    let buf: UnsafeBufferPointer<UInt8>
+    let maxDepth: Int
+    var pos = 0
+
+    init(_ buf: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+        self.buf = buf
+        self.maxDepth = maxDepth
+    }
+
+    @inline(__always) func peek() -> UInt8? { pos < buf.count ? buf[pos] : nil }
+
+    func fail(_ reason: String) -> EnvelopeError { .invalidJSON(offset: pos, reason: reason) }
+
+    @inline(__always) mutating func skipWhitespace() {
+        while pos < buf.count {
+            switch buf[pos] {
+            case 0x20, 0x0A, 0x0D, 0x09: pos += 1
+            default: return
+            }
+        }
+    }
+
+    /// Scans a whole document whose top level must be an object; collects top-level fields.
+    mutating func scanDocument(topLevel: inout [(key: String, value: JSONSpan)]) throws(EnvelopeError) {
+        skipWhitespace()
+        guard let c = peek() else { throw fail("empty document") }
+        if c != UInt8(ascii: "{") {
+            _ = try scanValue(depth: 1)
+            skipWhitespace()
+            guard pos == buf.count else { throw fail("trailing bytes after the value") }
+            throw .notAnObject
+        }
+        pos += 1
+        skipWhitespace()
+        if peek() == UInt8(ascii: "}") {
+            pos += 1
+        } else {
+            while true {
+                skipWhitespace()
+                guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+                let keyStart = pos
+                try scanString()
+                let keyToken = UnsafeBufferPointer(rebasing: buf[keyStart..<pos])
+                skipWhitespace()
+                guard peek() == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                pos += 1
+                skipWhitespace()
+                let span = try scanValue(depth: 2)
+                let key = decodeJSONString(ArraySlice(keyToken))
+                for existing in topLevel where existing.key == key { throw .duplicateKey(key) }
+                topLevel.append((key, span))
+                skipWhitespace()
+                guard let sep = peek() else { throw fail("unterminated object") }
+                if sep == UInt8(ascii: ",") { pos += 1; continue }
+                if sep == UInt8(ascii: "}") { pos += 1; break }
+                throw fail("expected ',' or '}'")
+            }
+        }
+        skipWhitespace()
+        guard pos == buf.count else { throw fail("trailing bytes after the object") }
+    }
+
+    mutating func scanValue(depth: Int) throws(EnvelopeError) -> JSONSpan {
+        guard let c = peek() else { throw fail("expected a value") }
+        let begin = pos
+        switch c {
+        case UInt8(ascii: "{"):
+            try scanContainer(close: UInt8(ascii: "}"), isObject: true, depth: depth)
+            return JSONSpan(kind: .object, range: begin..<pos)
+        case UInt8(ascii: "["):
+            try scanContainer(close: UInt8(ascii: "]"), isObject: false, depth: depth)
+            return JSONSpan(kind: .array, range: begin..<pos)
+        case UInt8(ascii: "\""):
+            try scanString()
+            return JSONSpan(kind: .string, range: begin..<pos)
+        case UInt8(ascii: "t"):
+            try literal("true")
+            return JSONSpan(kind: .bool, range: begin..<pos)
+        case UInt8(ascii: "f"):
+            try literal("false")
+            return JSONSpan(kind: .bool, range: begin..<pos)
+        case UInt8(ascii: "n"):
+            try literal("null")
+            return JSONSpan(kind: .null, range: begin..<pos)
+        case UInt8(ascii: "-"), 48...57:
+            try scanNumber()
+            return JSONSpan(kind: .number, range: begin..<pos)
+        default:
+            throw fail("unexpected byte 0x\(String(c, radix: 16))")
+        }
+    }
+
+    mutating func scanContainer(close: UInt8, isObject: Bool, depth: Int) throws(EnvelopeError) {
+        guard depth <= maxDepth else { throw fail("nesting deeper than \(maxDepth)") }
+        pos += 1
+        skipWhitespace()
+        if peek() == close { pos += 1; return }
+        while true {
+            skipWhitespace()
+            if isObject {
+                guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+                try scanString()
+                skipWhitespace()
+                guard peek() == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                pos += 1
+                skipWhitespace()
+            }
+            _ = try scanValue(depth: depth + 1)
+            skipWhitespace()
+            guard let sep = peek() else { throw fail("unterminated \(isObject ? "object" : "array")") }
+            if sep == UInt8(ascii: ",") { pos += 1; continue }
+            if sep == close { pos += 1; return }
+            throw fail(isObject ? "expected ',' or '}'" : "expected ',' or ']'")
+        }
+    }
+
+    mutating func literal(_ word: StaticString) throws(EnvelopeError) {
+        let n = word.utf8CodeUnitCount
+        guard pos + n <= buf.count else { throw fail("truncated literal") }
+        let w = word.utf8Start
+        for k in 0..<n where buf[pos + k] != w[k] { throw fail("invalid literal") }
+        pos += n
+    }
+
+    mutating func scanNumber() throws(EnvelopeError) {
+        if peek() == UInt8(ascii: "-") { pos += 1 }
+        guard let first = peek(), first >= 48 && first <= 57 else { throw fail("expected a digit") }
+        if first == 48 {
+            pos += 1
+        } else {
+            while let d = peek(), d >= 48 && d <= 57 { pos += 1 }
+        }
+        if peek() == UInt8(ascii: ".") {
+            pos += 1
+            guard let d = peek(), d >= 48 && d <= 57 else { throw fail("expected a digit after '.'") }
+            while let d = peek(), d >= 48 && d <= 57 { pos += 1 }
+        }
+        if let e = peek(), e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
+            pos += 1
+            if let s = peek(), s == UInt8(ascii: "+") || s == UInt8(ascii: "-") { pos += 1 }
+            guard let d = peek(), d >= 48 && d <= 57 else { throw fail("expected a digit in the exponent") }
+            while let d = peek(), d >= 48 && d <= 57 { pos += 1 }
+        }
+    }
+
+    /// Scans a string token starting at the opening quote; validates escapes and UTF-8.
+    mutating func scanString() throws(EnvelopeError) {
+        pos += 1
+        while pos < buf.count {
+            let c = buf[pos]
+            if c == UInt8(ascii: "\"") { pos += 1; return }
+            if c == UInt8(ascii: "\\") {
+                pos += 1
+                guard let e = peek() else { break }
+                switch e {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"),
+                     UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    pos += 1
+                case UInt8(ascii: "u"):
+                    pos += 1
+                    let unit = try hexQuad()
+                    if unit >= 0xD800 && unit < 0xDC00 {
+                        guard pos + 1 < buf.count, buf[pos] == UInt8(ascii: "\\"), buf[pos + 1] == UInt8(ascii: "u")
+                        else { throw fail("unpaired high surrogate") }
+                        pos += 2
+                        let low = try hexQuad()
+                        guard low >= 0xDC00 && low < 0xE000 else { throw fail("invalid low surrogate") }
+                    } else if unit >= 0xDC00 && unit < 0xE000 {
+                        throw fail("unpaired low surrogate")
+                    }
+                default:
+                    throw fail("invalid escape")
+                }
+                continue
+            }
+            if c < 0x20 { throw fail("control character in string") }
+            if c < 0x80 { pos += 1; continue }
+            try scanUTF8Sequence(lead: c)
+        }
+        throw fail("unterminated string")
+    }
+
+    mutating func hexQuad() throws(EnvelopeError) -> UInt32 {
+        guard pos + 4 <= buf.count else { throw fail("truncated \\u escape") }
+        var v: UInt32 = 0
+        for k in 0..<4 {
+            guard let h = hexValue(buf[pos + k]) else { throw fail("invalid \\u escape") }
+            v = v << 4 | UInt32(h)
+        }
+        pos += 4
+        return v
+    }
+
+    /// Validates one multi-byte UTF-8 sequence (no overlongs, no surrogates, at most U+10FFFF).
+    mutating func scanUTF8Sequence(lead: UInt8) throws(EnvelopeError) {
+        let need: Int
+        var lo: UInt8 = 0x80, hi: UInt8 = 0xBF
+        switch lead {
+        case 0xC2...0xDF: need = 1
+        case 0xE0: need = 2; lo = 0xA0
+        case 0xE1...0xEC, 0xEE...0xEF: need = 2
+        case 0xED: need = 2; hi = 0x9F
+        case 0xF0: need = 3; lo = 0x90
+        case 0xF1...0xF3: need = 3
+        case 0xF4: need = 3; hi = 0x8F
+        default: throw fail("invalid UTF-8")
+        }
+        guard pos + need < buf.count else { throw fail("truncated UTF-8") }
+        let second = buf[pos + 1]
+        guard second >= lo && second <= hi else { throw fail("invalid UTF-8") }
+        for k in 2...max(2, need) where k <= need {
+            let b = buf[pos + k]
+            guard b >= 0x80 && b <= 0xBF else { throw fail("invalid UTF-8") }
+        }
+        pos += need + 1
+    }
+}

@@ -1,0 +1,45 @@
+/// The stable error codes of protocol v1. Each is sent as `{"op":"error","code":...}` (or inside a settlement
+/// result). The raw value is the wire spelling; it never changes within protocol version 1.
+public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
+    /// A frame of length zero. The connection survives.
+    case badFrame = "bad-frame"
+    /// A frame longer than the announced `maxFrame`. The connection is closed.
+    case tooLarge = "too-large"
+    /// The frame is not valid JSON (RFC 8259, UTF-8, depth limit, no trailing bytes). The connection survives.
+    case badJSON = "bad-json"
+    /// Valid JSON that is not a valid message: not an object, missing or ill-typed field, bad name, duplicate key,
+    /// an answer out of order. The connection survives.
+    case badMessage = "bad-message"
+    /// The `op` is not one protocol v1 knows. The connection survives.
+    case unknownOp = "unknown-op"
+    /// The first frame of a connection was not `hello`. The connection is closed.
+    case handshakeRequired = "handshake-required"
+    /// `hello.protocol` names a version fluxd does not speak. The connection is closed.
+    case unsupportedVersion = "unsupported-version"
+    /// No `hello` within the handshake timeout. The connection is closed.
+    case timeout = "timeout"
+    /// The peer's role may not send this message, or it answered for a store it does not own. Survives.
+    case forbidden = "forbidden"
+    /// `register` for a store name that a live connection owns. Survives.
+    case nameTaken = "name-taken"
+    /// `register` whose waitFor list would make a cycle. Survives.
+    case cycle = "cycle"
+    /// A request about a store fluxd knows nothing of. Survives.
+    case unknownStore = "unknown-store"
+    /// `dispatch` of a type no registered store handles; the action gets no sequence number. Survives.
+    case noHandler = "no-handler"
+    /// Too many unsettled dispatches from one connection. Survives.
+    case overloaded = "overloaded"
+    /// A settlement result: the store stayed down past the queue timeout, or its queue was full.
+    case storeUnavailable = "store-unavailable"
+    /// `dispatch` while fluxd is shutting down. Survives until fluxd closes it.
+    case shuttingDown = "shutting-down"
+
+    /// Whether fluxd closes the connection after sending this error.
+    public var isFatal: Bool {
+        switch self {
+        case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout: return true
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,52 @@
+/// One complete, immutable wire frame: the 4-byte big-endian length prefix followed by the JSON body.
+///
+/// A `Frame` is encoded once and may be written to any number of connections: the transport writes straight
+/// from `bytes` (its address never changes) and keeps the frame alive until the write completes. This is what
+/// lets fluxd broadcast one snapshot to a thousand subscribers without copying it.
+public final class Frame: @unchecked Sendable {
+    // @unchecked: the storage is written only inside `init` and is immutable afterwards.
+    /// The whole frame, length prefix included.
+    public let bytes: UnsafeRawBufferPointer
+
+    /// Takes ownership of `storage`, which must hold a length prefix and a body (see `FrameBuilder`).
+    init(adopting storage: UnsafeMutableRawBufferPointer) {
+        self.bytes = UnsafeRawBufferPointer(storage)
+    }
+
+    /// Frames `body` (a JSON object's bytes) by copying it behind a length prefix.
+    public convenience init<Body: Collection>(body: Body) where Body.Element == UInt8 {
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: 4 + body.count, alignment: 1)
+        storeBigEndianLength(UInt32(body.count), into: storage)
+        UnsafeMutableRawBufferPointer(rebasing: storage[4...]).copyBytes(from: body)
+        self.init(adopting: storage)
+    }
+
+    deinit { UnsafeMutableRawBufferPointer(mutating: bytes).deallocate() }
+
+    /// The JSON body, without the length prefix.
+    public var body: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[4...]) }
+
+    /// The body as an array (for tests and tools; the hot path uses `bytes`).
+    public var bodyArray: [UInt8] { Array(body) }
+
+    /// The body as a string (for tests, logs and tools).
+    public var text: String { String(decoding: body, as: UTF8.self) }
+}
+
+@inline(__always)
+func storeBigEndianLength(_ length: UInt32, into buffer: UnsafeMutableRawBufferPointer) {
+    buffer[0] = UInt8(truncatingIfNeeded: length >> 24)
+    buffer[1] = UInt8(truncatingIfNeeded: length >> 16)
+    buffer[2] = UInt8(truncatingIfNeeded: length >> 8)
+    buffer[3] = UInt8(truncatingIfNeeded: length)
+}
+
+/// Frames `body` into a fresh byte array (length prefix + body); used by clients that write with plain `write(2)`.
+public func encodeFrame<Body: Collection>(_ body: Body) -> [UInt8] where Body.Element == UInt8 {
+    let n = UInt32(body.count)
+    var out: [UInt8] = [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16),
+                        UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+    out.reserveCapacity(4 + body.count)
+    out.append(contentsOf: body)
+    return out
+}

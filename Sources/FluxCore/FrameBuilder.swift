@@ -1,0 +1,170 @@
+/// Writes one JSON object into a frame without Foundation: envelope fields are written directly, and nested
+/// values (payloads, states, queries, errors) are spliced in as the exact bytes the sender wrote.
+///
+///     var b = FrameBuilder(op: "pong")
+///     b.string("id", "p-1")
+///     let frame = b.finish()          // {"op":"pong","id":"p-1"}
+public struct FrameBuilder {
+    private var out: [UInt8]
+
+    /// Starts an object whose first field is `"op"`.
+    public init(op: StaticString, capacity: Int = 128) {
+        out = [0, 0, 0, 0]
+        out.reserveCapacity(capacity + 4)
+        out.append(UInt8(ascii: "{"))
+        appendKey("op", first: true)
+        appendStaticString(op)
+    }
+
+    private mutating func appendKey(_ key: StaticString, first: Bool = false) {
+        if !first { out.append(UInt8(ascii: ",")) }
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+        out.append(UInt8(ascii: "\""))
+        out.append(UInt8(ascii: ":"))
+    }
+
+    private mutating func appendStaticString(_ s: StaticString) {
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// A string field; the value is escaped as JSON requires.
+    public mutating func string(_ key: StaticString, _ value: String) {
+        appendKey(key)
+        appendEscaped(value, to: &out)
+    }
+
+    /// A string field whose value is a wire constant.
+    public mutating func constant(_ key: StaticString, _ value: StaticString) {
+        appendKey(key)
+        appendStaticString(value)
+    }
+
+    /// An integer field.
+    public mutating func int<I: BinaryInteger>(_ key: StaticString, _ value: I) {
+        appendKey(key)
+        appendDecimal(value)
+    }
+
+    /// A boolean field.
+    public mutating func bool(_ key: StaticString, _ value: Bool) {
+        appendKey(key)
+        out.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
+    }
+
+    /// A field whose value is already-valid JSON bytes, copied as they are.
+    public mutating func raw<Bytes: Collection>(_ key: StaticString, _ json: Bytes) where Bytes.Element == UInt8 {
+        appendKey(key)
+        out.append(contentsOf: json)
+    }
+
+    /// A field whose value is an array of strings.
+    public mutating func strings(_ key: StaticString, _ values: [String]) {
+        appendKey(key)
+        out.append(UInt8(ascii: "["))
+        for (i, v) in values.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            appendEscaped(v, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+
+    /// Starts a field whose value the caller writes with `JSONWriter` calls through `rawBytes`.
+    public mutating func key(_ key: StaticString) { appendKey(key) }
+
+    /// Appends raw JSON bytes at the current position (after `key(_:)`, or between array items).
+    public mutating func rawBytes<Bytes: Collection>(_ json: Bytes) where Bytes.Element == UInt8 {
+        out.append(contentsOf: json)
+    }
+
+    /// Appends a JSON string value at the current position.
+    public mutating func stringValue(_ value: String) { appendEscaped(value, to: &out) }
+
+    /// Appends an integer value at the current position.
+    public mutating func intValue<I: BinaryInteger>(_ value: I) { appendDecimal(value) }
+
+    private mutating func appendDecimal<I: BinaryInteger>(_ value: I) {
+        if value == 0 { out.append(48); return }
+        var v = Int64(value)
+        if v < 0 { out.append(UInt8(ascii: "-")); v = -v }
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            while v > 0 { d[n] = UInt8(48 + v % 10); v /= 10; n += 1 }
+            for k in stride(from: n - 1, through: 0, by: -1) { out.append(d[k]) }
+        }
+    }
+
+    /// Closes the object and returns the frame (length prefix filled in).
+    public consuming func finish() -> Frame {
+        out.append(UInt8(ascii: "}"))
+        let length = UInt32(out.count - 4)
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: out.count, alignment: 1)
+        out.withUnsafeBytes { storage.copyMemory(from: $0) }
+        storeBigEndianLength(length, into: storage)
+        return Frame(adopting: storage)
+    }
+}
+
+/// Appends `value` as a JSON string literal (quotes and escapes included).
+public func appendEscaped(_ value: String, to out: inout [UInt8]) {
+    out.append(UInt8(ascii: "\""))
+    for c in value.utf8 {
+        switch c {
+        case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(c)
+        case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(c)
+        case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+        case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+        case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+        case 0..<0x20:
+            let hex = Array("0123456789abcdef".utf8)
+            out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), 48, 48, hex[Int(c >> 4)], hex[Int(c & 15)]])
+        default: out.append(c)
+        }
+    }
+    out.append(UInt8(ascii: "\""))
+}
+
+/// Validation of the names the protocol restricts (store names, action types, patterns).
+public enum Names {
+    /// Store name: 1-128 bytes of `[A-Za-z0-9._:/-]`.
+    public static func isValidStore(_ s: String) -> Bool { valid(s, max: 128, star: false) }
+    /// Action type: 1-256 bytes of `[A-Za-z0-9._:/-]`.
+    public static func isValidType(_ s: String) -> Bool { valid(s, max: 256, star: false) }
+    /// Pattern: an action type, or a prefix of one followed by a single trailing `*`.
+    public static func isValidPattern(_ s: String) -> Bool {
+        if s == "*" { return true }
+        if s.hasSuffix("*") { return valid(String(s.dropLast()), max: 255, star: false) }
+        return isValidType(s)
+    }
+
+    private static func valid(_ s: String, max: Int, star: Bool) -> Bool {
+        let u = s.utf8
+        guard !u.isEmpty, u.count <= max else { return false }
+        for c in u {
+            switch c {
+            case 48...57, 65...90, 97...122, UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"),
+                 UInt8(ascii: "/"), UInt8(ascii: "-"):
+                continue
+            default:
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Whether `type` matches `pattern` (exact, `prefix*`, or `*`).
+    public static func matches(pattern: String, type: String) -> Bool {
+        if pattern.utf8.last == UInt8(ascii: "*") {
+            return type.utf8.starts(with: pattern.utf8.dropLast())
+        }
+        return pattern == type
+    }
+}
+
+/// The protocol version this code speaks.
+public let fluxProtocolVersion = 1

@@ -1,0 +1,75 @@
+import FluxCore
+
+/// Identifies one connection for the lifetime of a fluxd process (never reused). Announced to the peer as
+/// `welcome.peer` and shown in introspection.
+public typealias PeerID = UInt64
+
+/// Milliseconds on a monotonic clock. The router never reads a clock: the caller passes `now` with every event,
+/// which makes time as testable as everything else.
+public typealias Millis = UInt64
+
+/// Who is at the other end of a connection, as the kernel reports it (SO_PEERCRED). Shown in introspection.
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+
+    public init(pid: Int32? = nil, uid: UInt32? = nil, gid: UInt32? = nil) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// The limits and identity a router runs with; announced to every peer in `welcome.limits`.
+public struct RouterConfig: Sendable {
+    /// Largest frame body accepted, in bytes (`too-large` above it).
+    public var maxFrame: UInt32 = 1_048_576
+    /// Actions delivered to one store before its first unanswered one is answered.
+    public var storeWindow: Int = 64
+    /// Actions queued at most for a store that is down.
+    public var queueLimit: Int = 1024
+    /// How long an action waits for a store that is down before it is settled `store-unavailable`.
+    public var queueTimeout: Millis = 5000
+    /// How long a new connection has to send `hello`.
+    public var handshakeTimeout: Millis = 5000
+    /// Unsettled dispatches one connection may have at once (`overloaded` above it).
+    public var maxPending: Int = 65_536
+    /// The server name in `welcome.server`.
+    public var serverName: String = "fluxd/0.1.0"
+
+    public init() {}
+}
+
+/// Something that happened at the edge of the router: the transport turns socket and timer activity into these.
+public enum RouterEvent: Sendable {
+    /// A peer connected.
+    case connected(PeerID, PeerCredentials)
+    /// A complete frame body arrived from a peer.
+    case frame(PeerID, [UInt8])
+    /// A zero-length frame arrived (`bad-frame`).
+    case emptyFrame(PeerID)
+    /// A frame announced a length above `maxFrame` (`too-large`; the router closes the connection).
+    case oversizedFrame(PeerID, length: UInt32)
+    /// The connection is gone (peer closed, error, or after a `close` effect). Reported exactly once per peer.
+    case closed(PeerID)
+    /// Time passed; the router expires handshakes and queued actions whose deadline is at or before `now`.
+    case tick
+    /// fluxd is shutting down: say goodbye to every peer and close.
+    case shutdown
+}
+
+/// What the router asks the outside world to do, in order.
+public enum RouterEffect: Sendable {
+    /// Write a frame to a peer (frames to one peer go out in the order of these effects).
+    case send(PeerID, Frame)
+    /// Close a peer's connection after writing what was sent to it before. A `closed` event follows.
+    case close(PeerID)
+    /// Something worth logging.
+    case log(LogLevel, String)
+}
+
+/// Severity of a `log` effect (mapped onto swift-log's levels by the daemon).
+public enum LogLevel: Sendable, Equatable {
+    case debug, info, notice, warning, error
+}

@@ -99,6 +99,10 @@ public struct FrameBuilder {
         }
     }
 
+    /// Bytes written so far, counting the 4-byte length prefix: the offset in the finished frame's `bytes` at
+    /// which the next byte will stand.
+    public var byteCount: Int { out.count }
+
     /// Closes the object and returns the frame (length prefix filled in).
     public consuming func finish() -> Frame {
         out.append(UInt8(ascii: "}"))

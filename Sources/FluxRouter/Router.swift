@@ -1,15 +1,43 @@
 import FluxCore
 
-/// The dispatcher as a pure state machine (STUB: being written; signatures are final).
+/// The dispatcher as a pure state machine: the single place where FluxBus's semantics live.
+///
+/// The transport turns socket and timer activity into `RouterEvent`s; the router answers each with
+/// `RouterEffect`s (frames to send, connections to close, lines to log). It does no I/O and reads no clock, so
+/// every rule of protocol/SPEC.md can be unit-tested by feeding events and reading effects.
+///
+/// How to read it: `handle` dispatches on the event; `receive` parses the envelope and dispatches on `op`;
+/// each `op` has one method below, in the order of SPEC.md. The rules it keeps:
+/// - R1 one global order: `dispatch` gives each accepted action the next `seq`; each store's `queue` and
+///   `inflight` are in `seq` order and `pump` sends strictly from the head.
+/// - R2 one answer per action: `answer` accepts only the oldest unanswered action of a store.
+/// - R3 waitFor: `pump` holds an action at the head of a store's queue until every store it waits for, among the
+///   action's targets, has answered it.
+/// - R4 snapshots: `publish` numbers versions, drops byte-identical states, retains the frame and sends the same
+///   bytes to every subscriber.
+/// - R5 read your writes: `publish` runs before `record`, so the snapshot is queued to every subscriber before
+///   the settlement is queued to the dispatcher (frames to one peer keep their order).
+/// - R6/R7 nothing silently lost, isolation: every refusal is an `error` frame to the peer that caused it.
 public final class Router {
     public let config: RouterConfig
+
+    private var peers: [PeerID: Peer] = [:]
+    /// Peers that have not said hello yet, in connection order (so their deadlines are in order too).
+    private var handshakes: [PeerID] = []
+    /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
+    private var stores: [String: StoreEntry] = [:]
+    /// Actions accepted and not yet settled, by seq.
+    private var pending: [UInt64: ActionRecord] = [:]
+    /// Action type -> names of the stores that handle it (sorted). Cleared whenever a registration changes.
+    private var routes: [String: [String]] = [:]
+    private var lastSeq: UInt64 = 0
+    private var shuttingDown = false
+    /// Traffic and error counters, reported by `info`.
+    public private(set) var counters = Counters()
 
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
     }
-
-    /// Feeds one event; appends the effects to carry out, in order.
-    public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {}
 
     /// Convenience for tests: the effects of one event.
     public func handle(_ event: RouterEvent, now: Millis) -> [RouterEffect] {
@@ -18,9 +46,880 @@ public final class Router {
         return effects
     }
 
-    /// The earliest time at which a `tick` has work to do (a handshake or queued action expiring), if any.
-    public var nextDeadline: Millis? { nil }
+    /// Feeds one event; appends the effects to carry out, in order.
+    public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {
+        var out = Output(effects: effects, counters: counters)
+        effects = []
+        switch event {
+        case .connected(let id, let creds):
+            connected(id, creds, now: now, &out)
+        case .frame(let id, let body):
+            if let peer = peers[id], !peer.closing {
+                out.counters.framesIn += 1
+                out.counters.bytesIn += UInt64(body.count + 4)
+                receive(peer, body, now: now, &out)
+            }
+        case .emptyFrame(let id):
+            if let peer = peers[id], !peer.closing {
+                out.counters.framesIn += 1
+                out.counters.bytesIn += 4
+                fail(peer, .badFrame, "zero-length frame", &out)
+            }
+        case .oversizedFrame(let id, let length):
+            if let peer = peers[id], !peer.closing {
+                fail(peer, .tooLarge, "frame of \(length) bytes exceeds maxFrame \(config.maxFrame)", &out)
+            }
+        case .closed(let id):
+            closed(id, now: now, &out)
+        case .tick:
+            tick(now: now, &out)
+        case .shutdown:
+            shutdown(&out)
+        }
+        effects = out.effects
+        counters = out.counters
+    }
 
-    /// Whether every peer has been closed after `shutdown` (the daemon may stop its loop).
-    public var isIdle: Bool { true }
+    /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any.
+    public var nextDeadline: Millis? {
+        var next: Millis? = nil
+        if let first = handshakes.first, let peer = peers[first] {
+            next = peer.connectedAt + config.handshakeTimeout
+        }
+        for store in stores.values where store.status == .down {
+            if let head = store.queue.first, let d = head.deadline {
+                next = min(next ?? d, d)
+            }
+        }
+        return next
+    }
+
+    /// Whether no peer is connected (after `shutdown`, the daemon may stop once this is true).
+    public var isIdle: Bool { peers.isEmpty }
+
+    /// The number of connected peers.
+    public var peerCount: Int { peers.count }
+
+    // MARK: - Connections and handshake
+
+    private func connected(_ id: PeerID, _ creds: PeerCredentials, now: Millis, _ out: inout Output) {
+        let peer = Peer(id: id, creds: creds, connectedAt: now)
+        peers[id] = peer
+        handshakes.append(id)
+        out.counters.connections += 1
+        if shuttingDown {
+            peer.closing = true
+            out.send(peer, byeFrame(reason: "shutdown"))
+            out.effects.append(.close(id))
+        }
+    }
+
+    private func hello(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard peer.role == nil else {
+            return fail(peer, .badMessage, "hello was already received", &out)
+        }
+        handshakes.removeAll { $0 == peer.id }
+        guard case .value(let version) = env.int("protocol") else {
+            return fail(peer, .badMessage, "hello needs an integer \"protocol\"", &out, fatal: true)
+        }
+        guard version == Int64(fluxProtocolVersion) else {
+            var b = FrameBuilder(op: "error")
+            b.constant("code", "unsupported-version")
+            b.string("message", "protocol \(version) is not supported; this fluxd speaks protocol \(fluxProtocolVersion)")
+            b.raw("supported", Array("[\(fluxProtocolVersion)]".utf8))
+            b.bool("fatal", true)
+            out.counters.count(.unsupportedVersion)
+            out.send(peer, b.finish())
+            return close(peer, &out)
+        }
+        guard case .value(let roleName) = env.string("role"), let role = Role(rawValue: roleName) else {
+            return fail(peer, .badMessage, "hello needs \"role\": \"client\", \"store\" or \"monitor\"", &out, fatal: true)
+        }
+        var name = ""
+        switch env.string("name") {
+        case .value(let n) where n.utf8.count <= 128: name = n
+        case .absent: break
+        default: return fail(peer, .badMessage, "\"name\" must be a string of at most 128 bytes", &out, fatal: true)
+        }
+        peer.role = role
+        peer.name = name
+        var b = FrameBuilder(op: "welcome")
+        b.int("protocol", fluxProtocolVersion)
+        b.string("server", config.serverName)
+        b.int("peer", peer.id)
+        var limits: [UInt8] = []
+        limits.append(contentsOf: "{\"maxFrame\":\(config.maxFrame),\"storeWindow\":\(config.storeWindow),".utf8)
+        limits.append(contentsOf: "\"queueLimit\":\(config.queueLimit),\"queueTimeout\":\(config.queueTimeout),".utf8)
+        limits.append(contentsOf: "\"handshakeTimeout\":\(config.handshakeTimeout),\"maxPending\":\(config.maxPending)}".utf8)
+        b.raw("limits", limits)
+        out.send(peer, b.finish())
+        out.log(.debug, "peer \(peer.id) hello: role \(role.rawValue), name \"\(name)\"")
+    }
+
+    private func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
+        guard let peer = peers.removeValue(forKey: id) else { return }
+        handshakes.removeAll { $0 == id }
+        for name in peer.owned.sorted() {
+            if let store = stores[name] { storeDown(store, reason: shuttingDown ? "shutdown" : "disconnected", now: now, &out) }
+        }
+        for name in peer.subscriptions {
+            stores[name]?.subscribers.removeAll { $0 == id }
+        }
+        var touched: [String] = []
+        for (_, q) in peer.queries {
+            if let store = stores[q.store], store.removeQuery(q.bytes) { touched.append(q.store) }
+        }
+        for name in Set(touched).sorted() { if let store = stores[name] { sendQueries(store, &out) } }
+        out.log(.debug, "peer \(id) (\(peer.name)) closed")
+    }
+
+    private func close(_ peer: Peer, _ out: inout Output) {
+        guard !peer.closing else { return }
+        peer.closing = true
+        out.effects.append(.close(peer.id))
+    }
+
+    // MARK: - Receiving
+
+    private func receive(_ peer: Peer, _ body: [UInt8], now: Millis, _ out: inout Output) {
+        let env: Envelope
+        do {
+            env = try Envelope(body: body)
+        } catch {
+            if peer.role == nil {
+                return fail(peer, .handshakeRequired, "the first frame must be a valid hello (\(error.message))", &out)
+            }
+            return fail(peer, error.code, error.message, &out)
+        }
+        guard case .value(let op) = env.string("op") else {
+            if peer.role == nil { return fail(peer, .handshakeRequired, "the first frame must be hello", &out) }
+            return fail(peer, .badMessage, "a message needs a string \"op\"", &out)
+        }
+        guard let role = peer.role else {
+            if op == "hello" { return hello(peer, env, &out) }
+            return fail(peer, .handshakeRequired, "the first frame must be hello, not \(op)", &out)
+        }
+        switch op {
+        case "dispatch": if permitted(peer, role.mayDispatch, op, &out) { dispatch(peer, env, now: now, &out) }
+        case "subscribe": subscribe(peer, env, &out)
+        case "unsubscribe": unsubscribe(peer, env, &out)
+        case "query": if permitted(peer, role.mayDispatch, op, &out) { query(peer, env, &out) }
+        case "unquery": if permitted(peer, role.mayDispatch, op, &out) { unquery(peer, env, &out) }
+        case "info": info(peer, env, &out)
+        case "get": get(peer, env, &out)
+        case "ping": ping(peer, env, &out)
+        case "bye": close(peer, &out)
+        case "register": if permitted(peer, role == .store, op, &out) { register(peer, env, now: now, &out) }
+        case "unregister": if permitted(peer, role == .store, op, &out) { unregister(peer, env, now: now, &out) }
+        case "done", "reject": if permitted(peer, role == .store, op, &out) { answer(peer, env, isDone: op == "done", &out) }
+        case "state": if permitted(peer, role == .store, op, &out) { unsolicitedState(peer, env, &out) }
+        case "hello": fail(peer, .badMessage, "hello was already received", &out)
+        default: fail(peer, .unknownOp, "unknown op \"\(op)\"", &out)
+        }
+    }
+
+    /// Whether the peer's role may send `op`; if not, the peer gets `forbidden`.
+    private func permitted(_ peer: Peer, _ ok: Bool, _ op: String, _ out: inout Output) -> Bool {
+        if !ok { fail(peer, .forbidden, "a \(peer.role?.rawValue ?? "peer") may not send \(op)", &out) }
+        return ok
+    }
+
+    // MARK: - Stores
+
+    private func register(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+            return fail(peer, .badMessage, "register needs a valid \"store\" name", &out)
+        }
+        var handles: [String] = []
+        switch env.stringArray("handles") {
+        case .value(let h) where h.allSatisfy(Names.isValidPattern): handles = h
+        case .absent: break
+        default: return fail(peer, .badMessage, "\"handles\" must be an array of action types or prefix* patterns", &out, ref: name)
+        }
+        var waitFor: [String] = []
+        switch env.stringArray("waitFor") {
+        case .value(let w) where w.allSatisfy(Names.isValidStore) && !w.contains(name): waitFor = w
+        case .absent: break
+        default: return fail(peer, .badMessage, "\"waitFor\" must be an array of other stores' names", &out, ref: name)
+        }
+        if let initial = env.span("state"), initial.kind == .null {
+            return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
+        }
+        let store = entry(name)
+        if let owner = store.owner {
+            return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out, ref: name)
+        }
+        if let path = cyclePath(from: name, waitFor: waitFor) {
+            return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out, ref: name)
+        }
+        let resumed = store.version > 0
+        store.owner = peer.id
+        store.status = .up
+        store.handles = handles
+        store.waitFor = waitFor
+        store.wasRegistered = true
+        peer.owned.insert(name)
+        routes.removeAll(keepingCapacity: true)
+        for item in store.queue { item.deadline = nil }
+
+        var b = FrameBuilder(op: "registered")
+        b.string("store", name)
+        b.int("version", store.version)
+        b.int("seq", store.seq)
+        b.bool("resumed", resumed)
+        out.send(peer, b.finish())
+        let initial = resumed ? nil : env.raw("state")
+        var up = FrameBuilder(op: "store-up")
+        up.string("store", name)
+        up.int("version", store.version + (initial == nil ? 0 : 1))
+        let upFrame = up.finish()
+        for sub in store.subscribers where sub != peer.id { if let p = peers[sub] { out.send(p, upFrame) } }
+        let versionBefore = store.version
+        if let initial { publish(store, state: initial, seq: store.seq, &out) }
+        let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
+        if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }
+        if !store.queryOrder.isEmpty { sendQueries(store, &out) }
+        out.log(.info, "store \"\(name)\" registered by peer \(peer.id) (\(peer.name)), version \(store.version)\(resumed ? ", resumed" : ""), \(store.queue.count) queued")
+        pump(store, &out)
+    }
+
+    private func unregister(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+        guard case .value(let name) = env.string("store"), let store = stores[name] else {
+            return fail(peer, .unknownStore, "unregister needs the name of a store you own", &out)
+        }
+        guard store.owner == peer.id else {
+            return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+        }
+        storeDown(store, reason: "unregistered", now: now, &out)
+    }
+
+    /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
+    /// queue, to be redelivered when the store registers again; start the queue timeout; tell subscribers.
+    private func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, _ out: inout Output) {
+        if let owner = store.owner { peers[owner]?.owned.remove(store.name) }
+        store.owner = nil
+        store.status = .down
+        let back = store.inflight
+        store.inflight.removeAll()
+        for item in back { item.redelivered = true }
+        store.queue.insert(contentsOf: back, at: 0)
+        let deadline = now + config.queueTimeout
+        for item in store.queue { item.deadline = max(item.deadline ?? deadline, deadline) }
+        var b = FrameBuilder(op: "store-down")
+        b.string("store", store.name)
+        b.constant("reason", reason)
+        let frame = b.finish()
+        for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        out.log(.notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
+    }
+
+    /// The waitFor path that would close a cycle if `name` waited for `waitFor`, or nil.
+    private func cyclePath(from name: String, waitFor: [String]) -> [String]? {
+        var visiting: [String] = [name]
+        func walk(_ current: String, _ deps: [String]) -> [String]? {
+            for dep in deps {
+                if dep == name { return visiting + [name] }
+                if visiting.contains(dep) { continue }
+                visiting.append(dep)
+                if let found = walk(dep, stores[dep]?.waitFor ?? []) { return found }
+                visiting.removeLast()
+            }
+            return nil
+        }
+        return walk(name, waitFor)
+    }
+
+    private func entry(_ name: String) -> StoreEntry {
+        if let s = stores[name] { return s }
+        let s = StoreEntry(name: name)
+        stores[name] = s
+        return s
+    }
+
+    // MARK: - Dispatch, delivery and answers
+
+    private func dispatch(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+        var idRaw: ArraySlice<UInt8>? = nil
+        switch env.string("id") {
+        case .absent: break
+        case .value(let id) where !id.isEmpty && id.utf8.count <= 256: idRaw = env.raw("id")
+        default: return fail(peer, .badMessage, "\"id\" must be a string of 1 to 256 bytes", &out)
+        }
+        let refText = idRaw.map { decodeJSONString($0) }
+        guard case .value(let type) = env.string("type"), Names.isValidType(type) else {
+            return fail(peer, .badMessage, "dispatch needs a valid action \"type\"", &out, ref: refText)
+        }
+        var wantsSettlement = false
+        switch env.bool("settle") {
+        case .absent: break
+        case .value(let s): wantsSettlement = s
+        case .wrongType: return fail(peer, .badMessage, "\"settle\" must be a boolean", &out, ref: refText)
+        }
+        if wantsSettlement && idRaw == nil {
+            return fail(peer, .badMessage, "a dispatch with settle needs an \"id\"", &out)
+        }
+        var cause: Int64? = nil
+        switch env.int("cause") {
+        case .absent: break
+        case .value(let c) where c > 0: cause = c
+        default: return fail(peer, .badMessage, "\"cause\" must be a positive integer (a seq)", &out, ref: refText)
+        }
+        if shuttingDown {
+            return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
+        }
+        let targets = route(type)
+        if targets.isEmpty {
+            return fail(peer, .noHandler, "no store handles \"\(type)\"", &out, ref: refText)
+        }
+        if peer.unsettled >= config.maxPending {
+            return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out, ref: refText)
+        }
+        for name in targets {
+            let s = stores[name]!
+            if s.status == .up && s.queue.count >= config.queueLimit {
+                return fail(peer, .overloaded, "store \"\(name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
+            }
+        }
+        lastSeq += 1
+        let action = ActionRecord(
+            seq: lastSeq, type: type, origin: peer.id, cause: cause,
+            payload: env.raw("payload") ?? ArraySlice("null".utf8),
+            dispatcher: peer.id, id: wantsSettlement ? idRaw : nil, targets: targets)
+        pending[action.seq] = action
+        peer.unsettled += 1
+        out.counters.actions += 1
+        for name in targets {
+            let store = stores[name]!
+            if store.status == .down && store.queue.count >= config.queueLimit {
+                action.results[name] = .unavailable("store \"\(name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
+                continue
+            }
+            store.queue.append(Delivery(action: action, deadline: store.status == .down ? now + config.queueTimeout : nil))
+        }
+        for name in targets { pump(stores[name]!, &out) }
+        if action.isComplete { settle(action, &out) }
+    }
+
+    /// The stores that handle `type`, sorted by name (cached until a registration changes).
+    private func route(_ type: String) -> [String] {
+        if let cached = routes[type] { return cached }
+        var names: [String] = []
+        for store in stores.values where store.wasRegistered {
+            if store.handles.contains(where: { Names.matches(pattern: $0, type: type) }) { names.append(store.name) }
+        }
+        names.sort()
+        routes[type] = names
+        return names
+    }
+
+    /// Sends actions from the head of a live store's queue while its window has room and the head is not held
+    /// back by waitFor.
+    private func pump(_ store: StoreEntry, _ out: inout Output) {
+        guard store.status == .up, let owner = store.owner, let peer = peers[owner] else { return }
+        while store.inflight.count < config.storeWindow, let head = store.queue.first {
+            let action = head.action
+            for dep in store.waitFor where action.targets.contains(dep) && action.results[dep] == nil {
+                return
+            }
+            store.queue.removeFirst()
+            store.inflight.append(head)
+            out.send(peer, actionFrame(action, store: store.name, redelivered: head.redelivered))
+        }
+    }
+
+    private func actionFrame(_ action: ActionRecord, store: String, redelivered: Bool) -> Frame {
+        var b = FrameBuilder(op: "action", capacity: 96 + action.payload.count)
+        b.string("store", store)
+        b.int("seq", action.seq)
+        b.string("type", action.type)
+        b.int("origin", action.origin)
+        if let cause = action.cause { b.int("cause", cause) }
+        if redelivered { b.bool("redelivered", true) }
+        b.raw("payload", action.payload)
+        return b.finish()
+    }
+
+    /// `done` or `reject` from a store: must answer the oldest action in flight to that store.
+    private func answer(_ peer: Peer, _ env: Envelope, isDone: Bool, _ out: inout Output) {
+        guard case .value(let name) = env.string("store") else {
+            return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs \"store\"", &out)
+        }
+        guard let store = stores[name], store.owner == peer.id else {
+            return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+        }
+        guard case .value(let seq) = env.int("seq") else {
+            return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs an integer \"seq\"", &out, ref: name)
+        }
+        guard let head = store.inflight.first, head.action.seq == UInt64(bitPattern: seq) else {
+            let expected = store.inflight.first.map { "\($0.action.seq)" } ?? "none"
+            return fail(peer, .badMessage, "answer for seq \(seq) out of order: the oldest unanswered action of \"\(name)\" is \(expected)", &out, ref: name)
+        }
+        let result: StoreResult
+        if isDone {
+            if let state = env.span("state") {
+                guard state.kind != .null else {
+                    return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
+                }
+                publish(store, state: env.body[state.range], seq: head.action.seq, &out)
+            }
+            result = .done
+        } else {
+            guard let error = env.raw("error"), (try? Envelope(body: Array(error)))?.string("code").value != nil else {
+                return fail(peer, .badMessage, "reject needs \"error\": {\"code\": string, \"message\": string}", &out, ref: name)
+            }
+            result = .rejected(error)
+        }
+        store.inflight.removeFirst()
+        store.seq = head.action.seq
+        record(head.action, store: name, result: result, &out)
+        pump(store, &out)
+    }
+
+    /// Records one store's result for an action; releases stores waiting for it; settles when complete.
+    private func record(_ action: ActionRecord, store name: String, result: StoreResult, _ out: inout Output) {
+        action.results[name] = result
+        if case .done = result { action.versions[name] = stores[name]?.version ?? 0 }
+        for target in action.targets where target != name {
+            if let other = stores[target], other.waitFor.contains(name) { pump(other, &out) }
+        }
+        if action.isComplete { settle(action, &out) }
+    }
+
+    private func settle(_ action: ActionRecord, _ out: inout Output) {
+        pending.removeValue(forKey: action.seq)
+        guard let peer = peers[action.dispatcher] else { return }
+        peer.unsettled -= 1
+        guard let id = action.id, !peer.closing else { return }
+        var b = FrameBuilder(op: "settled")
+        b.raw("id", id)
+        b.int("seq", action.seq)
+        b.key("results")
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
+        for (i, name) in action.targets.enumerated() {
+            if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
+            b.rawBytes("{\"store\":".utf8)
+            b.stringValue(name)
+            switch action.results[name]! {
+            case .done:
+                b.rawBytes(",\"status\":\"done\",\"version\":".utf8)
+                b.intValue(action.versions[name] ?? 0)
+            case .rejected(let error):
+                b.rawBytes(",\"status\":\"rejected\",\"error\":".utf8)
+                b.rawBytes(error)
+            case .unavailable(let message):
+                b.rawBytes(",\"status\":\"unavailable\",\"error\":{\"code\":\"store-unavailable\",\"message\":".utf8)
+                b.stringValue(message)
+                b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+            }
+            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+        }
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
+        out.send(peer, b.finish())
+    }
+
+    /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
+    /// frame goes to every subscriber.
+    private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) {
+        if let current = store.snapshot, current.bytes[store.stateRange].elementsEqual(state) { return }
+        store.version += 1
+        var b = FrameBuilder(op: "snapshot", capacity: 96 + state.count)
+        b.string("store", store.name)
+        b.int("version", store.version)
+        b.int("seq", seq)
+        b.key("state")
+        let stateStart = b.byteCount
+        b.rawBytes(state)
+        let frame = b.finish()
+        store.snapshot = frame
+        store.snapshotSeq = seq
+        store.stateRange = stateStart..<(stateStart + state.count)
+        out.counters.snapshots += 1
+        for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+    }
+
+    private func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let name) = env.string("store") else {
+            return fail(peer, .badMessage, "state needs \"store\"", &out)
+        }
+        guard let store = stores[name], store.owner == peer.id else {
+            return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+        }
+        guard let state = env.span("state"), state.kind != .null else {
+            return fail(peer, .badMessage, "state needs a non-null \"state\"", &out, ref: name)
+        }
+        publish(store, state: env.body[state.range], seq: store.seq, &out)
+    }
+
+    // MARK: - Subscriptions and queries
+
+    private func subscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+            return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
+        }
+        let store = entry(name)
+        var b = FrameBuilder(op: "subscribed")
+        b.string("store", name)
+        b.string("status", store.status.rawValue)
+        out.send(peer, b.finish())
+        if peer.subscriptions.insert(name).inserted {
+            store.subscribers.append(peer.id)
+        }
+        if let snapshot = store.snapshot { out.send(peer, snapshot) }
+    }
+
+    private func unsubscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let name) = env.string("store") else {
+            return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
+        }
+        if peer.subscriptions.remove(name) != nil {
+            stores[name]?.subscribers.removeAll { $0 == peer.id }
+        }
+        var b = FrameBuilder(op: "unsubscribed")
+        b.string("store", name)
+        out.send(peer, b.finish())
+    }
+
+    private func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let id) = env.string("id"), !id.isEmpty, id.utf8.count <= 256 else {
+            return fail(peer, .badMessage, "query needs an \"id\" of 1 to 256 bytes", &out)
+        }
+        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+            return fail(peer, .badMessage, "query needs a valid \"store\" name", &out, ref: id)
+        }
+        guard let q = env.raw("query") else {
+            return fail(peer, .badMessage, "query needs \"query\"", &out, ref: id)
+        }
+        guard peer.queries[id] == nil else {
+            return fail(peer, .badMessage, "query id \"\(id)\" is already active", &out, ref: id)
+        }
+        let bytes = Array(q)
+        peer.queries[id] = (name, bytes)
+        let store = entry(name)
+        var b = FrameBuilder(op: "query-ok")
+        b.raw("id", env.raw("id")!)
+        out.send(peer, b.finish())
+        store.addQuery(bytes)
+        sendQueries(store, &out)
+    }
+
+    private func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let id) = env.string("id") else {
+            return fail(peer, .badMessage, "unquery needs \"id\"", &out)
+        }
+        guard let q = peer.queries.removeValue(forKey: id) else {
+            return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
+        }
+        var b = FrameBuilder(op: "unquery-ok")
+        b.raw("id", env.raw("id")!)
+        out.send(peer, b.finish())
+        if let store = stores[q.store], store.removeQuery(q.bytes) { sendQueries(store, &out) }
+    }
+
+    /// Tells a live store its current deduplicated set of active queries.
+    private func sendQueries(_ store: StoreEntry, _ out: inout Output) {
+        guard let owner = store.owner, let peer = peers[owner] else { return }
+        var b = FrameBuilder(op: "queries")
+        b.string("store", store.name)
+        b.key("queries")
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
+        for (i, q) in store.queryOrder.enumerated() {
+            if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
+            b.rawBytes("{\"query\":".utf8)
+            b.rawBytes(q)
+            b.rawBytes(",\"count\":".utf8)
+            b.intValue(store.queryCounts[q] ?? 0)
+            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+        }
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
+        out.send(peer, b.finish())
+    }
+
+    // MARK: - Introspection and liveness
+
+    private func ping(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        var b = FrameBuilder(op: "pong")
+        if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
+        out.send(peer, b.finish())
+    }
+
+    private func get(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        let id = env.raw("id")
+        guard case .value(let name) = env.string("store") else {
+            return fail(peer, .badMessage, "get needs \"store\"", &out, ref: env.string("id").value)
+        }
+        guard let store = stores[name], let snapshot = store.snapshot else {
+            return fail(peer, .unknownStore, "no snapshot is retained for store \"\(name)\"", &out, ref: env.string("id").value ?? name)
+        }
+        var b = FrameBuilder(op: "got", capacity: snapshot.bytes.count + 64)
+        if let id, env.span("id")?.kind == .string { b.raw("id", id) }
+        b.string("store", name)
+        b.int("version", store.version)
+        b.int("seq", store.snapshotSeq)
+        b.raw("state", snapshot.bytes[store.stateRange])
+        out.send(peer, b.finish())
+    }
+
+    private func info(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        var j: [UInt8] = []
+        j.append(UInt8(ascii: "["))
+        var first = true
+        for name in stores.keys.sorted() {
+            let s = stores[name]!
+            if !first { j.append(UInt8(ascii: ",")) }
+            first = false
+            j.append(contentsOf: "{\"name\":".utf8); appendEscaped(name, to: &j)
+            j.append(contentsOf: ",\"status\":\"\(s.status.rawValue)\",\"handles\":".utf8); appendStrings(s.handles, &j)
+            j.append(contentsOf: ",\"waitFor\":".utf8); appendStrings(s.waitFor, &j)
+            j.append(contentsOf: ",\"version\":\(s.version),\"seq\":\(s.seq),\"subscribers\":\(s.subscribers.count)".utf8)
+            j.append(contentsOf: ",\"queued\":\(s.queue.count),\"inflight\":\(s.inflight.count),\"queries\":\(s.queryOrder.count)".utf8)
+            if let owner = s.owner, let p = peers[owner] {
+                j.append(contentsOf: ",\"owner\":{\"peer\":\(p.id),\"name\":".utf8); appendEscaped(p.name, to: &j)
+                if let pid = p.creds.pid { j.append(contentsOf: ",\"pid\":\(pid)".utf8) }
+                if let uid = p.creds.uid { j.append(contentsOf: ",\"uid\":\(uid)".utf8) }
+                j.append(UInt8(ascii: "}"))
+            }
+            j.append(UInt8(ascii: "}"))
+        }
+        j.append(UInt8(ascii: "]"))
+        var roles = [Role.client: 0, .store: 0, .monitor: 0]
+        for p in peers.values { if let r = p.role { roles[r, default: 0] += 1 } }
+        var b = FrameBuilder(op: "info", capacity: j.count + 512)
+        if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
+        b.int("seq", lastSeq)
+        b.raw("stores", j)
+        b.raw("peers", Array("{\"client\":\(roles[.client]!),\"store\":\(roles[.store]!),\"monitor\":\(roles[.monitor]!)}".utf8))
+        b.raw("counters", out.counters.json())
+        out.send(peer, b.finish())
+    }
+
+    private func appendStrings(_ values: [String], _ j: inout [UInt8]) {
+        j.append(UInt8(ascii: "["))
+        for (i, v) in values.enumerated() {
+            if i > 0 { j.append(UInt8(ascii: ",")) }
+            appendEscaped(v, to: &j)
+        }
+        j.append(UInt8(ascii: "]"))
+    }
+
+    // MARK: - Time and shutdown
+
+    private func tick(now: Millis, _ out: inout Output) {
+        while let first = handshakes.first {
+            guard let peer = peers[first] else { handshakes.removeFirst(); continue }
+            guard peer.connectedAt + config.handshakeTimeout <= now else { break }
+            handshakes.removeFirst()
+            fail(peer, .timeout, "no hello within \(config.handshakeTimeout) ms", &out)
+        }
+        for name in stores.keys.sorted() {
+            let store = stores[name]!
+            guard store.status == .down else { continue }
+            while let head = store.queue.first, let d = head.deadline, d <= now {
+                store.queue.removeFirst()
+                record(head.action, store: name, result: .unavailable("store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
+            }
+        }
+    }
+
+    private func shutdown(_ out: inout Output) {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        out.log(.notice, "shutting down: saying goodbye to \(peers.count) peers")
+        let bye = byeFrame(reason: "shutdown")
+        for id in peers.keys.sorted() {
+            let peer = peers[id]!
+            guard !peer.closing else { continue }
+            out.send(peer, bye)
+            close(peer, &out)
+        }
+    }
+
+    private func byeFrame(reason: StaticString) -> Frame {
+        var b = FrameBuilder(op: "bye")
+        b.constant("reason", reason)
+        return b.finish()
+    }
+
+    // MARK: - Errors
+
+    /// Sends an error to one peer (and closes its connection when the code is fatal or `fatal` is set).
+    private func fail(_ peer: Peer, _ code: ErrorCode, _ message: String, _ out: inout Output,
+                      ref: String? = nil, fatal: Bool = false) {
+        let closes = fatal || code.isFatal
+        var b = FrameBuilder(op: "error")
+        b.string("code", code.rawValue)
+        b.string("message", message)
+        if let ref { b.string("ref", ref) }
+        b.bool("fatal", closes)
+        out.counters.count(code)
+        out.send(peer, b.finish())
+        out.log(.debug, "peer \(peer.id) (\(peer.name)): \(code.rawValue): \(message)")
+        if closes { close(peer, &out) }
+    }
+}
+
+// MARK: - State
+
+/// The role a peer announced in hello.
+enum Role: String {
+    case client, store, monitor
+    var mayDispatch: Bool { self != .monitor }
+}
+
+/// One connection's state.
+final class Peer {
+    let id: PeerID
+    let creds: PeerCredentials
+    let connectedAt: Millis
+    var role: Role?
+    var name = ""
+    var closing = false
+    var owned: Set<String> = []
+    var subscriptions: Set<String> = []
+    var queries: [String: (store: String, bytes: [UInt8])] = [:]
+    /// Accepted dispatches from this peer not yet settled.
+    var unsettled = 0
+
+    init(id: PeerID, creds: PeerCredentials, connectedAt: Millis) {
+        self.id = id
+        self.creds = creds
+        self.connectedAt = connectedAt
+    }
+}
+
+/// Whether a store has an owner: never registered (only subscribed or queried), up, or down.
+enum StoreStatus: String {
+    case unknown, up, down
+}
+
+/// One store as the dispatcher knows it.
+final class StoreEntry {
+    let name: String
+    var status = StoreStatus.unknown
+    var wasRegistered = false
+    var owner: PeerID?
+    var handles: [String] = []
+    var waitFor: [String] = []
+    /// The last version published (0: none yet) and the seq of the last action the store answered.
+    var version: UInt64 = 0
+    var seq: UInt64 = 0
+    /// The retained snapshot frame, and where its state bytes sit in it.
+    var snapshot: Frame?
+    var stateRange: Range<Int> = 0..<0
+    var snapshotSeq: UInt64 = 0
+    /// Actions waiting to be sent to the store, and those sent but not answered, both in seq order.
+    var queue: [Delivery] = []
+    var inflight: [Delivery] = []
+    var subscribers: [PeerID] = []
+    /// Active queries, deduplicated by bytes, in first-seen order, with how many holders each has.
+    var queryOrder: [[UInt8]] = []
+    var queryCounts: [[UInt8]: Int] = [:]
+
+    init(name: String) { self.name = name }
+
+    func addQuery(_ q: [UInt8]) {
+        if queryCounts[q] == nil { queryOrder.append(q) }
+        queryCounts[q, default: 0] += 1
+    }
+
+    /// Returns true (the set changed) — counts are part of what the store is told.
+    func removeQuery(_ q: [UInt8]) -> Bool {
+        guard let n = queryCounts[q] else { return false }
+        if n <= 1 {
+            queryCounts.removeValue(forKey: q)
+            queryOrder.removeAll { $0 == q }
+        } else {
+            queryCounts[q] = n - 1
+        }
+        return true
+    }
+}
+
+/// One action on its way to one store.
+final class Delivery {
+    let action: ActionRecord
+    /// While the store is down: when the action gives up waiting (`store-unavailable`).
+    var deadline: Millis?
+    var redelivered = false
+
+    init(action: ActionRecord, deadline: Millis?) {
+        self.action = action
+        self.deadline = deadline
+    }
+}
+
+/// An accepted action: what it is, where it goes, and what each target answered.
+final class ActionRecord {
+    let seq: UInt64
+    let type: String
+    let origin: PeerID
+    let cause: Int64?
+    let payload: ArraySlice<UInt8>
+    let dispatcher: PeerID
+    /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
+    let id: ArraySlice<UInt8>?
+    let targets: [String]
+    var results: [String: StoreResult] = [:]
+    var versions: [String: UInt64] = [:]
+
+    init(seq: UInt64, type: String, origin: PeerID, cause: Int64?, payload: ArraySlice<UInt8>,
+         dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [String]) {
+        self.seq = seq
+        self.type = type
+        self.origin = origin
+        self.cause = cause
+        self.payload = payload
+        self.dispatcher = dispatcher
+        self.id = id
+        self.targets = targets
+    }
+
+    var isComplete: Bool { results.count == targets.count }
+}
+
+/// One store's answer to one action.
+enum StoreResult {
+    case done
+    case rejected(ArraySlice<UInt8>)
+    case unavailable(String)
+}
+
+/// Counters reported by `info`.
+public struct Counters: Sendable {
+    public var connections: UInt64 = 0
+    public var framesIn: UInt64 = 0
+    public var framesOut: UInt64 = 0
+    public var bytesIn: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var actions: UInt64 = 0
+    public var snapshots: UInt64 = 0
+    public var errors: [String: UInt64] = [:]
+
+    mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
+
+    func json() -> [UInt8] {
+        let c = self
+        var j = Array("{\"connections\":\(c.connections),\"framesIn\":\(c.framesIn),\"framesOut\":\(c.framesOut),\"bytesIn\":\(c.bytesIn),\"bytesOut\":\(c.bytesOut),\"actions\":\(c.actions),\"snapshots\":\(c.snapshots),\"errors\":{".utf8)
+        for (i, key) in c.errors.keys.sorted().enumerated() {
+            if i > 0 { j.append(UInt8(ascii: ",")) }
+            j.append(contentsOf: "\"\(key)\":\(c.errors[key]!)".utf8)
+        }
+        j.append(contentsOf: "}}".utf8)
+        return j
+    }
+}
+
+/// The effects being produced by one event, and the counters they move.
+struct Output {
+    var effects: [RouterEffect]
+    var counters: Counters
+
+    mutating func send(_ peer: Peer, _ frame: Frame) {
+        effects.append(.send(peer.id, frame))
+        counters.framesOut += 1
+        counters.bytesOut += UInt64(frame.bytes.count)
+    }
+
+    mutating func log(_ level: LogLevel, _ message: String) {
+        effects.append(.log(level, message))
+    }
 }

@@ -1,0 +1,605 @@
+import FluxCore
+@testable import FluxRouter
+import Testing
+
+@Suite("Handshake")
+struct HandshakeTests {
+    @Test func welcomeCarriesPeerIdAndLimits() {
+        let bus = TestBus { $0.maxFrame = 4096; $0.queueLimit = 7 }
+        bus.connect(5)
+        bus.send(5, #"{"op":"hello","protocol":1,"role":"client","name":"view"}"#)
+        let got = bus.take(5)
+        #expect(got.count == 1)
+        #expect(got[0].op == "welcome")
+        #expect(got[0].num("peer") == 5)
+        #expect(got[0].num("protocol") == 1)
+        let limits = try! Envelope(body: Array(got[0].raw("limits")!))
+        #expect(limits.num("maxFrame") == 4096)
+        #expect(limits.num("queueLimit") == 7)
+    }
+
+    @Test func unsupportedVersionIsRefusedAndClosed() {
+        let bus = TestBus()
+        bus.connect(1)
+        bus.send(1, #"{"op":"hello","protocol":2,"role":"client"}"#)
+        let got = bus.take(1)
+        #expect(got.map(\.op) == ["error"])
+        #expect(got[0].str("code") == "unsupported-version")
+        #expect(got[0].rawText("supported") == "[1]")
+        #expect(bus.closedPeers.contains(1))
+    }
+
+    @Test func firstFrameMustBeHello() {
+        let bus = TestBus()
+        bus.connect(1)
+        bus.send(1, #"{"op":"ping","id":"x"}"#)
+        #expect(bus.take(1).map { $0.str("code") } == ["handshake-required"])
+        #expect(bus.closedPeers.contains(1))
+    }
+
+    @Test func garbageBeforeHelloClosesWithHandshakeRequired() {
+        let bus = TestBus()
+        bus.connect(1)
+        bus.send(1, "not json")
+        #expect(bus.take(1).map { $0.str("code") } == ["handshake-required"])
+        #expect(bus.closedPeers.contains(1))
+    }
+
+    @Test func handshakeTimesOut() {
+        let bus = TestBus { $0.handshakeTimeout = 100 }
+        bus.connect(1)
+        bus.join(2, role: "client")
+        #expect(bus.router.nextDeadline == bus.now + 100)
+        bus.advance(99)
+        #expect(!bus.closedPeers.contains(1))
+        bus.advance(1)
+        #expect(bus.take(1).map { $0.str("code") } == ["timeout"])
+        #expect(bus.closedPeers.contains(1))
+        #expect(!bus.closedPeers.contains(2))
+    }
+
+    @Test func badRoleIsRefused() {
+        let bus = TestBus()
+        bus.connect(1)
+        bus.send(1, #"{"op":"hello","protocol":1,"role":"admin"}"#)
+        #expect(bus.take(1).map { $0.str("code") } == ["bad-message"])
+        #expect(bus.closedPeers.contains(1))
+    }
+}
+
+@Suite("Bad input")
+struct BadInputTests {
+    /// Each bad input gets its code; the connection survives unless the code is fatal; another peer is untouched.
+    @Test(arguments: [
+        ("{\"op\":\"ping\",", "bad-json", false),
+        ("[1,2,3]", "bad-message", false),
+        ("{\"op\":\"ping\",\"op\":\"ping\"}", "bad-message", false),
+        ("{\"id\":\"x\"}", "bad-message", false),
+        ("{\"op\":\"teleport\"}", "unknown-op", false),
+        ("{\"op\":\"register\",\"store\":\"s\",\"handles\":[\"a\"]}", "forbidden", false),
+        ("{\"op\":\"done\",\"store\":\"s\",\"seq\":1}", "forbidden", false),
+        ("{\"op\":\"dispatch\",\"type\":\"bad type!\"}", "bad-message", false),
+        ("{\"op\":\"dispatch\",\"type\":\"a\",\"settle\":true}", "bad-message", false),
+        ("{\"op\":\"hello\",\"protocol\":1,\"role\":\"client\"}", "bad-message", false),
+    ])
+    func badFrameGetsItsCode(input: String, code: String, fatal: Bool) {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"], state: "{}")
+        bus.join(2, role: "client")
+        bus.join(3, role: "client")
+        bus.send(3, #"{"op":"subscribe","store":"todos"}"#)
+        _ = bus.take(1); _ = bus.take(3)
+        bus.send(2, input)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["error"])
+        #expect(got.first?.str("code") == code)
+        #expect(bus.closedPeers.contains(2) == fatal)
+        // The other client still works.
+        bus.send(3, #"{"op":"dispatch","id":"d","type":"todo/add","settle":true}"#)
+        #expect(bus.ops(1) == ["action"])
+        bus.send(1, #"{"op":"done","store":"todos","seq":1,"state":{"n":1}}"#)
+        #expect(bus.ops(3) == ["snapshot", "settled"])
+        // And the offender, when it survived, too.
+        if !fatal {
+            bus.send(2, #"{"op":"ping","id":"p"}"#)
+            #expect(bus.ops(2) == ["pong"])
+        }
+    }
+
+    @Test func emptyFrameSurvivesOversizedCloses() {
+        let bus = TestBus()
+        bus.join(1, role: "client")
+        bus.join(2, role: "client")
+        bus.feed(.emptyFrame(1))
+        #expect(bus.take(1).map { $0.str("code") } == ["bad-frame"])
+        #expect(!bus.closedPeers.contains(1))
+        bus.feed(.oversizedFrame(2, length: 9_999_999))
+        let got = bus.take(2)
+        #expect(got.map { $0.str("code") } == ["too-large"])
+        #expect(got.first?.bool("fatal").value == true)
+        #expect(bus.closedPeers.contains(2))
+        bus.send(1, #"{"op":"ping","id":"still"}"#)
+        #expect(bus.take(1).first?.rawText("id") == "\"still\"")
+    }
+
+    @Test func monitorMayNotDispatch() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "monitor")
+        _ = bus.take(1)
+        bus.send(2, #"{"op":"dispatch","type":"todo/add"}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["forbidden"])
+        #expect(bus.ops(1).isEmpty)
+    }
+}
+
+@Suite("Dispatch and settlement")
+struct DispatchTests {
+    @Test func actionIsDeliveredWithPayloadBytesUntouched() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        _ = bus.take(1)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"a1","type":"todo/add","payload":{ "title" : "milk\u00e9" , "n":[1, 2.5e3]}}"#)
+        let got = bus.take(1)
+        #expect(got.map(\.op) == ["action"])
+        #expect(got[0].str("store") == "todos")
+        #expect(got[0].num("seq") == 1)
+        #expect(got[0].str("type") == "todo/add")
+        #expect(got[0].num("origin") == 2)
+        #expect(got[0].rawText("payload") == #"{ "title" : "milk\u00e9" , "n":[1, 2.5e3]}"#)
+        #expect(bus.take(2).isEmpty, "fire-and-forget gets no reply")
+    }
+
+    @Test func missingPayloadIsNull() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/clear"])
+        _ = bus.take(1)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","type":"todo/clear"}"#)
+        #expect(bus.take(1).first?.rawText("payload") == "null")
+    }
+
+    @Test func noHandlerIsReportedEvenWithoutSettle() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"x","type":"cart/add"}"#)
+        let got = bus.take(2)
+        #expect(got.map { $0.str("code") } == ["no-handler"])
+        #expect(got.first?.str("ref") == "x")
+        // No seq was used: the next accepted action is 1.
+        bus.send(2, #"{"op":"dispatch","type":"todo/add"}"#)
+        #expect(bus.take(1).last?.num("seq") == 1)
+    }
+
+    @Test func settlementListsEveryStoresResult() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["x/*"], state: #"{"v":0}"#)
+        bus.store(2, "b", handles: ["x/go"])
+        bus.store(3, "c", handles: ["*"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","id":"s-1","type":"x/go","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"a","seq":1,"state":{"v":1}}"#)
+        bus.send(2, #"{"op":"reject","store":"b","seq":1,"error":{"code":"b/nope","message":"no way"}}"#)
+        #expect(bus.take(9).isEmpty, "not settled until every target answered")
+        bus.send(3, #"{"op":"done","store":"c","seq":1}"#)
+        let got = bus.take(9)
+        #expect(got.map(\.op) == ["settled"])
+        #expect(got[0].str("id") == "s-1")
+        #expect(got[0].num("seq") == 1)
+        #expect(got[0].rawText("results") ==
+            #"[{"store":"a","status":"done","version":2},{"store":"b","status":"rejected","error":{"code":"b/nope","message":"no way"}},{"store":"c","status":"done","version":0}]"#)
+    }
+
+    @Test func rejectNeedsAnErrorCode() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["x"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        _ = bus.take(1)
+        bus.send(1, #"{"op":"reject","store":"a","seq":1,"error":"boom"}"#)
+        #expect(bus.take(1).map { $0.str("code") } == ["bad-message"])
+        bus.send(1, #"{"op":"reject","store":"a","seq":1,"error":{"code":"a/boom"}}"#)
+        #expect(bus.take(1).isEmpty)
+    }
+
+    @Test func answersMustComeInOrderFromTheOwner() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["x"])
+        bus.store(2, "b", handles: ["y"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        _ = bus.take(1); _ = bus.take(2)
+        bus.send(1, #"{"op":"done","store":"a","seq":2}"#)
+        #expect(bus.take(1).map { $0.str("code") } == ["bad-message"])
+        bus.send(2, #"{"op":"done","store":"a","seq":1}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["forbidden"])
+        bus.send(1, #"{"op":"done","store":"a","seq":1}"#)
+        bus.send(1, #"{"op":"done","store":"a","seq":2}"#)
+        #expect(bus.take(1).isEmpty)
+    }
+
+    @Test func globalOrderAcrossClientsAndWindow() {
+        let bus = TestBus { $0.storeWindow = 3 }
+        bus.store(1, "log", handles: ["*"])
+        _ = bus.take(1)
+        for c in 10..<18 { bus.join(PeerID(c), role: "client") }
+        for round in 0..<5 {
+            for c in 10..<18 { bus.send(PeerID(c), #"{"op":"dispatch","type":"t/\#(round)"}"#) }
+        }
+        var delivered: [Int64] = []
+        while true {
+            let got = bus.take(1)
+            if got.isEmpty { break }
+            #expect(got.count <= 3, "window respected")
+            for a in got {
+                delivered.append(a.num("seq")!)
+                bus.send(1, #"{"op":"done","store":"log","seq":\#(a.num("seq")!)}"#)
+            }
+        }
+        #expect(delivered == Array(1...40))
+    }
+
+    @Test func followUpCarriesCause() {
+        let bus = TestBus()
+        bus.store(1, "comments", handles: ["comments/*"])
+        _ = bus.take(1)
+        bus.send(1, #"{"op":"dispatch","type":"comments/loaded","cause":7}"#)
+        let got = bus.take(1)
+        #expect(got.first?.num("cause") == 7)
+        #expect(got.first?.num("origin") == 1)
+    }
+
+    @Test func maxPendingOverloads() {
+        let bus = TestBus { $0.maxPending = 2 }
+        bus.store(1, "a", handles: ["x"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(9, #"{"op":"dispatch","id":"third","type":"x"}"#)
+        let got = bus.take(9)
+        #expect(got.map { $0.str("code") } == ["overloaded"])
+        #expect(got.first?.str("ref") == "third")
+        bus.send(1, #"{"op":"done","store":"a","seq":1}"#)
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        #expect(bus.take(9).isEmpty)
+    }
+}
+
+@Suite("Snapshots")
+struct SnapshotTests {
+    @Test func versionsAreAssignedAndUnchangedStateIsNotResent() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc", "noop", "same"], state: #"{"n":0}"#)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"c"}"#)
+        let first = bus.take(2)
+        #expect(first.map(\.op) == ["subscribed", "snapshot"])
+        #expect(first[0].str("status") == "up")
+        #expect(first[1].num("version") == 1)
+        #expect(first[1].rawText("state") == #"{"n":0}"#)
+        bus.send(2, #"{"op":"dispatch","id":"1","type":"inc","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"c","seq":1,"state":{"n":1}}"#)
+        let second = bus.take(2)
+        #expect(second.map(\.op) == ["snapshot", "settled"], "read your writes: snapshot before settlement")
+        #expect(second[0].num("version") == 2)
+        #expect(second[0].num("seq") == 1)
+        bus.send(2, #"{"op":"dispatch","id":"2","type":"same","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"c","seq":2,"state":{"n":1}}"#)
+        let third = bus.take(2)
+        #expect(third.map(\.op) == ["settled"], "byte-identical state is not a new version")
+        #expect(third[0].rawText("results") == #"[{"store":"c","status":"done","version":2}]"#)
+        bus.send(2, #"{"op":"dispatch","id":"3","type":"noop","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"c","seq":3}"#)
+        #expect(bus.ops(2) == ["settled"])
+    }
+
+    @Test func retainedSnapshotOnSubscribeAndGet() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc"], state: #"{"n":0}"#)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","type":"inc"}"#)
+        bus.send(1, #"{"op":"done","store":"c","seq":1,"state":{"n":1}}"#)
+        bus.join(3, role: "client")
+        bus.send(3, #"{"op":"subscribe","store":"c"}"#)
+        let got = bus.take(3)
+        #expect(got.map(\.op) == ["subscribed", "snapshot"])
+        #expect(got[1].rawText("state") == #"{"n":1}"#)
+        #expect(got[1].num("version") == 2)
+        bus.send(3, #"{"op":"get","id":"g","store":"c"}"#)
+        let g = bus.take(3)
+        #expect(g.first?.op == "got")
+        #expect(g.first?.rawText("state") == #"{"n":1}"#)
+        #expect(g.first?.num("seq") == 1)
+        bus.send(3, #"{"op":"get","id":"g2","store":"nope"}"#)
+        #expect(bus.take(3).map { $0.str("code") } == ["unknown-store"])
+    }
+
+    @Test func sameSnapshotBytesGoToEverySubscriber() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc"])
+        for p in 10..<13 { bus.join(PeerID(p), role: "client"); bus.send(PeerID(p), #"{"op":"subscribe","store":"c"}"#) }
+        var frames: [Frame] = []
+        bus.send(10, #"{"op":"dispatch","type":"inc"}"#)
+        for effect in bus.router.handle(.frame(1, Array(#"{"op":"done","store":"c","seq":1,"state":{"n":1}}"#.utf8)), now: 0) {
+            if case .send(_, let f) = effect { frames.append(f) }
+        }
+        #expect(frames.count == 3)
+        #expect(frames.allSatisfy { $0 === frames[0] }, "one frame object, encoded once")
+    }
+
+    @Test func subscribeBeforeTheStoreExists() {
+        let bus = TestBus()
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"later"}"#)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["subscribed"])
+        #expect(got[0].str("status") == "unknown")
+        bus.store(1, "later", handles: ["x"], state: #"{"ready":true}"#)
+        let after = bus.take(2)
+        #expect(after.map(\.op) == ["store-up", "snapshot"])
+        #expect(after[0].num("version") == 1)
+    }
+
+    @Test func unsolicitedStateIsPublished() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["x"], state: #"{"loading":false}"#)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"c"}"#)
+        _ = bus.take(2)
+        bus.send(1, #"{"op":"state","store":"c","state":{"loading":true}}"#)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["snapshot"])
+        #expect(got[0].num("version") == 2)
+        bus.send(2, #"{"op":"state","store":"c","state":{}}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["forbidden"])
+    }
+
+    @Test func unsubscribeStopsSnapshots() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["x"], state: "0")
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"c"}"#)
+        bus.send(2, #"{"op":"unsubscribe","store":"c"}"#)
+        #expect(bus.ops(2) == ["subscribed", "snapshot", "unsubscribed"])
+        bus.send(2, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(1, #"{"op":"done","store":"c","seq":1,"state":1}"#)
+        #expect(bus.ops(2).isEmpty)
+    }
+}
+
+@Suite("waitFor")
+struct WaitForTests {
+    @Test func waitingStoreGetsTheActionAfterTheOtherAnsweredAndSeesItsSnapshotFirst() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"], state: #"{"todos":[]}"#)
+        bus.store(2, "stats", handles: ["todo/*"], waitFor: ["todos"], state: #"{"count":0}"#)
+        bus.send(2, #"{"op":"subscribe","store":"todos"}"#)
+        _ = bus.take(1); _ = bus.take(2)
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","id":"d","type":"todo/add","settle":true}"#)
+        #expect(bus.ops(1) == ["action"])
+        #expect(bus.take(2).isEmpty, "stats waits for todos")
+        bus.send(1, #"{"op":"done","store":"todos","seq":1,"state":{"todos":["milk"]}}"#)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["snapshot", "action"], "todos' new snapshot reaches stats before the action")
+        #expect(got[0].num("seq") == 1)
+        bus.send(2, #"{"op":"done","store":"stats","seq":1,"state":{"count":1}}"#)
+        #expect(bus.ops(9) == ["settled"])
+    }
+
+    @Test func waitForOnlyOrdersActionsBothHandle() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.store(2, "stats", handles: ["todo/*", "stats/reset"], waitFor: ["todos"])
+        _ = bus.take(1); _ = bus.take(2)
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","type":"stats/reset"}"#)
+        #expect(bus.ops(2) == ["action"])
+    }
+
+    @Test func cyclesAreRefused() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["x"], waitFor: ["b"])
+        bus.store(2, "b", handles: ["x"], waitFor: ["c"])
+        _ = bus.take(2)
+        bus.register(2, "c", handles: ["x"], waitFor: ["a"])
+        let got = bus.take(2)
+        #expect(got.map { $0.str("code") } == ["cycle"])
+        #expect(got.first?.str("message")?.contains("c -> a -> b -> c") == true)
+        bus.register(2, "self", handles: ["x"], waitFor: ["self"])
+        #expect(bus.take(2).map { $0.str("code") } == ["bad-message"])
+    }
+}
+
+@Suite("Queries")
+struct QueryTests {
+    @Test func storeIsToldTheDeduplicatedSetOnEveryChange() {
+        let bus = TestBus()
+        bus.store(1, "comments", handles: ["comments/*"])
+        _ = bus.take(1)
+        bus.join(2, role: "client")
+        bus.join(3, role: "client")
+        bus.send(2, #"{"op":"query","id":"q1","store":"comments","query":{"site":7}}"#)
+        #expect(bus.ops(2) == ["query-ok"])
+        #expect(bus.take(1).map { $0.rawText("queries") } == [#"[{"query":{"site":7},"count":1}]"#])
+        bus.send(3, #"{"op":"query","id":"q1","store":"comments","query":{"site":7}}"#)
+        bus.send(3, #"{"op":"query","id":"q2","store":"comments","query":{"site":8}}"#)
+        #expect(bus.take(1).last?.rawText("queries") == #"[{"query":{"site":7},"count":2},{"query":{"site":8},"count":1}]"#)
+        bus.send(2, #"{"op":"unquery","id":"q1"}"#)
+        #expect(bus.ops(2) == ["unquery-ok"])
+        #expect(bus.take(1).last?.rawText("queries") == #"[{"query":{"site":7},"count":1},{"query":{"site":8},"count":1}]"#)
+        bus.disconnect(3)
+        #expect(bus.take(1).last?.rawText("queries") == "[]", "a client's queries end when it disconnects")
+    }
+
+    @Test func queryIdsAreCheckedAndQueriesReachALateStore() {
+        let bus = TestBus()
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"query","id":"q","store":"comments","query":{"site":1}}"#)
+        bus.send(2, #"{"op":"query","id":"q","store":"comments","query":{"site":2}}"#)
+        #expect(bus.take(2).map { $0.str("code") ?? $0.op } == ["query-ok", "bad-message"])
+        bus.send(2, #"{"op":"unquery","id":"zzz"}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["bad-message"])
+        bus.store(1, "comments", handles: ["comments/*"])
+        let got = bus.take(1)
+        #expect(got.map(\.op) == ["registered", "queries"])
+        #expect(got.last?.rawText("queries") == #"[{"query":{"site":1},"count":1}]"#)
+    }
+}
+
+@Suite("Store down and up")
+struct StoreLifecycleTests {
+    @Test func downNoticeRedeliveryAndResume() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"], state: #"{"n":0}"#)
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"subscribe","store":"todos"}"#)
+        bus.send(9, #"{"op":"dispatch","id":"a","type":"todo/add","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":1,"state":{"n":1}}"#)
+        bus.send(9, #"{"op":"dispatch","id":"b","type":"todo/add","settle":true}"#)
+        _ = bus.take(1); _ = bus.take(9)
+        // The worker dies with action 2 unanswered; action 3 arrives while it is down.
+        bus.disconnect(1)
+        let down = bus.take(9)
+        #expect(down.map(\.op) == ["store-down"])
+        #expect(down[0].str("reason") == "disconnected")
+        bus.send(9, #"{"op":"dispatch","id":"c","type":"todo/add","settle":true}"#)
+        #expect(bus.take(9).isEmpty)
+        // A new worker registers under the name: it resumes from the retained snapshot, then gets 2 and 3.
+        bus.join(2, role: "store")
+        bus.register(2, "todos", handles: ["todo/*"], state: #"{"n":0}"#)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["registered", "snapshot", "action", "action"])
+        #expect(got[0].bool("resumed").value == true)
+        #expect(got[0].num("version") == 2)
+        #expect(got[1].rawText("state") == #"{"n":1}"#)
+        #expect(got[2].num("seq") == 2)
+        #expect(got[2].bool("redelivered").value == true)
+        #expect(got[3].num("seq") == 3)
+        #expect(got[3].has("redelivered") == false)
+        #expect(bus.ops(9) == ["store-up"])
+        bus.send(2, #"{"op":"done","store":"todos","seq":2,"state":{"n":2}}"#)
+        bus.send(2, #"{"op":"done","store":"todos","seq":3,"state":{"n":3}}"#)
+        let end = bus.take(9)
+        #expect(end.map(\.op) == ["snapshot", "settled", "snapshot", "settled"])
+        #expect(end[3].rawText("results") == #"[{"store":"todos","status":"done","version":4}]"#)
+    }
+
+    @Test func nameIsTakenOnlyWhileTheOwnerLives() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "store")
+        bus.register(2, "todos", handles: ["todo/*"])
+        #expect(bus.take(2).map { $0.str("code") } == ["name-taken"])
+        bus.disconnect(1)
+        bus.register(2, "todos", handles: ["todo/*"])
+        #expect(bus.ops(2) == ["registered"])
+    }
+
+    @Test func queuedActionsExpireAsStoreUnavailable() {
+        let bus = TestBus { $0.queueTimeout = 500 }
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.store(2, "other", handles: ["todo/*"])
+        bus.join(9, role: "client")
+        bus.disconnect(1)
+        bus.send(9, #"{"op":"dispatch","id":"a","type":"todo/add","settle":true}"#)
+        bus.send(2, #"{"op":"done","store":"other","seq":1}"#)
+        #expect(bus.take(9).isEmpty)
+        #expect(bus.router.nextDeadline == bus.now + 500)
+        bus.advance(499)
+        #expect(bus.take(9).isEmpty)
+        bus.advance(1)
+        let got = bus.take(9)
+        #expect(got.map(\.op) == ["settled"])
+        #expect(got[0].rawText("results")?.contains(#"{"store":"todos","status":"unavailable","error":{"code":"store-unavailable""#) == true)
+        #expect(got[0].rawText("results")?.contains(#"{"store":"other","status":"done""#) == true)
+    }
+
+    @Test func fullQueueOfADownStoreIsUnavailableAtOnce() {
+        let bus = TestBus { $0.queueLimit = 2 }
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(9, role: "client")
+        bus.disconnect(1)
+        for i in 1...3 { bus.send(9, #"{"op":"dispatch","id":"\#(i)","type":"todo/add","settle":true}"#) }
+        let got = bus.take(9)
+        #expect(got.map(\.op) == ["settled"])
+        #expect(got[0].str("id") == "3")
+        #expect(got[0].rawText("results")?.contains("unavailable") == true)
+    }
+
+    @Test func fullQueueOfALiveStoreRefusesTheDispatch() {
+        let bus = TestBus { $0.queueLimit = 1; $0.storeWindow = 1 }
+        bus.store(1, "slow", handles: ["x"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(9, #"{"op":"dispatch","type":"x"}"#)
+        bus.send(9, #"{"op":"dispatch","id":"3","type":"x"}"#)
+        #expect(bus.take(9).map { $0.str("code") } == ["overloaded"])
+    }
+
+    @Test func unregisterTakesTheStoreDown() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(9, role: "client")
+        bus.send(9, #"{"op":"subscribe","store":"todos"}"#)
+        _ = bus.take(9)
+        bus.send(1, #"{"op":"unregister","store":"todos"}"#)
+        let got = bus.take(9)
+        #expect(got.map(\.op) == ["store-down"])
+        #expect(got[0].str("reason") == "unregistered")
+    }
+}
+
+@Suite("Introspection and shutdown")
+struct IntrospectionTests {
+    @Test func infoDescribesStoresPeersAndCounters() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"], state: "{}")
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"todos"}"#)
+        bus.send(2, "{oops")
+        _ = bus.take(2)
+        bus.send(2, #"{"op":"info","id":"i"}"#)
+        let info = bus.take(2)[0]
+        #expect(info.op == "info")
+        #expect(info.str("id") == "i")
+        let stores = info.rawText("stores")!
+        #expect(stores.contains(#""name":"todos","status":"up","handles":["todo/*"],"waitFor":[],"version":1"#))
+        #expect(stores.contains(#""subscribers":1"#))
+        #expect(stores.contains(#""owner":{"peer":1,"name":"todos-worker","pid":1,"uid":1000}"#))
+        #expect(info.rawText("peers") == #"{"client":1,"store":1,"monitor":0}"#)
+        #expect(info.rawText("counters")?.contains(#""errors":{"bad-json":1}"#) == true)
+    }
+
+    @Test func pingPong() {
+        let bus = TestBus()
+        bus.join(2, role: "monitor")
+        bus.send(2, #"{"op":"ping","id":"p-1"}"#)
+        #expect(bus.take(2).first?.str("id") == "p-1")
+    }
+
+    @Test func shutdownSaysByeAndClosesEveryone() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "client")
+        bus.connect(3)
+        bus.feed(.shutdown)
+        for p: PeerID in [1, 2, 3] {
+            let got = bus.take(p)
+            #expect(got.last?.op == "bye")
+            #expect(got.last?.str("reason") == "shutdown")
+        }
+        #expect(bus.router.isIdle)
+    }
+
+    @Test func byeClosesTheConnection() {
+        let bus = TestBus()
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"bye"}"#)
+        #expect(bus.closedPeers.contains(2))
+        #expect(bus.router.isIdle)
+    }
+}

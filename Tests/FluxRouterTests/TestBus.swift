@@ -1,0 +1,91 @@
+import FluxCore
+@testable import FluxRouter
+
+/// Drives a `Router` the way the transport does, without sockets: frames in, effects out, a fake clock.
+/// Frames sent to each peer are decoded into envelopes and kept in that peer's inbox.
+final class TestBus {
+    let router: Router
+    var now: Millis = 1_000
+    private(set) var inbox: [PeerID: [Envelope]] = [:]
+    private(set) var closedPeers: Set<PeerID> = []
+    private(set) var logs: [String] = []
+
+    init(_ configure: (inout RouterConfig) -> Void = { _ in }) {
+        var config = RouterConfig()
+        configure(&config)
+        router = Router(config: config)
+    }
+
+    /// Feeds an event and carries out its effects; a `close` effect is answered with a `closed` event, as the
+    /// transport does.
+    func feed(_ event: RouterEvent) {
+        var toClose: [PeerID] = []
+        for effect in router.handle(event, now: now) {
+            switch effect {
+            case .send(let peer, let frame):
+                precondition(!closedPeers.contains(peer), "frame sent to closed peer \(peer)")
+                let env = try! Envelope(body: frame.bodyArray)
+                inbox[peer, default: []].append(env)
+            case .close(let peer):
+                toClose.append(peer)
+            case .log(_, let line):
+                logs.append(line)
+            }
+        }
+        for peer in toClose where !closedPeers.contains(peer) {
+            closedPeers.insert(peer)
+            feed(.closed(peer))
+        }
+    }
+
+    func connect(_ id: PeerID) { feed(.connected(id, PeerCredentials(pid: Int32(id), uid: 1000))) }
+
+    func send(_ id: PeerID, _ json: String) { feed(.frame(id, Array(json.utf8))) }
+
+    /// Connects and completes the handshake; drops the welcome.
+    func join(_ id: PeerID, role: String, name: String = "") {
+        connect(id)
+        send(id, #"{"op":"hello","protocol":1,"role":"\#(role)","name":"\#(name)"}"#)
+        let got = take(id)
+        precondition(got.count == 1 && got[0].op == "welcome", "handshake failed: \(got.map(\.text))")
+    }
+
+    /// A store peer that registers one store.
+    func store(_ id: PeerID, _ name: String, handles: [String], waitFor: [String] = [], state: String? = nil) {
+        join(id, role: "store", name: "\(name)-worker")
+        register(id, name, handles: handles, waitFor: waitFor, state: state)
+    }
+
+    func register(_ id: PeerID, _ name: String, handles: [String], waitFor: [String] = [], state: String? = nil) {
+        let h = handles.map { "\"\($0)\"" }.joined(separator: ",")
+        let w = waitFor.map { "\"\($0)\"" }.joined(separator: ",")
+        send(id, #"{"op":"register","store":"\#(name)","handles":[\#(h)],"waitFor":[\#(w)]\#(state.map { ",\"state\":\($0)" } ?? "")}"#)
+    }
+
+    /// Removes and returns everything sent to a peer so far.
+    func take(_ id: PeerID) -> [Envelope] {
+        defer { inbox[id] = [] }
+        return inbox[id] ?? []
+    }
+
+    /// Removes and returns the ops sent to a peer so far.
+    func ops(_ id: PeerID) -> [String] { take(id).map(\.op) }
+
+    func disconnect(_ id: PeerID) {
+        closedPeers.insert(id)
+        feed(.closed(id))
+    }
+
+    func advance(_ ms: Millis) {
+        now += ms
+        feed(.tick)
+    }
+}
+
+extension Envelope {
+    var op: String { string("op").value ?? "?" }
+    var text: String { String(decoding: body, as: UTF8.self) }
+    func str(_ key: String) -> String? { string(key).value }
+    func num(_ key: String) -> Int64? { int(key).value }
+    func rawText(_ key: String) -> String? { raw(key).map { String(decoding: $0, as: UTF8.self) } }
+}

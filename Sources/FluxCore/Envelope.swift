@@ -70,7 +70,7 @@ public struct Envelope: Sendable {
 
     /// The span of a top-level field.
     public func span(_ key: String) -> JSONSpan? {
-        for field in fields where field.key == key { return field.value }
+        for field in fields where field.key.utf8.elementsEqual(key.utf8) { return field.value }
         return nil
     }
 
@@ -260,6 +260,7 @@ struct JSONScanner {
             throw .notAnObject
         }
         pos += 1
+        var duplicate: String? = nil
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
             pos += 1
@@ -276,7 +277,9 @@ struct JSONScanner {
                 skipWhitespace()
                 let span = try scanValue(depth: 2)
                 let key = decodeJSONString(ArraySlice(keyToken))
-                for existing in topLevel where existing.key == key { throw .duplicateKey(key) }
+                if duplicate == nil {
+                    for existing in topLevel where existing.key.utf8.elementsEqual(key.utf8) { duplicate = key }
+                }
                 topLevel.append((key, span))
                 skipWhitespace()
                 guard let sep = peek() else { throw fail("unterminated object") }
@@ -287,6 +290,7 @@ struct JSONScanner {
         }
         skipWhitespace()
         guard pos == buf.count else { throw fail("trailing bytes after the object") }
+        if let duplicate { throw .duplicateKey(duplicate) }
     }
 
     mutating func scanValue(depth: Int) throws(EnvelopeError) -> JSONSpan {

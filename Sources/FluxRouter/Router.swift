@@ -63,7 +63,11 @@ public final class Router {
             if let peer = peers[id], !peer.closing {
                 out.counters.framesIn += 1
                 out.counters.bytesIn += 4
-                fail(peer, .badFrame, "zero-length frame", &out)
+                if peer.role == nil {
+                    fail(peer, .handshakeRequired, "the first frame must be hello, not an empty frame", &out)
+                } else {
+                    fail(peer, .badFrame, "zero-length frame", &out)
+                }
             }
         case .oversizedFrame(let id, let length):
             if let peer = peers[id], !peer.closing {
@@ -108,9 +112,8 @@ public final class Router {
         handshakes.append(id)
         out.counters.connections += 1
         if shuttingDown {
-            peer.closing = true
             out.send(peer, byeFrame(reason: "shutdown"))
-            out.effects.append(.close(id))
+            close(peer, &out)
         }
     }
 
@@ -278,7 +281,7 @@ public final class Router {
         if let initial { publish(store, state: initial, seq: store.seq, &out) }
         let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
         if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }
-        if !store.queryOrder.isEmpty { sendQueries(store, &out) }
+        sendQueries(store, &out)
         out.log(.info, "store \"\(name)\" registered by peer \(peer.id) (\(peer.name)), version \(store.version)\(resumed ? ", resumed" : ""), \(store.queue.count) queued")
         pump(store, &out)
     }
@@ -391,7 +394,7 @@ public final class Router {
         for name in targets {
             let store = stores[name]!
             if store.status == .down && store.queue.count >= config.queueLimit {
-                action.results[name] = .unavailable("store \"\(name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
+                action.results[name] = .unavailable(.storeUnavailable, "store \"\(name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
                 continue
             }
             store.queue.append(Delivery(action: action, deadline: store.status == .down ? now + config.queueTimeout : nil))
@@ -489,7 +492,7 @@ public final class Router {
         pending.removeValue(forKey: action.seq)
         guard let peer = peers[action.dispatcher] else { return }
         peer.unsettled -= 1
-        guard let id = action.id, !peer.closing else { return }
+        guard let id = action.id else { return }
         var b = FrameBuilder(op: "settled")
         b.raw("id", id)
         b.int("seq", action.seq)
@@ -506,8 +509,10 @@ public final class Router {
             case .rejected(let error):
                 b.rawBytes(",\"status\":\"rejected\",\"error\":".utf8)
                 b.rawBytes(error)
-            case .unavailable(let message):
-                b.rawBytes(",\"status\":\"unavailable\",\"error\":{\"code\":\"store-unavailable\",\"message\":".utf8)
+            case .unavailable(let code, let message):
+                b.rawBytes(",\"status\":\"unavailable\",\"error\":{\"code\":".utf8)
+                b.stringValue(code.rawValue)
+                b.rawBytes(",\"message\":".utf8)
                 b.stringValue(message)
                 b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
             }
@@ -560,6 +565,7 @@ public final class Router {
         var b = FrameBuilder(op: "subscribed")
         b.string("store", name)
         b.string("status", store.status.rawValue)
+        if store.version > 0 { b.int("version", store.version) }
         out.send(peer, b.finish())
         if peer.subscriptions.insert(name).inserted {
             store.subscribers.append(peer.id)
@@ -715,7 +721,7 @@ public final class Router {
             guard store.status == .down else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
-                record(head.action, store: name, result: .unavailable("store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
+                record(head.action, store: name, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
             }
         }
     }
@@ -723,7 +729,25 @@ public final class Router {
     private func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
-        out.log(.notice, "shutting down: saying goodbye to \(peers.count) peers")
+        out.log(.notice, "shutting down: settling \(pending.count) actions, saying goodbye to \(peers.count) peers")
+        for seq in pending.keys.sorted() {
+            guard let action = pending[seq] else { continue }
+            for name in action.targets where action.results[name] == nil {
+                action.results[name] = .unavailable(.shuttingDown, "fluxd is shutting down")
+            }
+            settle(action, &out)
+        }
+        for name in stores.keys.sorted() {
+            let store = stores[name]!
+            guard store.status == .up else { continue }
+            store.queue.removeAll()
+            store.inflight.removeAll()
+            var b = FrameBuilder(op: "store-down")
+            b.string("store", name)
+            b.constant("reason", "shutdown")
+            let frame = b.finish()
+            for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        }
         let bye = byeFrame(reason: "shutdown")
         for id in peers.keys.sorted() {
             let peer = peers[id]!
@@ -810,14 +834,17 @@ final class StoreEntry {
     var queue: [Delivery] = []
     var inflight: [Delivery] = []
     var subscribers: [PeerID] = []
-    /// Active queries, deduplicated by bytes, in first-seen order, with how many holders each has.
+    /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     var queryOrder: [[UInt8]] = []
     var queryCounts: [[UInt8]: Int] = [:]
 
     init(name: String) { self.name = name }
 
     func addQuery(_ q: [UInt8]) {
-        if queryCounts[q] == nil { queryOrder.append(q) }
+        if queryCounts[q] == nil {
+            let at = queryOrder.firstIndex { !$0.lexicographicallyPrecedes(q) } ?? queryOrder.endIndex
+            queryOrder.insert(q, at: at)
+        }
         queryCounts[q, default: 0] += 1
     }
 
@@ -880,7 +907,7 @@ final class ActionRecord {
 enum StoreResult {
     case done
     case rejected(ArraySlice<UInt8>)
-    case unavailable(String)
+    case unavailable(ErrorCode, String)
 }
 
 /// Counters reported by `info`.
@@ -913,7 +940,9 @@ struct Output {
     var effects: [RouterEffect]
     var counters: Counters
 
+    /// Queues a frame to a peer; a peer that is closing gets nothing more.
     mutating func send(_ peer: Peer, _ frame: Frame) {
+        guard !peer.closing else { return }
         effects.append(.send(peer.id, frame))
         counters.framesOut += 1
         counters.bytesOut += UInt64(frame.bytes.count)

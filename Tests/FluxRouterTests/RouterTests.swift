@@ -106,6 +106,14 @@ struct BadInputTests {
         }
     }
 
+    @Test func emptyFrameBeforeHelloIsAHandshakeError() {
+        let bus = TestBus()
+        bus.connect(1)
+        bus.feed(.emptyFrame(1))
+        #expect(bus.take(1).map { $0.str("code") } == ["handshake-required"])
+        #expect(bus.closedPeers.contains(1))
+    }
+
     @Test func emptyFrameSurvivesOversizedCloses() {
         let bus = TestBus()
         bus.join(1, role: "client")
@@ -435,6 +443,16 @@ struct QueryTests {
         #expect(bus.take(1).last?.rawText("queries") == "[]", "a client's queries end when it disconnects")
     }
 
+    @Test func querySetIsSortedByBytes() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["c/*"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"query","id":"1","store":"c","query":{"site":9}}"#)
+        bus.send(2, #"{"op":"query","id":"2","store":"c","query":{"site":10}}"#)
+        bus.send(2, #"{"op":"query","id":"3","store":"c","query":{"site":2}}"#)
+        #expect(bus.take(1).last?.rawText("queries") == #"[{"query":{"site":10},"count":1},{"query":{"site":2},"count":1},{"query":{"site":9},"count":1}]"#)
+    }
+
     @Test func queryIdsAreCheckedAndQueriesReachALateStore() {
         let bus = TestBus()
         bus.join(2, role: "client")
@@ -472,14 +490,14 @@ struct StoreLifecycleTests {
         bus.join(2, role: "store")
         bus.register(2, "todos", handles: ["todo/*"], state: #"{"n":0}"#)
         let got = bus.take(2)
-        #expect(got.map(\.op) == ["registered", "snapshot", "action", "action"])
+        #expect(got.map(\.op) == ["registered", "snapshot", "queries", "action", "action"])
         #expect(got[0].bool("resumed").value == true)
         #expect(got[0].num("version") == 2)
         #expect(got[1].rawText("state") == #"{"n":1}"#)
-        #expect(got[2].num("seq") == 2)
-        #expect(got[2].bool("redelivered").value == true)
-        #expect(got[3].num("seq") == 3)
-        #expect(got[3].has("redelivered") == false)
+        #expect(got[3].num("seq") == 2)
+        #expect(got[3].bool("redelivered").value == true)
+        #expect(got[4].num("seq") == 3)
+        #expect(got[4].has("redelivered") == false)
         #expect(bus.ops(9) == ["store-up"])
         bus.send(2, #"{"op":"done","store":"todos","seq":2,"state":{"n":2}}"#)
         bus.send(2, #"{"op":"done","store":"todos","seq":3,"state":{"n":3}}"#)
@@ -496,7 +514,7 @@ struct StoreLifecycleTests {
         #expect(bus.take(2).map { $0.str("code") } == ["name-taken"])
         bus.disconnect(1)
         bus.register(2, "todos", handles: ["todo/*"])
-        #expect(bus.ops(2) == ["registered"])
+        #expect(bus.ops(2) == ["registered", "queries"])
     }
 
     @Test func queuedActionsExpireAsStoreUnavailable() {
@@ -586,8 +604,15 @@ struct IntrospectionTests {
         bus.store(1, "todos", handles: ["todo/*"])
         bus.join(2, role: "client")
         bus.connect(3)
+        bus.send(2, #"{"op":"subscribe","store":"todos"}"#)
+        bus.send(2, #"{"op":"dispatch","id":"late","type":"todo/add","settle":true}"#)
+        _ = bus.take(2)
         bus.feed(.shutdown)
-        for p: PeerID in [1, 2, 3] {
+        let client = bus.take(2)
+        #expect(client.map(\.op) == ["settled", "store-down", "bye"])
+        #expect(client[0].rawText("results")?.contains(#""status":"unavailable","error":{"code":"shutting-down""#) == true)
+        #expect(client[1].str("reason") == "shutdown")
+        for p: PeerID in [1, 3] {
             let got = bus.take(p)
             #expect(got.last?.op == "bye")
             #expect(got.last?.str("reason") == "shutdown")

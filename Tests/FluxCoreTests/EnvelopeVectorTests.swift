@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+@testable import FluxCore
+
+/// protocol/vectors/envelope.json run through `Envelope(body:)`.
+struct EnvelopeVectorTests {
+    struct Case: Decodable, CustomTestStringConvertible {
+        var name: String
+        var body: String?
+        var body_hex: String?
+        var expect: String
+        var keys: [String]?
+        var raw: [String: String]?
+        var testDescription: String { name }
+
+        var bytes: [UInt8] {
+            if let body { return Array(body.utf8) }
+            if let body_hex { return FluxCoreTests.bytes(hex: body_hex) }
+            preconditionFailure("case \(name) has no body")
+        }
+    }
+
+    struct File: Decodable {
+        var maxDepth: Int
+        var cases: [Case]
+    }
+
+    static let file: File = {
+        do { return try JSONDecoder().decode(File.self, from: ProtocolFiles.vectors("envelope.json")) }
+        catch { fatalError("cannot read envelope.json: \(error)") }
+    }()
+
+    @Test func vectorFileIsComplete() {
+        #expect(Self.file.maxDepth == 64)
+        #expect(Self.file.cases.count >= 60)
+        for expect in ["ok", "bad-json", "bad-message"] {
+            #expect(Self.file.cases.contains { $0.expect == expect })
+        }
+    }
+
+    @Test(arguments: file.cases)
+    func vector(_ c: Case) {
+        let body = c.bytes
+        switch c.expect {
+        case "ok":
+            do {
+                let env = try Envelope(body: body, maxDepth: Self.file.maxDepth)
+                // Compare keys as bytes: Swift's String == treats canonically equivalent strings as equal,
+                // JSON (RFC 8259 §8.3) compares names code unit by code unit.
+                #expect(env.fields.map { Array($0.key.utf8) } == (c.keys ?? []).map { Array($0.utf8) })
+                for (key, text) in c.raw ?? [:] {
+                    let field = env.fields.first { Array($0.key.utf8) == Array(key.utf8) }
+                    guard let field else { Issue.record("no field \(key)"); continue }
+                    #expect(String(decoding: body[field.value.range], as: UTF8.self) == text, "value of \(key)")
+                    #expect(env.raw(key).map { String(decoding: $0, as: UTF8.self) } == text, "raw(\(key))")
+                }
+            } catch {
+                Issue.record("expected ok, got \(error.code.rawValue): \(error.message)")
+            }
+        default:
+            do {
+                let env = try Envelope(body: body, maxDepth: Self.file.maxDepth)
+                Issue.record("expected \(c.expect), got ok with keys \(env.fields.map(\.key))")
+            } catch {
+                #expect(error.code.rawValue == c.expect, "\(error.message)")
+            }
+        }
+    }
+
+    /// Each span's kind matches its first byte, and spans lie inside the body in order.
+    @Test func spanKinds() throws {
+        let body = Array(#"{"s":"x","n":-1.5,"t":true,"f":false,"z":null,"a":[1],"o":{"k":1}}"#.utf8)
+        let env = try Envelope(body: body)
+        let kinds = env.fields.map(\.value.kind)
+        #expect(kinds == [.string, .number, .bool, .bool, .null, .array, .object])
+        var last = 0
+        for f in env.fields {
+            #expect(f.value.range.lowerBound >= last)
+            last = f.value.range.upperBound
+        }
+        #expect(env.string("s") == .value("x"))
+        #expect(env.string("n") == .wrongType)
+        #expect(env.string("missing") == .absent)
+        #expect(env.int("n") == .wrongType)
+        #expect(env.bool("t") == .value(true))
+        #expect(env.bool("f") == .value(false))
+        #expect(env.has("z"))
+        #expect(!env.has("Z"))
+    }
+
+    @Test func typedAccessors() throws {
+        let body = Array(#"{"op":"register","store":"todos","handles":["todo/*", "x\u002fy"],"seq":42,"neg":-7,"big":9223372036854775808,"frac":1.0,"exp":1e2,"mixed":["a",1],"empty":[]}"#.utf8)
+        let env = try Envelope(body: body)
+        #expect(env.string("op").value == "register")
+        #expect(env.stringArray("handles") == .value(["todo/*", "x/y"]))
+        #expect(env.stringArray("empty") == .value([]))
+        #expect(env.stringArray("mixed") == .wrongType)
+        #expect(env.stringArray("store") == .wrongType)
+        #expect(env.int("seq") == .value(42))
+        #expect(env.int("neg") == .value(-7))
+        #expect(env.int("big") == .wrongType)
+        #expect(env.int("frac") == .wrongType)
+        #expect(env.int("exp") == .wrongType)
+        #expect(env.int("nope") == .absent)
+    }
+
+    @Test func errorCodesAndMessages() {
+        #expect(EnvelopeError.invalidJSON(offset: 3, reason: "x").code == .badJSON)
+        #expect(EnvelopeError.notAnObject.code == .badMessage)
+        #expect(EnvelopeError.duplicateKey("op").code == .badMessage)
+        #expect(EnvelopeError.duplicateKey("op").message.contains("op"))
+        #expect(EnvelopeError.invalidJSON(offset: 3, reason: "x").message.contains("3"))
+    }
+
+    /// The error codes of protocol 1 and which of them close the connection (SPEC.md §11). Frozen: changing
+    /// any of these is a protocol change.
+    @Test func errorCodeTableIsFrozen() {
+        let expected: [String: Bool] = [
+            "bad-frame": false, "too-large": true, "bad-json": false, "bad-message": false, "unknown-op": false,
+            "handshake-required": true, "unsupported-version": true, "timeout": true, "forbidden": false,
+            "name-taken": false, "cycle": false, "unknown-store": false, "no-handler": false, "overloaded": false,
+            "store-unavailable": false, "shutting-down": false,
+        ]
+        #expect(ErrorCode.allCases.count == expected.count)
+        for code in ErrorCode.allCases {
+            #expect(expected[code.rawValue] == code.isFatal, "\(code.rawValue)")
+        }
+    }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config and libuv1-dev (apt),
+# and Python's jsonschema (pip, for the protocol schema checks). Sourced by scripts/test.sh and scripts/demo.sh.
+set -euo pipefail
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else
+        echo "need root to run: $*" >&2; return 1; fi
+}
+
+if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libuv; then
+    echo "==> installing libuv1-dev and pkg-config (apt)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libuv1-dev pkg-config >/dev/null
+fi
+
+if ! command -v swift >/dev/null 2>&1; then
+    if [ -x /opt/swift/usr/bin/swift ]; then export PATH="/opt/swift/usr/bin:$PATH"; else
+        echo "swift is not installed (FluxBus needs Swift 6.1 or newer)" >&2; exit 1; fi
+fi
+
+if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
+    echo "==> installing jsonschema (pip)"
+    python3 -m pip install -q jsonschema
+fi

@@ -1,1 +1,109 @@
-print("fluxd")
+import ArgumentParser
+import FluxCore
+import FluxDaemon
+import Glibc
+import Logging
+
+/// `fluxd`: the FluxBus dispatcher daemon. Parses arguments, sets up logging, runs the daemon.
+@main
+struct Fluxd: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fluxd",
+        abstract: "The FluxBus dispatcher daemon.",
+        discussion: """
+            Listens on a Unix socket and prints "fluxd ready on <path>" to stdout once it accepts connections. \
+            SIGINT/SIGTERM shut it down cleanly (exit 0). Logs go to stderr.
+            """
+    )
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Socket path (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-<uid>/fluxd.sock).",
+        valueName: "path"))
+    var socket: String?
+
+    @Option(name: .long, help: ArgumentHelp("Largest frame body accepted, in bytes.", valueName: "bytes"))
+    var maxFrame: UInt32 = 1_048_576
+
+    @Option(name: .long, help: ArgumentHelp("Actions queued at most for a store that is down.", valueName: "n"))
+    var queueLimit: Int = 1024
+
+    @Option(name: .long, help: ArgumentHelp("How long an action waits for a store that is down.", valueName: "ms"))
+    var queueTimeout: UInt64 = 5000
+
+    @Option(name: .long, help: ArgumentHelp("Actions delivered to a store before it answers the first.", valueName: "n"))
+    var storeWindow: Int = 64
+
+    @Option(name: .long, help: ArgumentHelp("How long a new connection has to send hello.", valueName: "ms"))
+    var handshakeTimeout: UInt64 = 5000
+
+    @Option(name: .long, help: ArgumentHelp("Permission bits of the socket file, in octal.", valueName: "octal"))
+    var socketMode: String = "600"
+
+    @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning or error.", valueName: "level"))
+    var logLevel: String = "info"
+
+    func validate() throws {
+        guard maxFrame > 0 else { throw ValidationError("--max-frame must be at least 1") }
+        guard queueLimit >= 0 else { throw ValidationError("--queue-limit must not be negative") }
+        guard storeWindow >= 1 else { throw ValidationError("--store-window must be at least 1") }
+        guard parsedSocketMode != nil else {
+            throw ValidationError("--socket-mode must be octal permission bits (e.g. 600), got '\(socketMode)'")
+        }
+        guard parsedLogLevel != nil else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error")
+        }
+    }
+
+    private var parsedSocketMode: UInt32? {
+        guard let mode = UInt32(socketMode, radix: 8), mode <= 0o777 else { return nil }
+        return mode
+    }
+
+    private var parsedLogLevel: Logger.Level? {
+        switch logLevel {
+        case "trace", "debug", "info", "notice", "warning", "error": return Logger.Level(rawValue: logLevel)
+        default: return nil
+        }
+    }
+
+    func run() throws {
+        let level = parsedLogLevel ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        var logger = Logger(label: "fluxd")
+        logger.logLevel = level
+
+        var config = DaemonConfig(socketPath: socket ?? defaultSocketPath())
+        config.socketMode = parsedSocketMode ?? 0o600
+        config.router.maxFrame = maxFrame
+        config.router.queueLimit = queueLimit
+        config.router.queueTimeout = queueTimeout
+        config.router.storeWindow = storeWindow
+        config.router.handshakeTimeout = handshakeTimeout
+
+        do {
+            try runDaemon(config: config, logger: logger) { path in
+                writeAll(1, "fluxd ready on \(path)\n")
+            }
+        } catch {
+            writeAll(2, "fluxd: error: \(error)\n")
+            throw ExitCode.failure
+        }
+    }
+}
+
+/// Writes a whole string to a file descriptor, unbuffered (the ready line must not sit in a stdio buffer).
+private func writeAll(_ fd: Int32, _ text: String) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            return
+        }
+        bytes = bytes.dropFirst(n)
+    }
+}

@@ -1,0 +1,299 @@
+import FluxCore
+import FluxRouter
+import FluxTransport
+import Glibc
+import Logging
+
+/// Everything a `Daemon` needs to know at startup.
+public struct DaemonConfig: Sendable {
+    /// Where to listen.
+    public var socketPath: String
+    /// Permission bits of the socket file (default 0600: only the owner may connect).
+    public var socketMode: UInt32 = 0o600
+    /// `listen(2)` backlog.
+    public var backlog: Int32 = 1024
+    /// Limits handed to the router (and `maxFrame` to the transport's frame decoders).
+    public var router = RouterConfig()
+    /// How long shutdown waits for peers' queued frames to be written before it closes them anyway.
+    public var shutdownGrace: Millis = 2000
+
+    public init(socketPath: String) {
+        self.socketPath = socketPath
+    }
+}
+
+/// Why a daemon could not start. The description is the message fluxd prints.
+public enum DaemonError: Error, CustomStringConvertible {
+    /// A live fluxd (or anything else) accepts connections on the socket path.
+    case alreadyRunning(path: String)
+    /// The socket could not be set up (path too long, not a socket, permissions, ...).
+    case cannotListen(path: String, TransportError)
+    /// The transport could not be set up (loop, signal handlers).
+    case transport(TransportError)
+
+    public var description: String {
+        switch self {
+        case .alreadyRunning(let path): return "another fluxd is listening on \(path)"
+        case .cannotListen(let path, let error): return "cannot listen on \(path): \(error)"
+        case .transport(let error): return "cannot start: \(error)"
+        }
+    }
+}
+
+/// fluxd's core wiring: owns the socket listener, the connections and one `Router`, turns transport activity
+/// into `RouterEvent`s and carries out the router's `RouterEffect`s in order. Everything runs on the loop thread.
+///
+/// Lifecycle: `init` -> `start()` (listen, install SIGINT/SIGTERM/SIGHUP handlers) -> ... -> `shutdown()` (on
+/// SIGINT/SIGTERM or the loop's stop request): stop accepting and unlink the socket, feed `.shutdown`, let peers
+/// drain for at most `shutdownGrace` ms, close every handle and stop the loop, so `EventLoop.run()` returns.
+public final class Daemon: ListenerDelegate, ConnectionDelegate {
+    /// The configuration the daemon was started with.
+    public let config: DaemonConfig
+    /// Called on SIGHUP (configuration reload will hook in here). Default: a log line.
+    public var onHangup: (() -> Void)?
+    /// Called once the daemon has closed everything and stopped the loop.
+    public var onStopped: (() -> Void)?
+
+    private let loop: EventLoop
+    private let router: Router
+    private var logger: Logger
+    private var listener: PipeListener?
+    private var connections: [PeerID: Connection] = [:]
+    private var nextPeer: PeerID = 1
+    private var effects: [RouterEffect] = []
+    private var signals: [SignalWatcher] = []
+    private var tickTimer: LoopTimer?
+    private var armedDeadline: Millis?
+    private var graceTimer: LoopTimer?
+    private var phase = Phase.created
+    private var feeding = false
+
+    private enum Phase { case created, running, shuttingDown, stopped }
+
+    /// A daemon on `loop` (not listening yet).
+    public init(loop: EventLoop, config: DaemonConfig, logger: Logger) {
+        self.loop = loop
+        self.config = config
+        self.logger = logger
+        self.router = Router(config: config.router)
+        effects.reserveCapacity(64)
+    }
+
+    /// Number of open connections.
+    public var connectionCount: Int { connections.count }
+
+    /// Listens on the socket and installs the signal handlers. On failure nothing is left open.
+    public func start() throws(DaemonError) {
+        precondition(phase == .created, "Daemon.start called twice")
+        var options = ListenerOptions()
+        options.mode = mode_t(config.socketMode)
+        options.backlog = config.backlog
+        options.maxFrame = config.router.maxFrame
+        do {
+            listener = try PipeListener.listen(loop: loop, path: config.socketPath, options: options, delegate: self)
+        } catch .addressInUse(let path) {
+            throw .alreadyRunning(path: path)
+        } catch {
+            throw .cannotListen(path: config.socketPath, error)
+        }
+        do {
+            for signal in [SIGINT, SIGTERM, SIGHUP] {
+                signals.append(try SignalWatcher(loop: loop, signal: signal) { [unowned self] signal in
+                    self.received(signal: signal)
+                })
+            }
+        } catch {
+            closeAll()
+            throw .transport(error)
+        }
+        tickTimer = LoopTimer(loop: loop) { [unowned self] in
+            self.armedDeadline = nil
+            self.feed(.tick)
+        }
+        phase = .running
+        loop.onStopRequest = { [unowned self] in self.shutdown() }
+        logger.info("listening", metadata: ["path": "\(config.socketPath)",
+                                            "mode": "\(String(config.socketMode, radix: 8))"])
+    }
+
+    /// Starts a graceful shutdown (idempotent; a second call while draining closes every connection at once).
+    public func shutdown() {
+        switch phase {
+        case .created:
+            phase = .stopped
+            loop.stop()
+            onStopped?()
+        case .running:
+            phase = .shuttingDown
+            logger.info("shutting down", metadata: ["connections": "\(connections.count)"])
+            listener?.close()
+            listener = nil
+            feed(.shutdown)
+            // The router says goodbye and closes its peers; whatever it left open is closed after a flush too.
+            for connection in connections.values { connection.close(afterFlush: true) }
+            graceTimer = LoopTimer(loop: loop) { [unowned self] in
+                self.logger.warning("shutdown grace period over; closing connections",
+                                    metadata: ["connections": "\(self.connections.count)"])
+                for connection in self.connections.values { connection.close(afterFlush: false) }
+            }
+            graceTimer?.start(after: config.shutdownGrace)
+            finishIfDrained()
+        case .shuttingDown:
+            logger.notice("closing every connection now")
+            for connection in connections.values { connection.close(afterFlush: false) }
+        case .stopped:
+            break
+        }
+    }
+
+    // MARK: - Transport callbacks
+
+    public func listener(_ listener: PipeListener, accepted connection: Connection) {
+        guard phase == .running else {
+            connection.close(afterFlush: false)
+            return
+        }
+        let id = nextPeer
+        nextPeer += 1
+        connection.tag = id
+        connection.delegate = self
+        connections[id] = connection
+        let credentials = connection.credentials.map {
+            PeerCredentials(pid: $0.pid, uid: $0.uid, gid: $0.gid)
+        } ?? PeerCredentials()
+        logger.debug("peer connected", metadata: ["peer": "\(id)", "pid": "\(credentials.pid.map { "\($0)" } ?? "?")",
+                                                  "uid": "\(credentials.uid.map { "\($0)" } ?? "?")"])
+        feed(.connected(id, credentials))
+    }
+
+    public func listener(_ listener: PipeListener, acceptFailed error: UVError) {
+        logger.error("accept failed", metadata: ["error": "\(error)"])
+    }
+
+    public func connection(_ connection: Connection, received frame: DecodedFrame) {
+        let id = connection.tag
+        switch frame {
+        case .frame(let body): feed(.frame(id, body))
+        case .empty: feed(.emptyFrame(id))
+        case .tooLarge(let length): feed(.oversizedFrame(id, length: length))
+        }
+    }
+
+    public func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        let id = connection.tag
+        guard connections.removeValue(forKey: id) != nil else { return }
+        logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
+        feed(.closed(id))
+        if phase == .shuttingDown { finishIfDrained() }
+    }
+
+    // MARK: - Router
+
+    /// Feeds one event to the router and carries out its effects in order, then re-arms the deadline timer.
+    private func feed(_ event: RouterEvent) {
+        precondition(!feeding, "router re-entered")
+        feeding = true
+        router.handle(event, now: loop.now, into: &effects)
+        for effect in effects {
+            switch effect {
+            case .send(let peer, let frame):
+                connections[peer]?.send(frame)
+            case .close(let peer):
+                connections[peer]?.close(afterFlush: true)
+            case .log(let level, let message):
+                logger.log(level: level.swiftLogLevel, "\(message)")
+            }
+        }
+        effects.removeAll(keepingCapacity: true)
+        feeding = false
+        armDeadlineTimer()
+    }
+
+    private func armDeadlineTimer() {
+        guard let tickTimer, phase != .stopped else { return }
+        let deadline = router.nextDeadline
+        guard deadline != armedDeadline else { return }
+        armedDeadline = deadline
+        if let deadline {
+            let now = loop.now
+            tickTimer.start(after: deadline > now ? deadline - now : 0)
+        } else {
+            tickTimer.stop()
+        }
+    }
+
+    // MARK: - Signals and shutdown
+
+    private func received(signal: Int32) {
+        switch signal {
+        case SIGHUP:
+            if let onHangup {
+                onHangup()
+            } else {
+                logger.notice("SIGHUP received (configuration reload is not implemented yet)")
+            }
+        default:
+            logger.info("signal received", metadata: ["signal": "\(signal == SIGINT ? "SIGINT" : "SIGTERM")"])
+            shutdown()
+        }
+    }
+
+    private func finishIfDrained() {
+        guard phase == .shuttingDown, connections.isEmpty else { return }
+        if !router.isIdle { logger.warning("router not idle after every peer closed") }
+        phase = .stopped
+        closeAll()
+        logger.info("stopped")
+        loop.stop()
+        onStopped?()
+    }
+
+    private func closeAll() {
+        listener?.close()
+        listener = nil
+        for signal in signals { signal.close() }
+        signals = []
+        tickTimer?.close()
+        tickTimer = nil
+        graceTimer?.close()
+        graceTimer = nil
+        loop.onStopRequest = nil
+    }
+}
+
+extension LogLevel {
+    /// The swift-log level of a router log effect.
+    var swiftLogLevel: Logger.Level {
+        switch self {
+        case .debug: return .debug
+        case .info: return .info
+        case .notice: return .notice
+        case .warning: return .warning
+        case .error: return .error
+        }
+    }
+}
+
+/// Runs a whole daemon on the calling thread: prepares process signals, creates the loop, starts the daemon,
+/// calls `ready` with the socket path once it listens, and returns after a clean shutdown (SIGINT/SIGTERM).
+/// Throws when the daemon cannot start (nothing is left open).
+public func runDaemon(config: DaemonConfig, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
+    ProcessSetup.prepareSignals()
+    let loop: EventLoop
+    do {
+        loop = try EventLoop(logger: logger)
+    } catch {
+        throw .transport(error)
+    }
+    let daemon = Daemon(loop: loop, config: config, logger: logger)
+    do {
+        try daemon.start()
+    } catch {
+        // Let the loop run the close callbacks of whatever was opened, then close it.
+        loop.stop()
+        loop.run()
+        throw error
+    }
+    ready(config.socketPath)
+    withExtendedLifetime(daemon) { loop.run() }
+}

@@ -1,0 +1,271 @@
+import CLibUV
+import FluxCore
+import Glibc
+
+/// Receives what happens on a `Connection` (on the loop thread).
+public protocol ConnectionDelegate: AnyObject {
+    /// A frame (or a framing problem) arrived. Not called any more once a close was requested.
+    func connection(_ connection: Connection, received frame: DecodedFrame)
+    /// The connection is gone. Called exactly once per connection, from libuv's close callback.
+    func connectionClosed(_ connection: Connection, reason: CloseReason)
+}
+
+/// Why a connection closed (the first cause wins).
+public enum CloseReason: Equatable, Sendable, CustomStringConvertible {
+    /// `close(afterFlush:)` was called.
+    case requested
+    /// The peer closed its end (EOF).
+    case peerClosed
+    /// A read or write failed.
+    case error(UVError)
+
+    public var description: String {
+        switch self {
+        case .requested: return "requested"
+        case .peerClosed: return "peer closed"
+        case .error(let error): return error.description
+        }
+    }
+}
+
+/// Who is at the other end of a Unix socket, as the kernel reports it (`SO_PEERCRED`).
+public struct SocketCredentials: Equatable, Sendable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// One accepted Unix-socket connection (`uv_pipe_t`): reads bytes into a `FrameDecoder` and reports frames to its
+/// delegate; queues outgoing `Frame`s and writes everything queued in one loop iteration with a single `uv_write`,
+/// straight from the frames' memory.
+///
+/// Handle lifecycle: created and accepted by `PipeListener` (the handle holds a retain on this object), reading
+/// from then on; `close(afterFlush: true)` stops reading and closes once every queued write completed;
+/// `close(afterFlush: false)`, EOF, or a read/write error close at once (writes in flight complete with
+/// `UV_ECANCELED`). The delegate hears `connectionClosed` from the close callback, exactly once, after which the
+/// handle memory is freed and the delegate released.
+public final class Connection: HandleOwner {
+    /// A value for the owner's use (fluxd stores the peer id here). Not used by the transport.
+    public var tag: UInt64 = 0
+    /// Who receives frames and the close. Held strongly until the close was reported.
+    public var delegate: (any ConnectionDelegate)?
+    /// The peer's process credentials, read when the connection was accepted (nil if the kernel would not say).
+    public private(set) var credentials: SocketCredentials?
+
+    private var decoder: FrameDecoder
+    private var pending: [Frame] = []
+    private var pendingBytes = 0
+    private var inFlightBytes = 0
+    private var writesInFlight = 0
+    private var isDirty = false
+    private var phase = Phase.open
+    private var closeReason: CloseReason?
+
+    private enum Phase {
+        /// Reading and writing.
+        case open
+        /// Not reading; closes when the last write completes.
+        case draining
+        /// `uv_close` called (or about to be).
+        case closing
+    }
+
+    init(loop: EventLoop, maxFrame: UInt32) {
+        decoder = FrameDecoder(maxFrame: maxFrame)
+        super.init(loop: loop, handleType: uv_pipe_t.self)
+        uvMust(uv_pipe_init(loop.loop, typed(uv_pipe_t.self), 0), "uv_pipe_init")
+        adopt()
+    }
+
+    var stream: UnsafeMutablePointer<uv_stream_t> { UnsafeMutablePointer(OpaquePointer(handle)) }
+
+    /// Bytes queued and not yet written by the kernel (frames pending plus writes in flight).
+    public var queuedBytes: Int { pendingBytes + inFlightBytes }
+
+    /// Whether a close was requested or happened (no more frames are delivered; sends are dropped).
+    public var isClosing: Bool { phase != .open }
+
+    /// Queues `frame`; it goes out with everything else queued for this connection in this loop iteration.
+    /// Returns false (and drops the frame) when the connection is closing.
+    @discardableResult
+    public func send(_ frame: Frame) -> Bool {
+        guard phase == .open else { return false }
+        pending.append(frame)
+        pendingBytes += frame.bytes.count
+        if !isDirty {
+            isDirty = true
+            eventLoop.markDirty(self)
+        }
+        return true
+    }
+
+    /// Closes the connection. With `afterFlush`, stops reading and closes once every frame queued so far has been
+    /// written; without, closes now (queued frames are dropped). Idempotent; a later `afterFlush: false` cuts a
+    /// drain short.
+    public func close(afterFlush: Bool = true) {
+        if closeReason == nil { closeReason = .requested }
+        switch phase {
+        case .closing:
+            return
+        case .open:
+            if afterFlush {
+                phase = .draining
+                uvMust(uv_read_stop(stream), "uv_read_stop")
+                closeIfDrained()
+            } else {
+                closeNow()
+            }
+        case .draining:
+            if !afterFlush { closeNow() }
+        }
+    }
+
+    // MARK: - Internal
+
+    /// Called by the listener right after `uv_accept`.
+    func startReading() throws(TransportError) {
+        credentials = readPeerCredentials()
+        try uvCheck(uv_read_start(stream, connectionAlloc, connectionRead), "uv_read_start")
+    }
+
+    fileprivate func received(_ bytes: UnsafeRawBufferPointer) {
+        guard phase == .open else { return }
+        decoder.append(bytes)
+        while phase == .open, let frame = decoder.next() {
+            delegate?.connection(self, received: frame)
+        }
+    }
+
+    fileprivate func readFailed(_ status: Int) {
+        if status == Int(uvEOF) {
+            if closeReason == nil { closeReason = .peerClosed }
+            // The peer may only have shut down its writing side: let what is queued go out, then close.
+            if phase == .open {
+                phase = .draining
+                uvMust(uv_read_stop(stream), "uv_read_stop")
+                closeIfDrained()
+            }
+        } else {
+            if closeReason == nil { closeReason = .error(UVError(code: Int32(status), operation: "read")) }
+            closeNow()
+        }
+    }
+
+    /// Writes every pending frame with one `uv_write` (called by the loop once per iteration).
+    func flush() {
+        isDirty = false
+        guard phase != .closing, !pending.isEmpty else { return }
+        let count = pending.count
+        let bytes = pendingBytes
+        let request = WriteRequest.make(frames: pending, byteCount: bytes)
+        pending.removeAll(keepingCapacity: true)
+        pendingBytes = 0
+        let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int32 in
+            for (i, frame) in request.header.frames.enumerated() {
+                let base = UnsafeMutableRawPointer(mutating: frame.bytes.baseAddress!)
+                bufs[i] = uv_buf_init(base.assumingMemoryBound(to: CChar.self), UInt32(frame.bytes.count))
+            }
+            // libuv copies the uv_buf_t array; the frames themselves stay alive in the request.
+            return uv_write(request.uvRequest, stream, bufs.baseAddress, UInt32(count), connectionWritten)
+        }
+        if rc < 0 {
+            // The callback will not run: release the request here.
+            Unmanaged.passUnretained(request).release()
+            if closeReason == nil { closeReason = .error(UVError(code: rc, operation: "uv_write")) }
+            closeNow()
+            return
+        }
+        writesInFlight += 1
+        inFlightBytes += bytes
+    }
+
+    fileprivate func written(byteCount: Int, status: Int32) {
+        writesInFlight -= 1
+        inFlightBytes -= byteCount
+        if status < 0 && status != uvECANCELED {
+            if closeReason == nil { closeReason = .error(UVError(code: status, operation: "write")) }
+            closeNow()
+        } else if phase == .draining {
+            closeIfDrained()
+        }
+    }
+
+    private func closeIfDrained() {
+        if pending.isEmpty && writesInFlight == 0 { closeNow() }
+    }
+
+    private func closeNow() {
+        guard phase != .closing else { return }
+        phase = .closing
+        pending.removeAll()
+        pendingBytes = 0
+        closeHandle()
+    }
+
+    override func didClose() {
+        let reason = closeReason ?? .requested
+        let delegate = self.delegate
+        self.delegate = nil
+        delegate?.connectionClosed(self, reason: reason)
+    }
+
+    private func readPeerCredentials() -> SocketCredentials? {
+        var fd = uv_os_fd_t()
+        guard uv_fileno(handle, &fd) == 0 else { return nil }
+        // struct ucred { pid_t pid; uid_t uid; gid_t gid; } (not visible to Swift without _GNU_SOURCE)
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout.size(ofValue: cred))
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0,
+              Int(length) == MemoryLayout.size(ofValue: cred) else { return nil }
+        return SocketCredentials(pid: cred.0, uid: cred.1, gid: cred.2)
+    }
+}
+
+/// One `uv_write_t` and the frames it writes, in a single allocation (the request is tail-allocated). Retained
+/// through `req->data` from `uv_write` until the write callback, which also runs on `UV_ECANCELED`.
+final class WriteRequest: ManagedBuffer<WriteRequest.Header, uv_write_t> {
+    struct Header {
+        let frames: [Frame]
+        let byteCount: Int
+    }
+
+    static func make(frames: [Frame], byteCount: Int) -> WriteRequest {
+        let buffer = WriteRequest.create(minimumCapacity: 1) { _ in Header(frames: frames, byteCount: byteCount) }
+        let request = unsafeDowncast(buffer, to: WriteRequest.self)
+        request.uvRequest.pointee.data = Unmanaged.passRetained(request).toOpaque()
+        return request
+    }
+
+    /// The tail-allocated request; its address is stable for the object's lifetime.
+    var uvRequest: UnsafeMutablePointer<uv_write_t> { withUnsafeMutablePointerToElements { $0 } }
+}
+
+private func connectionAlloc(_ handle: UnsafeMutablePointer<uv_handle_t>?, _ suggested: Int,
+                             _ buf: UnsafeMutablePointer<uv_buf_t>?) {
+    // The loop's shared read buffer (see EventLoop.init): every read is consumed before the next alloc.
+    let base = handle!.pointee.loop.pointee.data!.assumingMemoryBound(to: CChar.self)
+    buf!.pointee = uv_buf_init(base, UInt32(EventLoop.readBufferSize))
+}
+
+private func connectionRead(_ stream: UnsafeMutablePointer<uv_stream_t>?, _ nread: Int,
+                            _ buf: UnsafePointer<uv_buf_t>?) {
+    let connection = Unmanaged<Connection>.fromOpaque(stream!.pointee.data).takeUnretainedValue()
+    if nread > 0 {
+        connection.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread))
+    } else if nread < 0 {
+        connection.readFailed(nread)
+    }
+}
+
+private func connectionWritten(_ req: UnsafeMutablePointer<uv_write_t>?, _ status: Int32) {
+    let request = Unmanaged<WriteRequest>.fromOpaque(req!.pointee.data).takeRetainedValue()
+    // Write callbacks (also UV_ECANCELED ones) run before the handle's close callback: the owner is still there.
+    let connection = Unmanaged<Connection>.fromOpaque(req!.pointee.handle.pointee.data).takeUnretainedValue()
+    connection.written(byteCount: request.header.byteCount, status: status)
+}

@@ -69,6 +69,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Examples: each store and view is its own process (see examples/README.md).
+        .target(name: "TodoModel", path: "examples/todo/Model", swiftSettings: swiftSettings),
+        .executableTarget(name: "todo-store", dependencies: ["TodoModel", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "stats-store", dependencies: ["TodoModel", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Stats", swiftSettings: swiftSettings),
+        .executableTarget(name: "todo-view", dependencies: ["TodoModel", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/View", swiftSettings: swiftSettings),
+        .target(name: "CommentsModel", path: "examples/comments/Model", swiftSettings: swiftSettings),
+        .executableTarget(name: "comments-store", dependencies: ["CommentsModel", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/View", swiftSettings: swiftSettings),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting"], swiftSettings: swiftSettings),

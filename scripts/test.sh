@@ -23,7 +23,7 @@ if [ -n "$own_warnings" ]; then
 fi
 
 echo "==> swift test"
-swift test --skip-build
+timeout 1200 swift test --skip-build   # a hung test fails the run instead of stalling CI
 
 echo "==> protocol schemas and message vectors"
 python3 protocol/tools/check_schemas.py

@@ -35,6 +35,9 @@ public final class Router {
     /// Traffic and error counters, reported by `info`.
     public private(set) var counters = Counters()
 
+    /// How many action types' routes are cached before the cache starts over.
+    static let routeCacheLimit = 4096
+
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
     }
@@ -411,6 +414,8 @@ public final class Router {
             if store.handles.contains(where: { Names.matches(pattern: $0, type: type) }) { names.append(store.name) }
         }
         names.sort()
+        // Bounded: a peer dispatching endless distinct types must not grow fluxd's memory.
+        if routes.count >= Router.routeCacheLimit { routes.removeAll(keepingCapacity: true) }
         routes[type] = names
         return names
     }
@@ -565,7 +570,7 @@ public final class Router {
         var b = FrameBuilder(op: "subscribed")
         b.string("store", name)
         b.string("status", store.status.rawValue)
-        if store.version > 0 { b.int("version", store.version) }
+        b.int("version", store.version)
         out.send(peer, b.finish())
         if peer.subscriptions.insert(name).inserted {
             store.subscribers.append(peer.id)

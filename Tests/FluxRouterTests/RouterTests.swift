@@ -345,6 +345,7 @@ struct SnapshotTests {
         let got = bus.take(2)
         #expect(got.map(\.op) == ["subscribed"])
         #expect(got[0].str("status") == "unknown")
+        #expect(got[0].num("version") == 0)
         bus.store(1, "later", handles: ["x"], state: #"{"ready":true}"#)
         let after = bus.take(2)
         #expect(after.map(\.op) == ["store-up", "snapshot"])

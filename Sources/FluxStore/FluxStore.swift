@@ -1,0 +1,583 @@
+import FluxClient
+import FluxCore
+import Foundation
+import Synchronization
+
+/// A store worker: one explicit state type, action handlers that mutate it transactionally, and the wire
+/// protocol (register, answer every action in order, publish snapshots) handled for you.
+///
+///     let store = FluxStore<TodoState>(name: "todos", initial: TodoState(), handles: ["todo/*"])
+///     store.on("todo/add", as: AddTodo.self) { state, action, ctx in state.todos.append(action.todo) }
+///     try await store.run()
+///
+/// Semantics:
+/// - One handler runs at a time, in delivery (seq) order.
+/// - A handler mutates a copy of the state. If it throws, the copy is dropped and the store answers `reject`
+///   (`StoreRejection`'s code and message; `store/error` for other errors). If it returns, the store answers `done`
+///   with the new state when it differs (`!=`) from the old one, else `done` without state (no new version).
+///   Several changes in one handler make one snapshot.
+/// - The handler is picked by exact action type, else by the longest matching `prefix*` pattern given to `on`.
+///   An action that matches the store's `handles` but no handler is answered `done`, unchanged.
+/// - A payload that does not decode as the handler's type is rejected with `store/bad-payload`.
+/// - On `registered`, the store adopts the retained snapshot's state (it resumes where it was), then handles
+///   queued actions. A retained state that does not decode as `State` makes `run` throw rather than overwrite it.
+/// - Follow-up dispatches and spawned async work (see `StoreContext`) happen only if the handler returns.
+/// - Query-driven stores: `onQueriesChanged` is called, in order with the actions, with the decoded active query
+///   set whenever fluxd reports it changed; state changes it makes are published with a `state` message.
+/// - Following other stores: `follow(_:as:_:)` subscribes on the store's own connection; snapshots are handled in
+///   wire order with the actions, so with `waitFor` an action's handler sees the followed store's state after it
+///   handled the same action (`ctx.latest`).
+///
+/// Configure (`on`, `onQueriesChanged`, `follow`, `onError`) before `run`.
+public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
+    typealias ActionHandler = @Sendable (inout State, ArraySlice<UInt8>?, ActionContext, JSONDecoder) throws -> Void
+    typealias QueriesHandler = @Sendable (inout State, ArraySlice<UInt8>, StoreContext, JSONDecoder) throws -> Void
+
+    struct Follow: Sendable {
+        var store: String
+        var decode: @Sendable (RawSnapshotView, JSONDecoder) throws -> any Sendable
+        var handler: (@Sendable (inout State, any Sendable, StoreContext) throws -> Void)?
+    }
+
+    struct RawSnapshotView: Sendable {
+        var store: String
+        var version: Int
+        var seq: Int
+        var state: ArraySlice<UInt8>
+    }
+
+    private struct Registry {
+        var exact: [String: ActionHandler] = [:]
+        var prefixes: [(prefix: String, handler: ActionHandler)] = []
+        var queries: QueriesHandler?
+        var follows: [Follow] = []
+        var onError: @Sendable (any Error) -> Void = { error in
+            FileHandle.standardError.write(Data("FluxStore: \(error)\n".utf8))
+        }
+        var running = false
+    }
+
+    /// The store's name.
+    public let name: String
+    /// The action type patterns it handles.
+    public let handles: [String]
+    /// Stores that must answer an action before this one gets it.
+    public let waitFor: [String]
+    /// The state registered when fluxd retains none.
+    public let initial: State
+
+    private let registry = Mutex(Registry())
+    private let current: Mutex<State>
+    private let readiness = Mutex(Readiness())
+    private let tasks = Mutex(TaskBag())
+
+    public init(name: String, initial: State, handles: [String], waitFor: [String] = []) {
+        precondition(Names.isValidStore(name), "bad store name \"\(name)\"")
+        for p in handles { precondition(Names.isValidPattern(p), "bad pattern \"\(p)\"") }
+        for w in waitFor { precondition(Names.isValidStore(w), "bad store name \"\(w)\" in waitFor") }
+        self.name = name
+        self.handles = handles
+        self.waitFor = waitFor
+        self.initial = initial
+        self.current = Mutex(initial)
+    }
+
+    /// The state as of the last action or query change handled (for tests and diagnostics).
+    public var state: State { current.withLock { $0 } }
+
+    // MARK: Configuration
+
+    /// Handles actions of `type` (or matching `type` when it ends in `*`) whose payload decodes as `A`.
+    public func on<A: Decodable & Sendable>(
+        _ type: String, as payload: A.Type,
+        _ handler: @escaping @Sendable (inout State, A, ActionContext) throws -> Void
+    ) {
+        add(type) { state, raw, ctx, decoder in
+            let value: A
+            do {
+                value = try decoder.decode(A.self, from: Data(raw ?? ArraySlice("null".utf8)))
+            } catch {
+                throw StoreRejection(code: StoreRejection.badPayloadCode,
+                                     message: "payload of \(ctx.type) does not decode as \(A.self): \(error)")
+            }
+            try handler(&state, value, ctx)
+        }
+    }
+
+    /// Handles actions of `type` (or matching `type` when it ends in `*`), ignoring any payload.
+    public func on(_ type: String, _ handler: @escaping @Sendable (inout State, ActionContext) throws -> Void) {
+        add(type) { state, _, ctx, _ in try handler(&state, ctx) }
+    }
+
+    private func add(_ pattern: String, _ handler: @escaping ActionHandler) {
+        precondition(Names.isValidPattern(pattern), "bad action type or pattern \"\(pattern)\"")
+        registry.withLock { r in
+            if pattern.hasSuffix("*") {
+                r.prefixes.append((String(pattern.dropLast()), handler))
+                r.prefixes.sort { $0.prefix.utf8.count > $1.prefix.utf8.count }
+            } else {
+                r.exact[pattern] = handler
+            }
+        }
+    }
+
+    /// Makes this a query-driven store (WordPressFlux QueryStore): `handler` gets the active queries, decoded
+    /// as `Q` and deduplicated, every time the set changes (also right after registration). It may mutate the state
+    /// (published as a `state` message when it changed), dispatch, or spawn fetches. Queries that do not decode as
+    /// `Q` are left out (and reported to `onError`).
+    public func onQueriesChanged<Q: Decodable & Sendable>(
+        as query: Q.Type,
+        _ handler: @escaping @Sendable (inout State, [ActiveQuery<Q>], StoreContext) throws -> Void
+    ) {
+        let onError: @Sendable (any Error) -> Void = { [weak self] e in self?.report(e) }
+        registry.withLock { r in
+            r.queries = { state, raw, ctx, decoder in
+                let entries: [QueryEntry<Q>]
+                do {
+                    entries = try decoder.decode([QueryEntry<Q>].self, from: Data(raw))
+                } catch {
+                    onError(FluxError.coding("queries of \(ctx.storeName) unreadable: \(error)"))
+                    return
+                }
+                var active: [ActiveQuery<Q>] = []
+                for e in entries {
+                    if let q = e.query {
+                        active.append(ActiveQuery(query: q, count: e.count ?? 1))
+                    } else {
+                        onError(FluxError.coding("a query of \(ctx.storeName) does not decode as \(Q.self)"))
+                    }
+                }
+                try handler(&state, active, ctx)
+            }
+        }
+    }
+
+    /// Subscribes to another store on this store's connection. Each snapshot (decoded as `T`) is kept for
+    /// `ctx.latest(store, as: T.self)` and passed to `handler`, which runs one at a time with the actions and may
+    /// update this store's state (published as a `state` message when it changed).
+    public func follow<T: Decodable & Sendable>(
+        _ store: String, as type: T.Type,
+        _ handler: (@Sendable (inout State, Snapshot<T>, StoreContext) throws -> Void)? = nil
+    ) {
+        precondition(Names.isValidStore(store), "bad store name \"\(store)\"")
+        let wrapped: (@Sendable (inout State, any Sendable, StoreContext) throws -> Void)?
+        if let handler {
+            wrapped = { state, snapshot, ctx in try handler(&state, snapshot as! Snapshot<T>, ctx) }
+        } else {
+            wrapped = nil
+        }
+        let follow = Follow(
+            store: store,
+            decode: { raw, decoder in
+                Snapshot(store: raw.store, version: raw.version, seq: raw.seq,
+                         state: try decoder.decode(T.self, from: Data(raw.state)))
+            },
+            handler: wrapped)
+        registry.withLock { $0.follows.append(follow) }
+    }
+
+    /// Where errors that have no one to answer go: spawned work that threw, `no-handler` for a follow-up dispatch,
+    /// unreadable queries or followed snapshots, handler errors in query/follow handlers. Default: stderr.
+    public func onError(_ handler: @escaping @Sendable (any Error) -> Void) {
+        registry.withLock { $0.onError = handler }
+    }
+
+    func report(_ error: any Error) {
+        let handler = registry.withLock { $0.onError }
+        handler(error)
+    }
+
+    // MARK: Running
+
+    /// Connects to fluxd (role `store`), registers, and handles actions until the task is cancelled (then it
+    /// unregisters, says bye and returns) or the connection drops (then it throws `FluxError.disconnected`).
+    /// Throws `FluxError.server` if registration is refused (`name-taken`, `cycle`, ...).
+    public func run(socketPath: String = defaultSocketPath(), peerName: String? = nil) async throws {
+        let client: FluxClient
+        do {
+            client = try await FluxClient.connect(socketPath: socketPath, name: peerName ?? name, role: .store)
+        } catch {
+            fail(error)
+            throw error
+        }
+        try await runOwning(client)
+    }
+
+    /// Like `run(socketPath:peerName:)` over a connection that is not started yet (e.g. FluxTesting's bus).
+    public func run(on connection: any FluxConnection, peerName: String? = nil) async throws {
+        let client: FluxClient
+        do {
+            client = try await FluxClient.connect(over: connection, name: peerName ?? name, role: .store)
+        } catch {
+            fail(error)
+            throw error
+        }
+        try await runOwning(client)
+    }
+
+    private func runOwning(_ client: FluxClient) async throws {
+        let forward = Task { [weak self] in
+            for await error in client.errors { self?.report(error) }
+        }
+        do {
+            try await run(client: client)
+        } catch {
+            forward.cancel()
+            await client.close()
+            throw error
+        }
+        forward.cancel()
+        await client.close()
+    }
+
+    private enum Inbound: Sendable {
+        case store(StoreInbound)
+        case followed(String, WireStoreEvent)
+    }
+
+    /// Registers and runs on an existing client connection (which must have role `store`). Several stores may
+    /// run on one client; the client stays open when this returns. Returns when the task is cancelled (after
+    /// sending `unregister`) or the client is closed; throws if registration fails or the connection drops.
+    public func run(client: FluxClient) async throws {
+        let (config, alreadyRunning) = registry.withLock { r -> (Registry, Bool) in
+            defer { r.running = true }
+            return (r, r.running)
+        }
+        precondition(!alreadyRunning, "FluxStore \(name) is already running")
+        readiness.withLock { $0.reset() }
+        defer {
+            registry.withLock { $0.running = false }
+            let pending = tasks.withLock { $0.cancelAll() }
+            for t in pending { t.cancel() }
+        }
+
+        let (inbox, input) = AsyncStream.makeStream(of: Inbound.self)
+        do {
+            try client.attachStore(name) { input.yield(.store($0)) }
+        } catch {
+            fail(error)
+            throw error
+        }
+        defer { client.detachStore(name) }
+
+        var followIDs: [(String, Int)] = []
+        for follow in config.follows {
+            let store = follow.store
+            let id = client.addSubscriber(
+                store: store,
+                deliver: { input.yield(.followed(store, $0)) },
+                end: { _ in })
+            if let id { followIDs.append((store, id)) }
+        }
+        defer { for (store, id) in followIDs { client.removeSubscriber(store: store, id: id) } }
+
+        var loop = Loop(store: self, client: client, config: config)
+        do {
+            let initialJSON = try FluxJSON.encode(initial)
+            var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
+            b.string("store", name)
+            b.strings("handles", handles)
+            b.strings("waitFor", waitFor)
+            b.raw("state", initialJSON)
+            try client.send(frame: b.finish())
+        } catch {
+            fail(error)
+            throw error
+        }
+
+        let outcome: Result<Void, any Error> = await withTaskCancellationHandler {
+            for await item in inbox {
+                do {
+                    if try loop.handle(item) == .stop { return .success(()) }
+                } catch {
+                    return .failure(error)
+                }
+            }
+            return .success(()) // Cancelled.
+        } onCancel: {
+            input.finish()
+        }
+        switch outcome {
+        case .success:
+            if !client.isClosed && loop.registered {
+                var b = FrameBuilder(op: "unregister")
+                b.string("store", name)
+                try? client.send(frame: b.finish())
+            }
+            fail(CancellationError())
+        case .failure(let error):
+            fail(error)
+            throw error
+        }
+    }
+
+    /// Waits until the current (or next) `run` has registered and adopted its state. Throws what `run` threw if
+    /// it failed before that.
+    public func ready() async throws {
+        let id = readiness.withLock { r -> Int in
+            r.nextWaiter += 1
+            return r.nextWaiter
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let result = readiness.withLock { r -> Result<Void, any Error>? in
+                    if let result = r.result { return result }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    r.waiters[id] = c
+                    return nil
+                }
+                if let result { c.resume(with: result) }
+            }
+        } onCancel: {
+            let waiter = readiness.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume(throwing: CancellationError())
+        }
+    }
+
+    fileprivate func markReady() {
+        let waiters = readiness.withLock { $0.resolve(.success(())) }
+        for w in waiters { w.resume() }
+    }
+
+    private func fail(_ error: any Error) {
+        let waiters = readiness.withLock { $0.resolve(.failure(error)) }
+        for w in waiters { w.resume(throwing: error) }
+    }
+
+    fileprivate func publishState(_ state: State) {
+        current.withLock { $0 = state }
+    }
+
+    fileprivate func start(_ work: @escaping @Sendable (StoreDispatcher) async throws -> Void, dispatcher: StoreDispatcher) {
+        tasks.withLock { bag in
+            let id = bag.next
+            bag.next += 1
+            bag.tasks[id] = Task { [weak self] in
+                do {
+                    try await work(dispatcher)
+                } catch is CancellationError {
+                } catch {
+                    self?.report(error)
+                }
+                _ = self?.tasks.withLock { $0.tasks.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    /// The message loop of one `run`: owns the state while running; everything here runs one message at a time.
+    private struct Loop {
+        enum Step { case next, stop }
+        enum Phase { case registering, awaitingSnapshot, ready }
+
+        let store: FluxStore
+        let client: FluxClient
+        let config: Registry
+        let decoder = JSONDecoder()
+        var state: State
+        var phase = Phase.registering
+        var followed: [String: any Sendable] = [:]
+
+        var registered: Bool { phase != .registering }
+
+        init(store: FluxStore, client: FluxClient, config: Registry) {
+            self.store = store
+            self.client = client
+            self.config = config
+            self.state = store.initial
+        }
+
+        mutating func handle(_ item: Inbound) throws -> Step {
+            switch item {
+            case .store(.ended(let error)):
+                if let error { throw error }
+                return .stop
+            case .store(.message(let env)):
+                try handleMessage(env)
+            case .followed(let name, let event):
+                guard case .snapshot(let raw) = event, let follow = config.follows.first(where: { $0.store == name }) else {
+                    return .next
+                }
+                let view = RawSnapshotView(store: raw.store, version: raw.version, seq: raw.seq, state: raw.state)
+                let snapshot: any Sendable
+                do {
+                    snapshot = try follow.decode(view, decoder)
+                } catch {
+                    store.report(FluxError.coding("snapshot \(raw.version) of followed store \(name): \(error)"))
+                    return .next
+                }
+                followed[name] = snapshot
+                if let handler = follow.handler, phase == .ready {
+                    runOutsideAction(cause: raw.seq) { state, ctx in try handler(&state, snapshot, ctx) }
+                }
+            }
+            return .next
+        }
+
+        mutating func handleMessage(_ env: Envelope) throws {
+            switch env.fluxString("op") {
+            case "registered":
+                if (env.fluxInt("version") ?? 0) > 0 {
+                    phase = .awaitingSnapshot
+                } else {
+                    becomeReady()
+                }
+            case "snapshot":
+                guard phase == .awaitingSnapshot, let raw = env.raw("state") else { return }
+                do {
+                    state = try decoder.decode(State.self, from: Data(raw))
+                } catch {
+                    throw FluxError.coding("the retained state of \(store.name) does not decode as \(State.self): \(error)")
+                }
+                becomeReady()
+            case "error":
+                let error = FluxError.server(ServerError(
+                    rawCode: env.fluxString("code") ?? "", message: env.fluxString("message") ?? "",
+                    ref: env.fluxString("ref"), fatal: env.bool("fatal").value ?? false))
+                if phase == .registering { throw error }
+                store.report(error)
+            case "queries":
+                if phase != .ready { becomeReady() }
+                guard let handler = config.queries, let raw = env.raw("queries") else { return }
+                let decoder = self.decoder
+                runOutsideAction(cause: nil) { state, ctx in try handler(&state, raw, ctx, decoder) }
+            case "action":
+                if phase != .ready { becomeReady() }
+                handleAction(env)
+            default:
+                break
+            }
+        }
+
+        mutating func becomeReady() {
+            phase = .ready
+            store.publishState(state)
+            // Followed snapshots that arrived before registration completed: hand the latest of each over now.
+            for follow in config.follows {
+                guard let handler = follow.handler, let snapshot = followed[follow.store] else { continue }
+                runOutsideAction(cause: nil) { state, ctx in try handler(&state, snapshot, ctx) }
+            }
+            store.markReady()
+        }
+
+        func handler(for type: String) -> ActionHandler? {
+            if let h = config.exact[type] { return h }
+            return config.prefixes.first { type.utf8.starts(with: $0.prefix.utf8) }?.handler
+        }
+
+        mutating func handleAction(_ env: Envelope) {
+            guard let seq = env.fluxInt("seq") else {
+                store.report(FluxError.protocolViolation("action without seq"))
+                return
+            }
+            let type = env.fluxString("type") ?? ""
+            let ctx = ActionContext(
+                storeName: store.name, seq: seq, type: type, origin: env.fluxInt("origin") ?? 0,
+                cause: env.fluxInt("cause"), redelivered: env.bool("redelivered").value ?? false, followed: followed)
+            var copy = state
+            var b: FrameBuilder
+            do {
+                var encoded: [UInt8]?
+                if let h = handler(for: type) {
+                    try h(&copy, env.raw("payload"), ctx, decoder)
+                    if copy != state { encoded = try FluxJSON.encode(copy) }
+                }
+                b = FrameBuilder(op: "done", capacity: 64 + (encoded?.count ?? 0))
+                b.string("store", store.name)
+                b.int("seq", seq)
+                if let encoded {
+                    b.raw("state", encoded)
+                    state = copy
+                    store.publishState(copy)
+                }
+            } catch {
+                let rejection = error as? StoreRejection
+                    ?? StoreRejection(code: StoreRejection.errorCode, message: "\(error)")
+                b = FrameBuilder(op: "reject")
+                b.string("store", store.name)
+                b.int("seq", seq)
+                b.raw("error", errorObjectJSON(code: rejection.code, message: rejection.message))
+                ctx.followUps = []
+                ctx.spawned = []
+            }
+            try? client.send(frame: b.finish())
+            carryOut(ctx)
+        }
+
+        /// Runs a query/follow handler as a transaction; publishes the state with `state` when it changed.
+        mutating func runOutsideAction(cause: Int?, _ body: (inout State, StoreContext) throws -> Void) {
+            let ctx = StoreContext(storeName: store.name, followUpCause: cause, followed: followed)
+            var copy = state
+            do {
+                try body(&copy, ctx)
+                if copy != state {
+                    let encoded = try FluxJSON.encode(copy)
+                    var b = FrameBuilder(op: "state", capacity: 64 + encoded.count)
+                    b.string("store", store.name)
+                    b.raw("state", encoded)
+                    state = copy
+                    store.publishState(copy)
+                    try? client.send(frame: b.finish())
+                }
+            } catch {
+                store.report(error)
+                return
+            }
+            carryOut(ctx)
+        }
+
+        func carryOut(_ ctx: StoreContext) {
+            for f in ctx.followUps {
+                do {
+                    try client.dispatch(type: f.type, payloadJSON: f.payload, cause: f.cause)
+                } catch {
+                    store.report(error)
+                }
+            }
+            let dispatcher = StoreDispatcher(client: client, cause: ctx.followUpCause)
+            for work in ctx.spawned { store.start(work, dispatcher: dispatcher) }
+        }
+    }
+}
+
+/// One-shot readiness of the current run.
+struct Readiness {
+    var result: Result<Void, any Error>?
+    var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+    var nextWaiter = 0
+
+    mutating func reset() {
+        if result != nil { result = nil }
+    }
+
+    mutating func resolve(_ r: Result<Void, any Error>) -> [CheckedContinuation<Void, any Error>] {
+        guard result == nil else { return [] }
+        result = r
+        defer { waiters = [:] }
+        return Array(waiters.values)
+    }
+}
+
+/// Spawned work of a running store.
+struct TaskBag {
+    var next = 0
+    var tasks: [Int: Task<Void, Never>] = [:]
+
+    mutating func cancelAll() -> [Task<Void, Never>] {
+        defer { tasks = [:] }
+        return Array(tasks.values)
+    }
+}
+
+/// One element of a `queries` message, decoded leniently (a query that does not decode is nil).
+struct QueryEntry<T: Decodable>: Decodable {
+    var query: T?
+    var count: Int?
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        query = try? c.decode(T.self, forKey: .query)
+        count = try? c.decode(Int.self, forKey: .count)
+    }
+
+    enum CodingKeys: String, CodingKey { case query, count }
+}

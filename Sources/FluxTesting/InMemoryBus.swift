@@ -1,0 +1,297 @@
+import FluxClient
+import FluxCore
+import FluxRouter
+import FluxStore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// fluxd in memory, for unit-testing stores and views without sockets or processes: it hosts a real
+/// `FluxRouter.Router` and connects `FluxClient`s and `FluxStore`s to it over `InMemoryConnection`s.
+///
+///     let bus = InMemoryBus()
+///     let running = try await bus.start(store)          // store.run(on:) in a task, waits until registered
+///     let client = try await bus.client()
+///     let settlement = try await client.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "x"))
+///
+/// Events are fed to the router one at a time, in the order they were submitted; whichever thread submits when
+/// the bus is idle carries out the resulting deliveries (frames to connections are delivered in effect order).
+/// Time does not pass by itself: it starts at 0 ms and moves only with `advance(by:)`, which also fires the
+/// router's timers (queue and handshake timeouts), so timeouts are tested deterministically.
+public final class InMemoryBus: Sendable {
+    private enum Delivery {
+        case frame(InMemoryConnection, [UInt8])
+        case close(InMemoryConnection)
+    }
+
+    private struct State {
+        var router: Router
+        var now: Millis = 0
+        var nextPeer: PeerID = 1
+        var connections: [PeerID: InMemoryConnection] = [:]
+        var queue: [RouterEvent] = []
+        var queueHead = 0
+        var pumping = false
+        var logs: [String] = []
+    }
+
+    private let state: Mutex<State>
+    /// The router's configuration (limits announced in `welcome`).
+    public let config: RouterConfig
+
+    public init(config: RouterConfig = RouterConfig()) {
+        self.config = config
+        self.state = Mutex(State(router: Router(config: config)))
+    }
+
+    // MARK: Connections
+
+    /// A new connection to the bus (the router sees it connect when it is started).
+    public func connect(credentials: PeerCredentials = PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid()))
+        -> InMemoryConnection
+    {
+        let peer = state.withLock { s -> PeerID in
+            defer { s.nextPeer += 1 }
+            return s.nextPeer
+        }
+        return InMemoryConnection(bus: self, peer: peer, credentials: credentials, maxFrame: config.maxFrame)
+    }
+
+    /// A client connected to the bus, handshake done.
+    public func client(name: String = "test-client", role: Role = .client) async throws -> FluxClient {
+        try await FluxClient.connect(over: connect(), name: name, role: role)
+    }
+
+    /// Runs `store` on a new connection (in a task) and waits until it is registered and has adopted its state.
+    public func start<S>(_ store: FluxStore<S>, peerName: String? = nil, timeout: Duration = .seconds(5))
+        async throws -> RunningStore
+    {
+        let connection = connect()
+        let task = Task { try await store.run(on: connection, peerName: peerName) }
+        do {
+            try await withTimeout(timeout, "store \(store.name) to register") { try await store.ready() }
+        } catch {
+            task.cancel()
+            connection.close()
+            throw error
+        }
+        return RunningStore(name: store.name, connection: connection, task: task)
+    }
+
+    // MARK: Time
+
+    /// The bus's clock, in milliseconds.
+    public var now: Millis { state.withLock { $0.now } }
+
+    /// Moves the clock forward and lets the router expire what is due (`tick`).
+    public func advance(by duration: Duration) {
+        let ms = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        state.withLock { $0.now += Millis(max(0, ms)) }
+        submit([.tick])
+    }
+
+    /// When the router next has timed work to do, if ever.
+    public var nextDeadline: Millis? { state.withLock { $0.router.nextDeadline } }
+
+    /// Feeds `shutdown` to the router: every peer is told `bye` and closed.
+    public func shutdown() {
+        submit([.shutdown])
+    }
+
+    /// The router's `log` effects so far, as "level: message" lines.
+    public var logs: [String] { state.withLock { $0.logs } }
+
+    /// Connections the router has open.
+    public var connectionCount: Int { state.withLock { $0.connections.count } }
+
+    // MARK: Pump
+
+    func register(_ connection: InMemoryConnection) {
+        state.withLock { $0.connections[connection.peer] = connection }
+        submit([.connected(connection.peer, connection.credentials)])
+    }
+
+    /// Appends events and, if no one else is pumping, carries them out.
+    func submit(_ events: [RouterEvent]) {
+        if enqueue(events) { drain() }
+    }
+
+    /// Appends events; returns whether the caller must `drain()`.
+    func enqueue(_ events: [RouterEvent]) -> Bool {
+        state.withLock { s -> Bool in
+            s.queue.append(contentsOf: events)
+            if s.pumping { return false }
+            s.pumping = true
+            return true
+        }
+    }
+
+    /// The local end closed the connection: the router sees `closed` (once).
+    func closedByClient(_ peer: PeerID) {
+        let known = state.withLock { $0.connections.removeValue(forKey: peer) != nil }
+        if known { submit([.closed(peer)]) }
+    }
+
+    func drain() {
+        while true {
+            let work = state.withLock { s -> [Delivery]? in
+                guard s.queueHead < s.queue.count else {
+                    s.queue.removeAll(keepingCapacity: true)
+                    s.queueHead = 0
+                    s.pumping = false
+                    return nil
+                }
+                let event = s.queue[s.queueHead]
+                s.queueHead += 1
+                var effects: [RouterEffect] = []
+                s.router.handle(event, now: s.now, into: &effects)
+                var out: [Delivery] = []
+                for effect in effects {
+                    switch effect {
+                    case .send(let peer, let frame):
+                        if let c = s.connections[peer] { out.append(.frame(c, frame.bodyArray)) }
+                    case .close(let peer):
+                        if let c = s.connections.removeValue(forKey: peer) {
+                            out.append(.close(c))
+                            s.queue.append(.closed(peer))
+                        }
+                    case .log(let level, let message):
+                        s.logs.append("\(level): \(message)")
+                    }
+                }
+                return out
+            }
+            guard let work else { return }
+            for delivery in work {
+                switch delivery {
+                case .frame(let c, let body): c.deliver(.frame(body))
+                case .close(let c): c.closedByBus()
+                }
+            }
+        }
+    }
+}
+
+/// One end of a connection to an `InMemoryBus`, implementing `FluxConnection` (frames are split with a real
+/// `FrameDecoder`, so malformed framing reaches the router as it would from a socket).
+public final class InMemoryConnection: FluxConnection {
+    private struct State {
+        var handler: (@Sendable (ConnectionEvent) -> Void)?
+        var decoder: FrameDecoder
+        var closed = false
+        var started = false
+    }
+
+    /// The peer id the router knows this connection by.
+    public let peer: PeerID
+    let credentials: PeerCredentials
+    private let bus: InMemoryBus
+    private let state: Mutex<State>
+
+    init(bus: InMemoryBus, peer: PeerID, credentials: PeerCredentials, maxFrame: UInt32) {
+        self.bus = bus
+        self.peer = peer
+        self.credentials = credentials
+        self.state = Mutex(State(decoder: FrameDecoder(maxFrame: maxFrame)))
+    }
+
+    public func start(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) {
+        let ok = state.withLock { s -> Bool in
+            guard !s.started, !s.closed else { return false }
+            s.started = true
+            s.handler = handler
+            return true
+        }
+        precondition(ok, "InMemoryConnection started twice or after close")
+        bus.register(self)
+    }
+
+    public func send(_ bytes: [UInt8]) throws(FluxError) {
+        // Decode and enqueue under this connection's lock so concurrent senders keep their order; drain outside it.
+        let result = state.withLock { s -> Result<Bool, FluxError> in
+            guard s.started else { return .failure(.protocolViolation("send before start")) }
+            guard !s.closed else { return .failure(.disconnected("the connection is closed")) }
+            s.decoder.append(bytes)
+            var events: [RouterEvent] = []
+            while let decoded = s.decoder.next() {
+                switch decoded {
+                case .frame(let body): events.append(.frame(peer, body))
+                case .empty: events.append(.emptyFrame(peer))
+                case .tooLarge(let length): events.append(.oversizedFrame(peer, length: length))
+                }
+            }
+            return .success(events.isEmpty ? false : bus.enqueue(events))
+        }
+        switch result {
+        case .failure(let error): throw error
+        case .success(let mustDrain): if mustDrain { bus.drain() }
+        }
+    }
+
+    public func close() {
+        let handler = state.withLock { s -> (@Sendable (ConnectionEvent) -> Void)? in
+            guard !s.closed else { return nil }
+            s.closed = true
+            defer { s.handler = nil }
+            return s.handler
+        }
+        guard let handler else { return }
+        bus.closedByClient(peer)
+        handler(.closed(nil))
+    }
+
+    /// Delivery from the bus's pump (one at a time).
+    func deliver(_ event: ConnectionEvent) {
+        let handler = state.withLock { s in s.closed ? nil : s.handler }
+        handler?(event)
+    }
+
+    /// The router closed this connection (after the frames sent before it).
+    func closedByBus() {
+        let handler = state.withLock { s -> (@Sendable (ConnectionEvent) -> Void)? in
+            guard !s.closed else { return nil }
+            s.closed = true
+            defer { s.handler = nil }
+            return s.handler
+        }
+        handler?(.closed(.disconnected("fluxd closed the connection")))
+    }
+}
+
+/// A store running on an `InMemoryBus` (see `InMemoryBus.start`).
+public final class RunningStore: Sendable {
+    /// The store's name.
+    public let name: String
+    /// Its connection to the bus.
+    public let connection: InMemoryConnection
+    private let task: Task<Void, any Error>
+
+    init(name: String, connection: InMemoryConnection, task: Task<Void, any Error>) {
+        self.name = name
+        self.connection = connection
+        self.task = task
+    }
+
+    /// Stops the store cleanly (it unregisters and says bye) and waits for `run` to return.
+    public func stop() async throws {
+        task.cancel()
+        try await task.value
+    }
+
+    /// Drops the store's connection without a word, like a crashed worker, and waits for `run` to return.
+    public func crash() async {
+        connection.close()
+        _ = try? await task.value
+    }
+
+    /// Waits for `run` to end and returns what it threw, if anything.
+    public func finished() async -> (any Error)? {
+        do {
+            try await task.value
+            return nil
+        } catch {
+            return error
+        }
+    }
+}

@@ -1,0 +1,116 @@
+import FluxClient
+import Foundation
+import Testing
+
+/// One test's bus: a fluxd on a private socket, the example processes and FluxClients the test started. `cleanup()`
+/// (called by `withBus`, also when the body throws or an expectation fails) aborts the clients, kills the processes,
+/// stops fluxd and removes its temp directory.
+final class Bus: @unchecked Sendable {
+    let fluxd: Fluxd
+    private let lock = NSLock()
+    private var processes: [StoreProcess] = []
+    private var clients: [FluxClient] = []
+
+    init(fluxdArguments: [String]) throws {
+        fluxd = try Fluxd(arguments: fluxdArguments)
+        do {
+            try fluxd.waitForReady()
+        } catch {
+            fluxd.cleanup()
+            throw error
+        }
+    }
+
+    var socketPath: String { fluxd.socketPath }
+
+    /// Starts an example executable and waits (off the concurrency pool) for its ready line
+    /// (`"<executable> ready"` unless given).
+    func start(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) async throws -> StoreProcess {
+        try await offPool { try self.startBlocking(executable, arguments, readyLine: readyLine) }
+    }
+
+    /// `start` for synchronous tests.
+    @discardableResult
+    func startBlocking(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) throws -> StoreProcess {
+        let child = try StoreProcess(executable, socketPath: socketPath, arguments: arguments, logDirectory: fluxd.directory.path)
+        lock.withLock { processes.append(child) }
+        try child.waitForLine(containing: readyLine ?? "\(executable) ready")
+        return child
+    }
+
+    /// Connects a FluxClient (aborted by `cleanup()`), with a deadline.
+    func connect(_ name: String, role: Role = .client) async throws -> FluxClient {
+        let path = socketPath
+        let client = try await withDeadline(.seconds(20), "connect \(name)") {
+            try await FluxClient.connect(socketPath: path, name: name, role: role)
+        }
+        lock.withLock { clients.append(client) }
+        return client
+    }
+
+    /// What fluxd and every example process logged (for failure messages).
+    var logs: String {
+        let children = lock.withLock { processes }
+        return (["fluxd:\n" + fluxd.stderr] + children.map { "\($0.executable) (pid \($0.pid)):\n" + $0.stderr })
+            .joined(separator: "\n")
+    }
+
+    func cleanup() {
+        let (children, handles) = lock.withLock { (processes, clients) }
+        for handle in handles { handle.abort() }
+        for child in children { child.cleanup() }
+        fluxd.cleanup()
+    }
+}
+
+/// Starts fluxd (with `fluxdArguments`), runs `body`, and always tears everything down.
+func withBus<T>(_ fluxdArguments: [String] = [], _ body: (Bus) async throws -> T) async throws -> T {
+    let bus = try await offPool { try Bus(fluxdArguments: fluxdArguments) }
+    defer { bus.cleanup() }
+    do {
+        return try await body(bus)
+    } catch {
+        // Make the failure diagnosable: the logs of every process of this bus.
+        Issue.record("bus logs after failure:\n\(bus.logs)")
+        throw error
+    }
+}
+
+/// `withBus` for synchronous (raw wire) tests.
+func withBusBlocking<T>(_ fluxdArguments: [String] = [], _ body: (Bus) throws -> T) throws -> T {
+    let bus = try Bus(fluxdArguments: fluxdArguments)
+    defer { bus.cleanup() }
+    do {
+        return try body(bus)
+    } catch {
+        Issue.record("bus logs after failure:\n\(bus.logs)")
+        throw error
+    }
+}
+
+/// Runs blocking work (process start-up, raw socket reads) on a thread of its own, so it never ties up the small
+/// cooperative pool (2 threads on a 2-core machine) that FluxClient continuations resume on.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
+        let thread = Thread {
+            do { c.resume(returning: try body()) } catch { c.resume(throwing: error) }
+        }
+        thread.stackSize = 4 << 20
+        thread.start()
+    }
+}
+
+/// Runs `body` with a deadline: throws `HarnessError.timedOut(what)` (and cancels `body`) when it has not finished.
+func withDeadline<T: Sendable>(
+    _ timeout: Duration = .seconds(20), _ what: String, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw HarnessError.timedOut("\(what) (after \(timeout))")
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}

@@ -1,0 +1,87 @@
+import ArgumentParser
+import FluxClient
+import FluxStore
+import Foundation
+import TodoModel
+
+/// `stats-store`: the process owning the `stats` store, a store derived from another one (Flux's `waitFor`).
+///
+/// It handles the same `todo/*` actions as `todos` but declares `waitFor: ["todos"]` and follows the `todos`
+/// store on its own connection. fluxd therefore hands it each action only after `todos` answered it, and sends
+/// the `todos` snapshot that action produced first (protocol rule R3): the handler reads it with `ctx.latest` and
+/// recomputes the counts, recording which `todos` version they come from.
+@main
+struct StatsStoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats-store",
+        abstract: "The FluxBus todo example's derived store: counts the todos (store `stats`, waitFor `todos`).",
+        discussion: """
+            Prints "stats-store ready" to stdout once registered with fluxd, then logs one line per action to \
+            stderr. SIGINT/SIGTERM unregister the store and exit 0.
+            """
+    )
+
+    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
+    var socket: String?
+
+    @Option(name: .long, help: "The store name to register.")
+    var name: String = TodoStores.stats
+
+    @Option(name: .long, help: "The todos store to count (and wait for).")
+    var todos: String = TodoStores.todos
+
+    func run() async throws {
+        let name = self.name
+        let todosStore = self.todos
+        let store = FluxStore<StatsState>(
+            name: name, initial: StatsState(), handles: [TodoActions.all], waitFor: [todosStore])
+
+        // Snapshots of `todos` that no action of ours will follow (its initial state, a state published outside
+        // an action, or the state it had before this store existed) are counted at once. A snapshot produced by an
+        // action we also handle is left to that action's handler, so one action makes one stats version.
+        store.follow(todosStore, as: TodoState.self) { state, snapshot, _ in
+            guard snapshot.seq <= state.lastSeq || state.todosVersionSeen == 0 else { return }
+            state = StatsState(counting: snapshot.state, version: snapshot.version, lastSeq: state.lastSeq)
+            Console.err("[\(name)] synced with \(todosStore) v\(snapshot.version): \(state.total) total\n")
+        }
+
+        store.on(TodoActions.all) { state, ctx in
+            guard let todos = ctx.latest(todosStore, as: TodoState.self) else {
+                state.lastSeq = ctx.seq
+                Console.err("[\(name)] seq \(ctx.seq) \(ctx.type): no \(todosStore) snapshot yet\n")
+                return
+            }
+            state = StatsState(counting: todos.state, version: todos.version, lastSeq: ctx.seq)
+            Console.err("""
+                [\(name)] seq \(ctx.seq) \(ctx.type): \(state.total) total, \(state.done) done, \(state.open) open \
+                (from \(todosStore) v\(todos.version), made at seq \(todos.seq))\n
+                """)
+        }
+        store.onError { error in Console.err("[\(name)] \(error)\n") }
+
+        let socketPath = socket ?? defaultSocketPath()
+        let runner = Task { try await store.run(socketPath: socketPath, peerName: "stats-store") }
+        let signals = Console.onStopSignal { signo in
+            Console.err("[\(name)] signal \(signo): unregistering\n")
+            runner.cancel()
+        }
+        defer { withExtendedLifetime(signals) {} }
+
+        do {
+            try await store.ready()
+            Console.out("stats-store ready\n")
+            Console.err("[\(name)] registered on \(socketPath), waiting for \(todosStore)\n")
+        } catch is CancellationError {
+            return
+        } catch {
+            Console.err("stats-store: error: \(error)\n")
+            throw ExitCode.failure
+        }
+        do {
+            try await runner.value
+        } catch {
+            Console.err("stats-store: error: \(error)\n")
+            throw ExitCode.failure
+        }
+    }
+}

@@ -1,0 +1,107 @@
+import ArgumentParser
+import FluxClient
+import FluxStore
+import Foundation
+import TodoModel
+
+/// `todo-store`: the process owning the `todos` store (seed 002's TodoStore, seed 004's one explicit state type).
+/// Handles `todo/*`; refuses bad actions with stable codes (`todo/not-found`, `todo/empty-title`) that the
+/// dispatching view sees in its settlement.
+@main
+struct TodoStoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "todo-store",
+        abstract: "The FluxBus todo example's store process: owns the `todos` store.",
+        discussion: """
+            Prints "todo-store ready" to stdout once registered with fluxd, then logs one line per action to \
+            stderr. SIGINT/SIGTERM unregister the store and exit 0.
+            """
+    )
+
+    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
+    var socket: String?
+
+    @Option(name: .long, help: "The store name to register.")
+    var name: String = TodoStores.todos
+
+    func validate() throws {
+        guard !name.isEmpty, name.utf8.count <= 128,
+              name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._:/-".contains($0)) }) else {
+            throw ValidationError("--name must be 1-128 characters of [A-Za-z0-9._:/-]")
+        }
+    }
+
+    func run() async throws {
+        let name = self.name
+        let store = FluxStore<TodoState>(name: name, initial: TodoState(), handles: [TodoActions.all])
+        let log: @Sendable (ActionContext, String) -> Void = { ctx, what in
+            Console.err("[\(name)] seq \(ctx.seq) \(ctx.type) from peer \(ctx.origin)\(ctx.redelivered ? " (redelivered)" : ""): \(what)\n")
+        }
+        // Runs the pure reducer; logs its outcome; turns a TodoRejection into the SDK's StoreRejection.
+        let reduce: @Sendable (ActionContext, () throws(TodoRejection) -> String) throws -> Void = { ctx, body in
+            do throws(TodoRejection) {
+                log(ctx, try body())
+            } catch {
+                log(ctx, "rejected \(error)")
+                throw StoreRejection(code: error.code, message: error.message)
+            }
+        }
+
+        store.on(TodoActions.create, as: CreateTodo.self) { state, action, ctx in
+            try reduce(ctx) { () throws(TodoRejection) in
+                let todo = try state.create(title: action.title, seq: ctx.seq)
+                return "created #\(todo.id) \"\(todo.title)\""
+            }
+        }
+        store.on(TodoActions.edit, as: EditTodo.self) { state, action, ctx in
+            try reduce(ctx) { () throws(TodoRejection) in
+                try state.edit(id: action.id, title: action.title)
+                return "renamed #\(action.id)"
+            }
+        }
+        store.on(TodoActions.toggle, as: ToggleTodo.self) { state, action, ctx in
+            try reduce(ctx) { () throws(TodoRejection) in
+                let done = try state.toggle(id: action.id)
+                return "#\(action.id) is \(done ? "done" : "open")"
+            }
+        }
+        store.on(TodoActions.delete, as: DeleteTodo.self) { state, action, ctx in
+            try reduce(ctx) { () throws(TodoRejection) in
+                try state.delete(id: action.id)
+                return "deleted #\(action.id)"
+            }
+        }
+        store.on(TodoActions.clearDone) { state, ctx in
+            log(ctx, "cleared \(state.clearDone()) done todo(s)")
+        }
+        store.on(TodoActions.all) { _, ctx in
+            log(ctx, "ignored (unknown todo action)")
+        }
+        store.onError { error in Console.err("[\(name)] \(error)\n") }
+
+        let socketPath = socket ?? defaultSocketPath()
+        let runner = Task { try await store.run(socketPath: socketPath, peerName: "todo-store") }
+        let signals = Console.onStopSignal { signo in
+            Console.err("[\(name)] signal \(signo): unregistering\n")
+            runner.cancel()
+        }
+        defer { withExtendedLifetime(signals) {} }
+
+        do {
+            try await store.ready()
+            Console.out("todo-store ready\n")
+            Console.err("[\(name)] registered on \(socketPath) with \(store.state.todos.count) todo(s)\n")
+        } catch is CancellationError {
+            return
+        } catch {
+            Console.err("todo-store: error: \(error)\n")
+            throw ExitCode.failure
+        }
+        do {
+            try await runner.value
+        } catch {
+            Console.err("todo-store: error: \(error)\n")
+            throw ExitCode.failure
+        }
+    }
+}

@@ -41,7 +41,7 @@ extension FluxConnection {
 
     /// Writes a frame built by `FrameBuilder` (or any `Frame`).
     public func send(frame: Frame) throws(FluxError) {
-        try send(withExtendedLifetime(frame) { Array(frame.bytes) })
+        try send(frame.wireBytes)
     }
 }
 

@@ -684,5 +684,5 @@ public final class FluxClient: Sendable {
 /// A frame's bytes (prefix included) as an array. A `Frame` frees its storage in `deinit`, so its `bytes` must
 /// never be read from a temporary that may already be released: this keeps the frame alive while copying.
 func bytes(of frame: Frame) -> [UInt8] {
-    withExtendedLifetime(frame) { Array(frame.bytes) }
+    frame.wireBytes
 }

@@ -6,6 +6,10 @@
 public final class Frame: @unchecked Sendable {
     // @unchecked: the storage is written only inside `init` and is immutable afterwards.
     /// The whole frame, length prefix included.
+    ///
+    /// The memory lives only as long as this `Frame`: keep the frame itself alive while the pointer is in use
+    /// (the transport holds it until the write completes). To copy the bytes out, use `wireBytes` or `bodyArray`,
+    /// never `Array(someTemporary().bytes)`, where Swift may release the frame before the copy is made.
     public let bytes: UnsafeRawBufferPointer
 
     /// Takes ownership of `storage`, which must hold a length prefix and a body (see `FrameBuilder`).
@@ -26,11 +30,14 @@ public final class Frame: @unchecked Sendable {
     /// The JSON body, without the length prefix.
     public var body: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[4...]) }
 
+    /// A copy of the whole frame, length prefix included (safe on a temporary frame).
+    public var wireBytes: [UInt8] { withExtendedLifetime(self) { Array(bytes) } }
+
     /// The body as an array (for tests and tools; the hot path uses `bytes`).
-    public var bodyArray: [UInt8] { Array(body) }
+    public var bodyArray: [UInt8] { withExtendedLifetime(self) { Array(body) } }
 
     /// The body as a string (for tests, logs and tools).
-    public var text: String { String(decoding: body, as: UTF8.self) }
+    public var text: String { withExtendedLifetime(self) { String(decoding: body, as: UTF8.self) } }
 }
 
 @inline(__always)

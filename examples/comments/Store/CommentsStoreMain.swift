@@ -1,5 +1,6 @@
 import ArgumentParser
 import CommentsModel
+import ExampleSupport
 import FluxClient
 import FluxStore
 import Foundation
@@ -14,17 +15,13 @@ import Synchronization
 /// `fetch-started` seq. Those actions come back to the store like any other and complete the state.
 @main
 struct CommentsStoreCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+    static let configuration = StoreProcess.configuration(
         commandName: "comments-store",
         abstract: "The FluxBus comments example's query-driven store (store `comments`).",
-        discussion: """
-            Prints "comments-store ready" to stdout once registered with fluxd, then logs one line per action and \
-            per query change to stderr. SIGINT/SIGTERM unregister the store and exit 0.
-            """
+        logs: "one line per action and per query change"
     )
 
-    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
-    var socket: String?
+    @OptionGroup var connection: ConnectionOptions
 
     @Option(name: .long, help: "The store name to register.")
     var name: String = CommentsStores.comments
@@ -62,7 +59,7 @@ struct CommentsStoreCommand: AsyncParsableCommand {
                                seed: seed)
         let inFlight = InFlight()
         let store = FluxStore<CommentsState>(name: name, initial: CommentsState(), handles: [CommentsActions.all])
-        let log: @Sendable (String) -> Void = { Console.err("[\(name)] \($0)\n") }
+        let log = StoreLog(name)
         let logAction: @Sendable (ActionContext, String) -> Void = { ctx, what in
             let cause = ctx.cause.map { ", cause \($0)" } ?? ""
             log("seq \(ctx.seq) \(ctx.type) from peer \(ctx.origin)\(cause): \(what)")
@@ -150,31 +147,8 @@ struct CommentsStoreCommand: AsyncParsableCommand {
         store.on(CommentsActions.all) { _, ctx in
             logAction(ctx, "ignored (unknown comments action)")
         }
-        store.onError { error in log("\(error)") }
-
-        let socketPath = socket ?? defaultSocketPath()
-        let runner = Task { try await store.run(socketPath: socketPath, peerName: "comments-store") }
-        let signals = Console.onStopSignal { signo in
-            log("signal \(signo): unregistering")
-            runner.cancel()
-        }
-        defer { withExtendedLifetime(signals) {} }
-
-        do {
-            try await store.ready()
-            Console.out("comments-store ready\n")
-            log("registered on \(socketPath) (latency \(latencyMs) ms, failing sites \(failSites.isEmpty ? "none" : failSites), fail rate \(failRate), seed \(seed))")
-        } catch is CancellationError {
-            return
-        } catch {
-            Console.err("comments-store: error: \(error)\n")
-            throw ExitCode.failure
-        }
-        do {
-            try await runner.value
-        } catch {
-            Console.err("comments-store: error: \(error)\n")
-            throw ExitCode.failure
+        try await StoreProcess.run(store, connection: connection, peerName: "comments-store") {
+            " (latency \(latencyMs) ms, failing sites \(failSites.isEmpty ? "none" : failSites), fail rate \(failRate), seed \(seed))"
         }
     }
 }

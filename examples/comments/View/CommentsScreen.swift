@@ -1,12 +1,13 @@
 import CommentsModel
+import ExampleSupport
 import FluxClient
 import Foundation
 
 /// What comments-view shows for one site: its comments as threads, "loading…", or the fetch error.
 ///
-/// Same conventions as todo-view: on a terminal each render clears the screen; otherwise each render is printed
-/// after a `--- version N ---` line (N = the `comments` store's version) and error lines are printed in place.
-actor CommentsScreen {
+/// Renders go through `ScreenOutput`, like todo-view's (the N of `--- version N ---` is the `comments` store's
+/// version).
+actor CommentsScreen: ViewScreen {
     /// What a render concluded about the site, for `--once-loaded`.
     enum Outcome: Sendable, Equatable {
         /// Not decided yet (loading, or the store has not seen our query yet).
@@ -17,41 +18,28 @@ actor CommentsScreen {
         case failed
     }
 
+    var output: ScreenOutput
     private let site: Int
-    private let tty: Bool
-    private var snapshot: Snapshot<CommentsState>?
-    private var status = "connecting"
-    private var lastError: String?
-    private var lastRender: String?
+    private var feed = StoreFeed<CommentsState>()
     private var rendered = 0
 
     init(site: Int, tty: Bool) {
         self.site = site
-        self.tty = tty
+        output = ScreenOutput(tty: tty, commands: "commands: reply PARENT TEXT (0 = new thread) | delete ID | refresh | quit")
     }
 
     /// Handles one subscription event; returns what the site's state now says.
     func event(_ event: StoreEvent<CommentsState>) -> Outcome {
-        switch event {
-        case .subscribed(let s):
-            status = s.rawValue
-            if s == .up { return .pending } // The retained snapshot follows at once.
-        case .snapshot(let s):
-            snapshot = s
-        case .storeDown(let reason):
-            status = "down (\(reason))"
-        case .storeUp:
-            status = "up"
-        }
+        guard feed.apply(event) else { return .pending }
         render()
-        rendered = snapshot?.version ?? 0
+        rendered = feed.version
         return outcome
     }
 
     /// Loaded or failed, once the store has taken our query into account (`activeSites` lists the site), so a
     /// stale error or an old cache from before the query does not decide.
     var outcome: Outcome {
-        guard status == "up", let state = snapshot?.state, state.activeSites.contains(site) else { return .pending }
+        guard feed.status == "up", let state = feed.snapshot?.state, state.activeSites.contains(site) else { return .pending }
         switch state.phase(site: site) {
         case .loaded: return .loaded
         case .failed: return .failed
@@ -59,42 +47,11 @@ actor CommentsScreen {
         }
     }
 
-    /// Shows an error line (red on a terminal).
-    func error(_ text: String) {
-        let line = "error: \(text)"
-        if tty {
-            lastError = line
-            lastRender = nil
-            render()
-        } else {
-            Console.out(line + "\n")
-        }
-    }
-
-    /// Forgets the error shown at the bottom of the terminal screen.
-    func clearError() {
-        guard tty, lastError != nil else { return }
-        lastError = nil
-        lastRender = nil
-        render()
-    }
-
     /// Whether the snapshot at (at least) this version has been rendered.
     func hasRendered(_ version: Int) -> Bool { rendered >= version }
 
-    private func render() {
-        let body = Self.body(site: site, snapshot: snapshot, status: status, color: tty)
-        guard body != lastRender else { return }
-        lastRender = body
-        if tty {
-            var screen = Console.clearScreen + body
-            if let lastError { screen += Console.red(lastError, enabled: true) + "\n" }
-            screen += Console.dim("commands: reply PARENT TEXT (0 = new thread) | delete ID | refresh | quit", enabled: true)
-            screen += "\n> "
-            Console.out(screen)
-        } else {
-            Console.out("--- version \(snapshot?.version ?? 0) ---\n" + body)
-        }
+    func render() {
+        output.show(Self.body(site: site, snapshot: feed.snapshot, status: feed.status, color: output.tty), version: feed.version)
     }
 
     /// The text of one render.

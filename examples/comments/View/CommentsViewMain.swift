@@ -1,5 +1,6 @@
 import ArgumentParser
 import CommentsModel
+import ExampleSupport
 import FluxClient
 import Foundation
 
@@ -24,8 +25,7 @@ struct CommentsViewCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The site whose comments to show.")
     var site: Int
 
-    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
-    var socket: String?
+    @OptionGroup var connection: ConnectionOptions
 
     @Flag(name: .customLong("once-loaded"), help: "Exit 0 once the site is loaded (1 if its fetch fails).")
     var onceLoaded = false
@@ -37,14 +37,7 @@ struct CommentsViewCommand: AsyncParsableCommand {
     var store: String = CommentsStores.comments
 
     func run() async throws {
-        let socketPath = socket ?? defaultSocketPath()
-        let client: FluxClient
-        do {
-            client = try await FluxClient.connect(socketPath: socketPath, name: "comments-view")
-        } catch {
-            Console.err("comments-view: cannot connect to fluxd at \(socketPath): \(error)\n")
-            throw ExitCode.failure
-        }
+        let client = try await ViewProcess.connect(connection, name: "comments-view")
         let site = self.site
         let storeName = store
         let screen = CommentsScreen(site: site, tty: Console.stdoutIsTTY)
@@ -52,24 +45,14 @@ struct CommentsViewCommand: AsyncParsableCommand {
 
         // Subscribe first, then query: the snapshot that answers the query cannot be missed.
         let subscription = client.subscribe(store: storeName, as: CommentsState.self)
-        let viewer = Task {
-            do {
-                for try await event in subscription {
-                    switch await screen.event(event) {
-                    case .pending: break
-                    case .loaded: outcome.yield(0)
-                    case .failed: outcome.yield(1)
-                    }
-                }
-                outcome.finish()
-            } catch {
-                await screen.error("connection to fluxd lost: \(error)")
-                Foundation.exit(1)
+        let viewer = ViewProcess.follow(subscription, on: screen, { event in
+            switch await screen.event(event) {
+            case .pending: break
+            case .loaded: outcome.yield(0)
+            case .failed: outcome.yield(1)
             }
-        }
-        let errorsTask = Task {
-            for await error in client.errors { await screen.error("\(error)") }
-        }
+        }, finished: { outcome.finish() })
+        let errorsTask = ViewProcess.showErrors(of: client, on: screen)
         let receipt: QueryReceipt
         do {
             receipt = try await client.query(store: storeName, CommentsQuery(site: site))
@@ -92,10 +75,8 @@ struct CommentsViewCommand: AsyncParsableCommand {
                 break
             }
         } else {
-            for await line in Console.stdinLines() {
-                guard let command = CommentsCommand(line) else { continue }
-                if case .quit = command { break }
-                await perform(command, site: site, client: client, screen: screen)
+            await ViewProcess.readCommands(CommentsCommand.self) {
+                await perform($0, site: site, client: client, screen: screen)
             }
         }
 
@@ -108,58 +89,33 @@ struct CommentsViewCommand: AsyncParsableCommand {
 
     /// Dispatches one command with settlement, reports refusals, waits until its snapshot is rendered.
     private func perform(_ command: CommentsCommand, site: Int, client: FluxClient, screen: CommentsScreen) async {
-        let settlement: Settlement
-        do {
-            switch command {
-            case .usage(let text):
-                await screen.error("usage: \(text)")
-                return
-            case .quit:
-                return
-            case .reply(let parent, let text):
-                settlement = try await client.dispatchAndSettle(
+        let dispatch: () async throws -> Settlement
+        switch command {
+        case .usage(let text):
+            await screen.error("usage: \(text)")
+            return
+        case .quit:
+            return
+        case .reply(let parent, let text):
+            dispatch = {
+                try await client.dispatchAndSettle(
                     type: CommentsActions.reply, payload: ReplyToComment(site: site, parent: parent, content: text))
-            case .delete(let id):
-                settlement = try await client.dispatchAndSettle(
-                    type: CommentsActions.delete, payload: DeleteComment(site: site, id: id))
-            case .refresh:
-                settlement = try await client.dispatchAndSettle(type: CommentsActions.fetchStarted, payload: SiteRef(site: site))
             }
-        } catch let error as FluxError {
-            if case .server(let e) = error {
-                await screen.error("\(e.rawCode): \(e.message)")
-            } else {
-                await screen.error("\(error)")
+        case .delete(let id):
+            dispatch = {
+                try await client.dispatchAndSettle(type: CommentsActions.delete, payload: DeleteComment(site: site, id: id))
             }
-            return
-        } catch {
-            await screen.error("\(error)")
-            return
+        case .refresh:
+            dispatch = { try await client.dispatchAndSettle(type: CommentsActions.fetchStarted, payload: SiteRef(site: site)) }
         }
-        var failed = false
-        for result in settlement.results {
-            switch result.status {
-            case .done:
-                break
-            case .rejected(let code, let message):
-                failed = true
-                await screen.error("\(code): \(message)")
-            case .unavailable(let code, let message):
-                failed = true
-                await screen.error("\(code): \(message) (store \(result.store))")
-            }
-        }
-        if !failed { await screen.clearError() }
-        guard case .done(let version)? = settlement[store] else { return }
-        let deadline = ContinuousClock.now + .seconds(2)
-        while await !screen.hasRendered(version), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        guard let settlement = await ViewProcess.settle(on: screen, dispatch),
+              let version = settlement.doneVersion(store) else { return }
+        await ViewProcess.waitUntil { await screen.hasRendered(version) }
     }
 }
 
 /// One line of user input.
-enum CommentsCommand {
+enum CommentsCommand: ViewCommand {
     case reply(Int, String)
     case delete(Int)
     case refresh

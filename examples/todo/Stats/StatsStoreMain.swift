@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExampleSupport
 import FluxClient
 import FluxStore
 import Foundation
@@ -12,17 +13,12 @@ import TodoModel
 /// recomputes the counts, recording which `todos` version they come from.
 @main
 struct StatsStoreCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+    static let configuration = StoreProcess.configuration(
         commandName: "stats-store",
-        abstract: "The FluxBus todo example's derived store: counts the todos (store `stats`, waitFor `todos`).",
-        discussion: """
-            Prints "stats-store ready" to stdout once registered with fluxd, then logs one line per action to \
-            stderr. SIGINT/SIGTERM unregister the store and exit 0.
-            """
+        abstract: "The FluxBus todo example's derived store: counts the todos (store `stats`, waitFor `todos`)."
     )
 
-    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
-    var socket: String?
+    @OptionGroup var connection: ConnectionOptions
 
     @Option(name: .long, help: "The store name to register.")
     var name: String = TodoStores.stats
@@ -33,6 +29,7 @@ struct StatsStoreCommand: AsyncParsableCommand {
     func run() async throws {
         let name = self.name
         let todosStore = self.todos
+        let log = StoreLog(name)
         let store = FluxStore<StatsState>(
             name: name, initial: StatsState(), handles: [TodoActions.all], waitFor: [todosStore])
 
@@ -42,46 +39,23 @@ struct StatsStoreCommand: AsyncParsableCommand {
         store.follow(todosStore, as: TodoState.self) { state, snapshot, _ in
             guard snapshot.seq <= state.lastSeq || state.todosVersionSeen == 0 else { return }
             state = StatsState(counting: snapshot.state, version: snapshot.version, lastSeq: state.lastSeq)
-            Console.err("[\(name)] synced with \(todosStore) v\(snapshot.version): \(state.total) total\n")
+            log("synced with \(todosStore) v\(snapshot.version): \(state.total) total")
         }
 
         store.on(TodoActions.all) { state, ctx in
             guard let todos = ctx.latest(todosStore, as: TodoState.self) else {
                 state.lastSeq = ctx.seq
-                Console.err("[\(name)] seq \(ctx.seq) \(ctx.type): no \(todosStore) snapshot yet\n")
+                log("seq \(ctx.seq) \(ctx.type): no \(todosStore) snapshot yet")
                 return
             }
             state = StatsState(counting: todos.state, version: todos.version, lastSeq: ctx.seq)
-            Console.err("""
-                [\(name)] seq \(ctx.seq) \(ctx.type): \(state.total) total, \(state.done) done, \(state.open) open \
-                (from \(todosStore) v\(todos.version), made at seq \(todos.seq))\n
+            log("""
+                seq \(ctx.seq) \(ctx.type): \(state.total) total, \(state.done) done, \(state.open) open \
+                (from \(todosStore) v\(todos.version), made at seq \(todos.seq))
                 """)
         }
-        store.onError { error in Console.err("[\(name)] \(error)\n") }
-
-        let socketPath = socket ?? defaultSocketPath()
-        let runner = Task { try await store.run(socketPath: socketPath, peerName: "stats-store") }
-        let signals = Console.onStopSignal { signo in
-            Console.err("[\(name)] signal \(signo): unregistering\n")
-            runner.cancel()
-        }
-        defer { withExtendedLifetime(signals) {} }
-
-        do {
-            try await store.ready()
-            Console.out("stats-store ready\n")
-            Console.err("[\(name)] registered on \(socketPath), waiting for \(todosStore)\n")
-        } catch is CancellationError {
-            return
-        } catch {
-            Console.err("stats-store: error: \(error)\n")
-            throw ExitCode.failure
-        }
-        do {
-            try await runner.value
-        } catch {
-            Console.err("stats-store: error: \(error)\n")
-            throw ExitCode.failure
+        try await StoreProcess.run(store, connection: connection, peerName: "stats-store") {
+            ", waiting for \(todosStore)"
         }
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExampleSupport
 import FluxClient
 import FluxStore
 import Foundation
@@ -9,17 +10,12 @@ import TodoModel
 /// dispatching view sees in its settlement.
 @main
 struct TodoStoreCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+    static let configuration = StoreProcess.configuration(
         commandName: "todo-store",
-        abstract: "The FluxBus todo example's store process: owns the `todos` store.",
-        discussion: """
-            Prints "todo-store ready" to stdout once registered with fluxd, then logs one line per action to \
-            stderr. SIGINT/SIGTERM unregister the store and exit 0.
-            """
+        abstract: "The FluxBus todo example's store process: owns the `todos` store."
     )
 
-    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
-    var socket: String?
+    @OptionGroup var connection: ConnectionOptions
 
     @Option(name: .long, help: "The store name to register.")
     var name: String = TodoStores.todos
@@ -34,8 +30,9 @@ struct TodoStoreCommand: AsyncParsableCommand {
     func run() async throws {
         let name = self.name
         let store = FluxStore<TodoState>(name: name, initial: TodoState(), handles: [TodoActions.all])
+        let storeLog = StoreLog(name)
         let log: @Sendable (ActionContext, String) -> Void = { ctx, what in
-            Console.err("[\(name)] seq \(ctx.seq) \(ctx.type) from peer \(ctx.origin)\(ctx.redelivered ? " (redelivered)" : ""): \(what)\n")
+            storeLog("seq \(ctx.seq) \(ctx.type) from peer \(ctx.origin)\(ctx.redelivered ? " (redelivered)" : ""): \(what)")
         }
         // Runs the pure reducer; logs its outcome; turns a TodoRejection into the SDK's StoreRejection.
         let reduce: @Sendable (ActionContext, () throws(TodoRejection) -> String) throws -> Void = { ctx, body in
@@ -77,31 +74,8 @@ struct TodoStoreCommand: AsyncParsableCommand {
         store.on(TodoActions.all) { _, ctx in
             log(ctx, "ignored (unknown todo action)")
         }
-        store.onError { error in Console.err("[\(name)] \(error)\n") }
-
-        let socketPath = socket ?? defaultSocketPath()
-        let runner = Task { try await store.run(socketPath: socketPath, peerName: "todo-store") }
-        let signals = Console.onStopSignal { signo in
-            Console.err("[\(name)] signal \(signo): unregistering\n")
-            runner.cancel()
-        }
-        defer { withExtendedLifetime(signals) {} }
-
-        do {
-            try await store.ready()
-            Console.out("todo-store ready\n")
-            Console.err("[\(name)] registered on \(socketPath) with \(store.state.todos.count) todo(s)\n")
-        } catch is CancellationError {
-            return
-        } catch {
-            Console.err("todo-store: error: \(error)\n")
-            throw ExitCode.failure
-        }
-        do {
-            try await runner.value
-        } catch {
-            Console.err("todo-store: error: \(error)\n")
-            throw ExitCode.failure
+        try await StoreProcess.run(store, connection: connection, peerName: "todo-store") {
+            " with \(store.state.todos.count) todo(s)"
         }
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExampleSupport
 import FluxClient
 import Foundation
 import TodoModel
@@ -20,8 +21,7 @@ struct TodoViewCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(name: .long, help: ArgumentHelp("fluxd's socket (default: the SDK's defaultSocketPath()).", valueName: "path"))
-    var socket: String?
+    @OptionGroup var connection: ConnectionOptions
 
     @Flag(name: .long, help: "Render the current state once and exit.")
     var once = false
@@ -33,14 +33,7 @@ struct TodoViewCommand: AsyncParsableCommand {
     var stats: String = TodoStores.stats
 
     func run() async throws {
-        let socketPath = socket ?? defaultSocketPath()
-        let client: FluxClient
-        do {
-            client = try await FluxClient.connect(socketPath: socketPath, name: "todo-view")
-        } catch {
-            Console.err("todo-view: cannot connect to fluxd at \(socketPath): \(error)\n")
-            throw ExitCode.failure
-        }
+        let client = try await ViewProcess.connect(connection, name: "todo-view")
         let screen = TodoScreen(tty: Console.stdoutIsTTY)
         if once {
             let (todos, todosStatus) = await Self.current(client, todos, as: TodoState.self)
@@ -50,37 +43,13 @@ struct TodoViewCommand: AsyncParsableCommand {
             return
         }
 
-        let todosStore = todos
-        let statsStore = stats
-        // A lost connection (fluxd stopped) ends the view.
-        let onLost: @Sendable (any Error) async -> Void = { error in await screen.connectionLost(error) }
-        let todosTask = Task {
-            do {
-                for try await event in client.subscribe(store: todosStore, as: TodoState.self) {
-                    await screen.todosEvent(event)
-                }
-            } catch { await onLost(error) }
-        }
-        let statsTask = Task {
-            do {
-                for try await event in client.subscribe(store: statsStore, as: StatsState.self) {
-                    await screen.statsEvent(event)
-                }
-            } catch { await onLost(error) }
-        }
-        let errorsTask = Task {
-            for await error in client.errors { await screen.error("\(error)") }
-        }
-
-        for await line in Console.stdinLines() {
-            guard let command = Command(line) else { continue }
-            if case .quit = command { break }
-            await perform(command, client: client, screen: screen)
-        }
-
-        todosTask.cancel()
-        statsTask.cancel()
-        errorsTask.cancel()
+        let tasks = [
+            ViewProcess.follow(client.subscribe(store: todos, as: TodoState.self), on: screen) { await screen.todosEvent($0) },
+            ViewProcess.follow(client.subscribe(store: stats, as: StatsState.self), on: screen) { await screen.statsEvent($0) },
+            ViewProcess.showErrors(of: client, on: screen),
+        ]
+        await ViewProcess.readCommands(Command.self) { await perform($0, client: client, screen: screen) }
+        for task in tasks { task.cancel() }
         await client.close()
     }
 
@@ -101,71 +70,36 @@ struct TodoViewCommand: AsyncParsableCommand {
 
     /// Dispatches one command with settlement, reports refusals, and waits until its effects are rendered.
     private func perform(_ command: Command, client: FluxClient, screen: TodoScreen) async {
-        let settlement: Settlement
-        do {
-            switch command {
-            case .usage(let text):
-                await screen.error("usage: \(text)")
-                return
-            case .help:
-                await screen.note("commands: add TEXT | edit ID TEXT | toggle ID | delete ID | clear | quit")
-                return
-            case .quit:
-                return
-            case .add(let title):
-                settlement = try await client.dispatchAndSettle(type: CreateTodo.type, payload: CreateTodo(title: title))
-            case .edit(let id, let title):
-                settlement = try await client.dispatchAndSettle(type: EditTodo.type, payload: EditTodo(id: id, title: title))
-            case .toggle(let id):
-                settlement = try await client.dispatchAndSettle(type: ToggleTodo.type, payload: ToggleTodo(id: id))
-            case .delete(let id):
-                settlement = try await client.dispatchAndSettle(type: DeleteTodo.type, payload: DeleteTodo(id: id))
-            case .clear:
-                settlement = try await client.dispatchAndSettle(type: TodoActions.clearDone)
-            }
-        } catch let error as FluxError {
-            if case .server(let e) = error {
-                await screen.error("\(e.rawCode): \(e.message)")
-            } else {
-                await screen.error("\(error)")
-            }
+        let dispatch: () async throws -> Settlement
+        switch command {
+        case .usage(let text):
+            await screen.error("usage: \(text)")
             return
-        } catch {
-            await screen.error("\(error)")
+        case .help:
+            await screen.note(TodoScreen.commands)
             return
+        case .quit:
+            return
+        case .add(let title):
+            dispatch = { try await client.dispatchAndSettle(type: CreateTodo.type, payload: CreateTodo(title: title)) }
+        case .edit(let id, let title):
+            dispatch = { try await client.dispatchAndSettle(type: EditTodo.type, payload: EditTodo(id: id, title: title)) }
+        case .toggle(let id):
+            dispatch = { try await client.dispatchAndSettle(type: ToggleTodo.type, payload: ToggleTodo(id: id)) }
+        case .delete(let id):
+            dispatch = { try await client.dispatchAndSettle(type: DeleteTodo.type, payload: DeleteTodo(id: id)) }
+        case .clear:
+            dispatch = { try await client.dispatchAndSettle(type: TodoActions.clearDone) }
         }
-
-        var failed = false
-        for result in settlement.results {
-            switch result.status {
-            case .done:
-                break
-            case .rejected(let code, let message):
-                failed = true
-                await screen.error("\(code): \(message)")
-            case .unavailable(let code, let message):
-                failed = true
-                await screen.error("\(code): \(message) (store \(result.store))")
-            }
-        }
-        if !failed { await screen.clearError() }
-
-        // Read your writes: fluxd sent the snapshots before the settlement (R5); wait until they are on screen.
-        func version(_ store: String) -> Int {
-            if case .done(let v)? = settlement[store] { return v }
-            return 0
-        }
-        let todosVersion = version(todos)
-        let statsVersion = version(stats)
-        let deadline = ContinuousClock.now + .seconds(2)
-        while await !screen.hasRendered(todos: todosVersion, stats: statsVersion), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        guard let settlement = await ViewProcess.settle(on: screen, dispatch) else { return }
+        let todosVersion = settlement.doneVersion(todos) ?? 0
+        let statsVersion = settlement.doneVersion(stats) ?? 0
+        await ViewProcess.waitUntil { await screen.hasRendered(todos: todosVersion, stats: statsVersion) }
     }
 }
 
 /// One line of user input.
-enum Command {
+enum Command: ViewCommand {
     case add(String)
     case edit(Int, String)
     case toggle(Int)

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Small process helpers shared by the comments example's executables: unbuffered stdout/stderr writes (so ready lines
+/// Small process helpers shared by the examples' executables: unbuffered stdout/stderr writes (so ready lines
 /// and renders are seen at once through pipes), ANSI styling, TTY detection and stop signals.
 public enum Console {
     /// Writes `text` to stdout at once (no stdio buffering).

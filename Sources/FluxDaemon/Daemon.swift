@@ -51,8 +51,16 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     public let config: DaemonConfig
     /// Called on SIGHUP (configuration reload will hook in here). Default: a log line.
     public var onHangup: (() -> Void)?
+    /// Called on SIGINT/SIGTERM instead of `shutdown()` (fluxd's graceful stop: drain, stop workers, then
+    /// `shutdown()`). Default (nil): `shutdown()` at once.
+    public var onTerminate: ((Int32) -> Void)?
     /// Called once the daemon has closed everything and stopped the loop.
     public var onStopped: (() -> Void)?
+    /// Answers requests whose op is in `config.router.hostOps` (e.g. the worker supervisor's `workers`); reply
+    /// with `send(_:to:)`. Without a handler such requests get `unknown-op`.
+    public var onHostRequest: ((PeerID, Envelope) -> Void)?
+    /// A monitor whose connection has more than this many bytes queued misses events (and is told how many).
+    public var monitorBacklogLimit = 1 << 20
 
     private let loop: EventLoop
     private let router: Router
@@ -67,6 +75,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     private var graceTimer: LoopTimer?
     private var phase = Phase.created
     private var feeding = false
+    /// Monitor events dropped per monitor since its last delivered one.
+    private var missedEvents: [PeerID: Int] = [:]
 
     private enum Phase { case created, running, shuttingDown, stopped }
 
@@ -183,6 +193,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         let id = connection.tag
         guard connections.removeValue(forKey: id) != nil else { return }
         logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
+        missedEvents.removeValue(forKey: id)
         feed(.closed(id))
         if phase == .shuttingDown { finishIfDrained() }
     }
@@ -198,7 +209,20 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
             switch effect {
             case .send(let peer, let frame):
                 connections[peer]?.send(frame)
+            case .monitor(let peer, let frame):
+                deliverMonitorEvent(frame, to: peer)
+            case .host(let peer, let request):
+                if let onHostRequest {
+                    onHostRequest(peer, request)
+                } else {
+                    var b = FrameBuilder(op: "error")
+                    b.constant("code", "unknown-op")
+                    b.string("message", "unknown op \"\(request.string("op").value ?? "")\"")
+                    b.bool("fatal", false)
+                    connections[peer]?.send(b.finish())
+                }
             case .close(let peer):
+                missedEvents.removeValue(forKey: peer)
                 connections[peer]?.close(afterFlush: true)
             case .log(let level, let message):
                 logger.log(level: level.swiftLogLevel, "\(message)")
@@ -208,6 +232,36 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         feeding = false
         armDeadlineTimer()
     }
+
+    /// A monitor must never slow routing: while its connection is backlogged, events for it are dropped and
+    /// counted; the next one delivered is preceded by `{"op":"missed","count":N}`.
+    private func deliverMonitorEvent(_ frame: Frame, to peer: PeerID) {
+        guard let connection = connections[peer] else { return }
+        if connection.queuedBytes > monitorBacklogLimit {
+            missedEvents[peer, default: 0] += 1
+            return
+        }
+        if let missed = missedEvents.removeValue(forKey: peer) {
+            var b = FrameBuilder(op: "missed")
+            b.int("count", missed)
+            connection.send(b.finish())
+        }
+        connection.send(frame)
+    }
+
+    /// Sends a frame to a peer (for host-operation replies).
+    public func send(_ frame: Frame, to peer: PeerID) {
+        connections[peer]?.send(frame)
+    }
+
+    /// What the router knows of a store (e.g. whether a supervised worker has registered it yet).
+    public func storeStatus(_ name: String) -> StoreStatusInfo { router.storeStatus(name) }
+
+    /// Stops accepting dispatches while actions in flight settle; see `pendingActionCount`.
+    public func drain() { feed(.drain) }
+
+    /// Accepted actions not yet settled.
+    public var pendingActionCount: Int { router.pendingActionCount }
 
     private func armDeadlineTimer() {
         guard let tickTimer, phase != .stopped else { return }
@@ -234,7 +288,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
             }
         default:
             logger.info("signal received", metadata: ["signal": "\(signal == SIGINT ? "SIGINT" : "SIGTERM")"])
-            shutdown()
+            if let onTerminate { onTerminate(signal) } else { shutdown() }
         }
     }
 

@@ -32,6 +32,12 @@ public final class Router {
     private var routes: [String: [String]] = [:]
     private var lastSeq: UInt64 = 0
     private var shuttingDown = false
+    private var draining = false
+    /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.
+    private var monitors: [PeerID] = []
+    /// The clock reading of the first event (monitor events carry time since then) and of the current one.
+    private var epoch: Millis?
+    private var now: Millis = 0
     /// Traffic and error counters, reported by `info`.
     public private(set) var counters = Counters()
 
@@ -51,6 +57,8 @@ public final class Router {
 
     /// Feeds one event; appends the effects to carry out, in order.
     public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {
+        if epoch == nil { epoch = now }
+        self.now = now
         var out = Output(effects: effects, counters: counters)
         effects = []
         switch event {
@@ -80,6 +88,9 @@ public final class Router {
             closed(id, now: now, &out)
         case .tick:
             tick(now: now, &out)
+        case .drain:
+            if !draining { out.log(.notice, "draining: refusing new dispatches, \(pending.count) actions in flight") }
+            draining = true
         case .shutdown:
             shutdown(&out)
         }
@@ -106,6 +117,31 @@ public final class Router {
 
     /// The number of connected peers.
     public var peerCount: Int { peers.count }
+
+    /// Accepted actions not yet settled (after `.drain`, the host waits for this to reach 0).
+    public var pendingActionCount: Int { pending.count }
+
+    /// What the router knows of a store.
+    public func storeStatus(_ name: String) -> StoreStatusInfo {
+        guard let store = stores[name] else { return StoreStatusInfo(status: "unknown", version: 0) }
+        return StoreStatusInfo(status: store.status.rawValue, owner: store.owner,
+                               ownerPID: store.owner.flatMap { peers[$0]?.creds.pid }, version: store.version)
+    }
+
+    // MARK: - Monitor events
+
+    /// Sends one `event` to every monitor; the frame is built only when a monitor is connected.
+    private func emit(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
+        guard !monitors.isEmpty else { return }
+        var b = FrameBuilder(op: "event")
+        b.constant("kind", kind)
+        b.int("t", now - (epoch ?? now))
+        fields(&b)
+        let frame = b.finish()
+        for id in monitors {
+            if let p = peers[id], !p.closing { out.effects.append(.monitor(id, frame)) }
+        }
+    }
 
     // MARK: - Connections and handshake
 
@@ -160,11 +196,26 @@ public final class Router {
         b.raw("limits", limits)
         out.send(peer, b.finish())
         out.log(.debug, "peer \(peer.id) hello: role \(role.rawValue), name \"\(name)\"")
+        emit("connect", &out) { e in
+            e.int("peer", peer.id)
+            e.string("role", role.rawValue)
+            e.string("name", name)
+            if let pid = peer.creds.pid { e.int("pid", pid) }
+            if let uid = peer.creds.uid { e.int("uid", uid) }
+        }
+        if role == .monitor { monitors.append(peer.id) }
     }
 
     private func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
         guard let peer = peers.removeValue(forKey: id) else { return }
         handshakes.removeAll { $0 == id }
+        monitors.removeAll { $0 == id }
+        if peer.role != nil {
+            emit("disconnect", &out) { e in
+                e.int("peer", id)
+                e.string("name", peer.name)
+            }
+        }
         for name in peer.owned.sorted() {
             if let store = stores[name] { storeDown(store, reason: shuttingDown ? "shutdown" : "disconnected", now: now, &out) }
         }
@@ -220,7 +271,12 @@ public final class Router {
         case "done", "reject": if permitted(peer, role == .store, op, &out) { answer(peer, env, isDone: op == "done", &out) }
         case "state": if permitted(peer, role == .store, op, &out) { unsolicitedState(peer, env, &out) }
         case "hello": fail(peer, .badMessage, "hello was already received", &out)
-        default: fail(peer, .unknownOp, "unknown op \"\(op)\"", &out)
+        default:
+            if config.hostOps.contains(op) {
+                out.effects.append(.host(peer.id, env))
+            } else {
+                fail(peer, .unknownOp, "unknown op \"\(op)\"", &out)
+            }
         }
     }
 
@@ -280,6 +336,10 @@ public final class Router {
         up.int("version", store.version + (initial == nil ? 0 : 1))
         let upFrame = up.finish()
         for sub in store.subscribers where sub != peer.id { if let p = peers[sub] { out.send(p, upFrame) } }
+        emit("store-up", &out) { e in
+            e.string("store", name)
+            e.int("version", store.version + (initial == nil ? 0 : 1))
+        }
         let versionBefore = store.version
         if let initial { publish(store, state: initial, seq: store.seq, &out) }
         let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
@@ -316,6 +376,10 @@ public final class Router {
         b.constant("reason", reason)
         let frame = b.finish()
         for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        emit("store-down", &out) { e in
+            e.string("store", store.name)
+            e.constant("reason", reason)
+        }
         out.log(.notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
     }
 
@@ -370,7 +434,7 @@ public final class Router {
         case .value(let c) where c > 0: cause = c
         default: return fail(peer, .badMessage, "\"cause\" must be a positive integer (a seq)", &out, ref: refText)
         }
-        if shuttingDown {
+        if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
         }
         let targets = route(type)
@@ -394,6 +458,14 @@ public final class Router {
         pending[action.seq] = action
         peer.unsettled += 1
         out.counters.actions += 1
+        emit("dispatch", &out) { e in
+            e.int("seq", action.seq)
+            e.string("type", type)
+            e.int("origin", peer.id)
+            e.string("originName", peer.name)
+            if let cause { e.int("cause", cause) }
+            e.raw("payload", action.payload)
+        }
         for name in targets {
             let store = stores[name]!
             if store.status == .down && store.queue.count >= config.queueLimit {
@@ -495,36 +567,48 @@ public final class Router {
 
     private func settle(_ action: ActionRecord, _ out: inout Output) {
         pending.removeValue(forKey: action.seq)
-        guard let peer = peers[action.dispatcher] else { return }
-        peer.unsettled -= 1
-        guard let id = action.id else { return }
-        var b = FrameBuilder(op: "settled")
-        b.raw("id", id)
-        b.int("seq", action.seq)
-        b.key("results")
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
+        let dispatcher = peers[action.dispatcher]
+        dispatcher?.unsettled -= 1
+        let toDispatcher = action.id != nil && dispatcher.map { !$0.closing } == true
+        guard toDispatcher || !monitors.isEmpty else { return }
+        let results = resultsJSON(action)
+        if toDispatcher, let dispatcher, let id = action.id {
+            var b = FrameBuilder(op: "settled", capacity: results.count + 64)
+            b.raw("id", id)
+            b.int("seq", action.seq)
+            b.raw("results", results)
+            out.send(dispatcher, b.finish())
+        }
+        emit("settle", &out) { e in
+            e.int("seq", action.seq)
+            e.raw("results", results)
+        }
+    }
+
+    /// The `results` array of a settlement: one object per target store, ordered by name.
+    private func resultsJSON(_ action: ActionRecord) -> [UInt8] {
+        var j: [UInt8] = [UInt8(ascii: "[")]
         for (i, name) in action.targets.enumerated() {
-            if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
-            b.rawBytes("{\"store\":".utf8)
-            b.stringValue(name)
+            if i > 0 { j.append(UInt8(ascii: ",")) }
+            j.append(contentsOf: "{\"store\":".utf8)
+            appendEscaped(name, to: &j)
             switch action.results[name]! {
             case .done:
-                b.rawBytes(",\"status\":\"done\",\"version\":".utf8)
-                b.intValue(action.versions[name] ?? 0)
+                j.append(contentsOf: ",\"status\":\"done\",\"version\":\(action.versions[name] ?? 0)".utf8)
             case .rejected(let error):
-                b.rawBytes(",\"status\":\"rejected\",\"error\":".utf8)
-                b.rawBytes(error)
+                j.append(contentsOf: ",\"status\":\"rejected\",\"error\":".utf8)
+                j.append(contentsOf: error)
             case .unavailable(let code, let message):
-                b.rawBytes(",\"status\":\"unavailable\",\"error\":{\"code\":".utf8)
-                b.stringValue(code.rawValue)
-                b.rawBytes(",\"message\":".utf8)
-                b.stringValue(message)
-                b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+                j.append(contentsOf: ",\"status\":\"unavailable\",\"error\":{\"code\":".utf8)
+                appendEscaped(code.rawValue, to: &j)
+                j.append(contentsOf: ",\"message\":".utf8)
+                appendEscaped(message, to: &j)
+                j.append(UInt8(ascii: "}"))
             }
-            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+            j.append(UInt8(ascii: "}"))
         }
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
-        out.send(peer, b.finish())
+        j.append(UInt8(ascii: "]"))
+        return j
     }
 
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
@@ -545,6 +629,12 @@ public final class Router {
         store.stateRange = stateStart..<(stateStart + state.count)
         out.counters.snapshots += 1
         for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        emit("snapshot", &out) { e in
+            e.string("store", store.name)
+            e.int("version", store.version)
+            e.int("seq", seq)
+            e.raw("state", state)
+        }
     }
 
     private func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -781,6 +871,11 @@ public final class Router {
         b.bool("fatal", closes)
         out.counters.count(code)
         out.send(peer, b.finish())
+        emit("error", &out) { e in
+            e.int("peer", peer.id)
+            e.string("code", code.rawValue)
+            e.string("message", message)
+        }
         out.log(.debug, "peer \(peer.id) (\(peer.name)): \(code.rawValue): \(message)")
         if closes { close(peer, &out) }
     }

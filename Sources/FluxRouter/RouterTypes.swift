@@ -37,6 +37,9 @@ public struct RouterConfig: Sendable {
     public var maxPending: Int = 65_536
     /// The server name in `welcome.server`.
     public var serverName: String = "fluxd/0.1.0"
+    /// Ops the router does not handle itself but hands to its host (e.g. fluxd's worker supervisor) as a
+    /// `.host` effect, once the peer has said hello.
+    public var hostOps: Set<String> = []
 
     public init() {}
 }
@@ -55,7 +58,10 @@ public enum RouterEvent: Sendable {
     case closed(PeerID)
     /// Time passed; the router expires handshakes and queued actions whose deadline is at or before `now`.
     case tick
-    /// fluxd is shutting down: say goodbye to every peer and close.
+    /// fluxd is about to shut down: refuse new dispatches (`shutting-down`) but keep routing answers, so actions
+    /// in flight settle. `Router.pendingActionCount` tells when they have.
+    case drain
+    /// fluxd is shutting down: settle what is left as `shutting-down`, say goodbye to every peer and close.
     case shutdown
 }
 
@@ -63,6 +69,12 @@ public enum RouterEvent: Sendable {
 public enum RouterEffect: Sendable {
     /// Write a frame to a peer (frames to one peer go out in the order of these effects).
     case send(PeerID, Frame)
+    /// Write a monitor `event` frame to a monitor peer. Unlike `send`, the host may drop it when that peer is
+    /// backlogged (a monitor must never slow routing); it must then send `{"op":"missed","count":N}` before the
+    /// next event it does deliver.
+    case monitor(PeerID, Frame)
+    /// A request whose op is in `RouterConfig.hostOps`: the host answers the peer itself.
+    case host(PeerID, Envelope)
     /// Close a peer's connection after writing what was sent to it before. A `closed` event follows.
     case close(PeerID)
     /// Something worth logging.
@@ -72,4 +84,16 @@ public enum RouterEffect: Sendable {
 /// Severity of a `log` effect (mapped onto swift-log's levels by the daemon).
 public enum LogLevel: Sendable, Equatable {
     case debug, info, notice, warning, error
+}
+
+/// What the router knows of one store, for its host (e.g. a supervisor waiting for a worker to register).
+public struct StoreStatusInfo: Sendable, Equatable {
+    /// `up` (a live connection owns it), `down` (registered before, owner gone) or `unknown`.
+    public var status: String
+    /// The owning connection while up.
+    public var owner: PeerID?
+    /// The owner's process id, as the kernel reported it.
+    public var ownerPID: Int32?
+    /// The latest snapshot version (0: none).
+    public var version: UInt64
 }

@@ -149,8 +149,15 @@ public final class InMemoryBus: Sendable {
                 var out: [Delivery] = []
                 for effect in effects {
                     switch effect {
-                    case .send(let peer, let frame):
+                    case .send(let peer, let frame), .monitor(let peer, let frame):
+                        // In memory nothing is ever backlogged, so monitor events are never dropped.
                         if let c = s.connections[peer] { out.append(.frame(c, frame.bodyArray)) }
+                    case .host(let peer, let request):
+                        var b = FrameBuilder(op: "error")
+                        b.constant("code", "unknown-op")
+                        b.string("message", "the in-memory bus has no host for \"\(request.string("op").value ?? "")\"")
+                        b.bool("fatal", false)
+                        if let c = s.connections[peer] { out.append(.frame(c, b.finish().bodyArray)) }
                     case .close(let peer):
                         if let c = s.connections.removeValue(forKey: peer) {
                             out.append(.close(c))

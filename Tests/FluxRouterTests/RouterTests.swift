@@ -136,7 +136,9 @@ struct BadInputTests {
         bus.join(2, role: "monitor")
         _ = bus.take(1)
         bus.send(2, #"{"op":"dispatch","type":"todo/add"}"#)
-        #expect(bus.take(2).map { $0.str("code") } == ["forbidden"])
+        let got = bus.take(2)
+        #expect(got.filter { $0.op == "error" }.map { $0.str("code") } == ["forbidden"])
+        #expect(got.filter { $0.op == "event" }.map { $0.str("kind") } == ["error"], "a monitor sees its own error as an event too")
         #expect(bus.ops(1).isEmpty)
     }
 }
@@ -627,5 +629,95 @@ struct IntrospectionTests {
         bus.send(2, #"{"op":"bye"}"#)
         #expect(bus.closedPeers.contains(2))
         #expect(bus.router.isIdle)
+    }
+}
+
+@Suite("Monitor, host ops and drain")
+struct MonitorHostDrainTests {
+    /// The monitor effects of one event, decoded.
+    func monitorEvents(_ bus: TestBus, _ event: RouterEvent) -> [Envelope] {
+        var events: [Envelope] = []
+        for effect in bus.router.handle(event, now: bus.now) {
+            if case .monitor(_, let frame) = effect { events.append(try! Envelope(body: frame.bodyArray)) }
+        }
+        return events
+    }
+
+    @Test func monitorSeesConnectsDispatchesSnapshotsSettlementsAndErrors() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc"], state: #"{"n":0}"#)
+        bus.join(5, role: "monitor", name: "tap")
+        bus.connect(2)
+        let connect = monitorEvents(bus, .frame(2, Array(#"{"op":"hello","protocol":1,"role":"client","name":"view"}"#.utf8)))
+        #expect(connect.map { $0.str("kind") } == ["connect"])
+        #expect(connect.first?.num("peer") == 2)
+        #expect(connect.first?.str("name") == "view")
+        let dispatch = monitorEvents(bus, .frame(2, Array(#"{"op":"dispatch","id":"d","type":"inc","payload":{"by":2},"settle":true}"#.utf8)))
+        #expect(dispatch.map { $0.str("kind") } == ["dispatch"])
+        #expect(dispatch.first?.num("seq") == 1)
+        #expect(dispatch.first?.rawText("payload") == #"{"by":2}"#)
+        #expect(dispatch.first?.str("originName") == "view")
+        let done = monitorEvents(bus, .frame(1, Array(#"{"op":"done","store":"c","seq":1,"state":{"n":2}}"#.utf8)))
+        #expect(done.map { $0.str("kind") } == ["snapshot", "settle"])
+        #expect(done.first?.rawText("state") == #"{"n":2}"#)
+        #expect(done.last?.rawText("results") == #"[{"store":"c","status":"done","version":2}]"#)
+        let error = monitorEvents(bus, .frame(2, Array("{nope".utf8)))
+        #expect(error.map { $0.str("kind") } == ["error"])
+        #expect(error.first?.str("code") == "bad-json")
+        let gone = monitorEvents(bus, .closed(1))
+        #expect(gone.map { $0.str("kind") } == ["disconnect", "store-down"] || gone.map { $0.str("kind") } == ["store-down", "disconnect"])
+    }
+
+    @Test func noMonitorNoEventWork() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc"])
+        bus.join(2, role: "client")
+        let effects = bus.router.handle(.frame(2, Array(#"{"op":"dispatch","type":"inc"}"#.utf8)), now: bus.now)
+        #expect(!effects.contains { if case .monitor = $0 { return true } else { return false } })
+    }
+
+    @Test func hostOpsGoToTheHostAfterHandshake() {
+        var config = RouterConfig()
+        config.hostOps = ["workers"]
+        let router = Router(config: config)
+        _ = router.handle(.connected(1, PeerCredentials()), now: 0)
+        let before = router.handle(.frame(1, Array(#"{"op":"workers","id":"w"}"#.utf8)), now: 0)
+        #expect(!before.contains { if case .host = $0 { return true } else { return false } }, "not before hello")
+        let bus = TestBus { $0.hostOps = ["workers"] }
+        bus.join(2, role: "client")
+        let effects = bus.router.handle(.frame(2, Array(#"{"op":"workers","id":"w"}"#.utf8)), now: bus.now)
+        guard case .host(let peer, let env)? = effects.first else { Issue.record("no host effect: \(effects)"); return }
+        #expect(peer == 2)
+        #expect(env.str("id") == "w")
+        bus.send(2, #"{"op":"teleport"}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["unknown-op"])
+    }
+
+    @Test func drainRefusesNewDispatchesButLetsInFlightSettle() {
+        let bus = TestBus()
+        bus.store(1, "c", handles: ["inc"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"inc","settle":true}"#)
+        #expect(bus.router.pendingActionCount == 1)
+        bus.feed(.drain)
+        bus.send(2, #"{"op":"dispatch","id":"b","type":"inc","settle":true}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["shutting-down"])
+        _ = bus.take(1)
+        bus.send(1, #"{"op":"done","store":"c","seq":1}"#)
+        #expect(bus.ops(2) == ["settled"])
+        #expect(bus.router.pendingActionCount == 0)
+    }
+
+    @Test func storeStatusForTheHost() {
+        let bus = TestBus()
+        #expect(bus.router.storeStatus("c").status == "unknown")
+        bus.store(1, "c", handles: ["inc"], state: "{}")
+        let up = bus.router.storeStatus("c")
+        #expect(up.status == "up")
+        #expect(up.owner == 1)
+        #expect(up.ownerPID == 1)
+        #expect(up.version == 1)
+        bus.disconnect(1)
+        #expect(bus.router.storeStatus("c").status == "down")
     }
 }

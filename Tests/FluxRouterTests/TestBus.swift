@@ -30,6 +30,10 @@ final class TestBus {
                 toClose.append(peer)
             case .log(_, let line):
                 logs.append(line)
+            case .monitor(let peer, let frame):
+                inbox[peer, default: []].append(try! Envelope(body: frame.bodyArray))
+            case .host:
+                break
             }
         }
         for peer in toClose where !closedPeers.contains(peer) {

@@ -2,6 +2,9 @@ import ArgumentParser
 import FluxClient
 import FluxCore
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `fluxctl`: see and poke a live FluxBus from a terminal or a script.
 @main
@@ -10,44 +13,115 @@ struct FluxCtl: AsyncParsableCommand {
         commandName: "fluxctl",
         abstract: "See and poke a live FluxBus.",
         discussion: """
-        Exit codes: 0 success; 1 an action was rejected, unavailable, or no store handles it; \
-        2 bad arguments; 3 no fluxd at the socket; 4 timed out; 5 fluxd answered with an error.
+        Every subcommand takes --socket (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, \
+        else /tmp/fluxbus-$UID/fluxd.sock), --json (one JSON object per line; formats in docs/fluxctl.md) and \
+        --timeout SECONDS.
+
+        Exit codes:
+          0   success
+          1   an action was rejected or unavailable, or no store handles it
+          2   bad input: JSON argument, JSON pointer or --file line (shown where)
+          3   no fluxd at the socket, or the connection to it was lost
+          4   timed out (--timeout)
+          5   fluxd refused a request (e.g. unknown store)
+          64  bad usage (unknown option, missing argument)
         """,
-        subcommands: [Dispatch.self, State.self, Watch.self, Stores.self, Ping.self]
+        // One line per subcommand; keep the list easy to extend.
+        subcommands: [
+            Dispatch.self,
+            State.self,
+            Watch.self,
+            Query.self,
+            Stores.self,
+            Stats.self,
+            Monitor.self,
+            Ping.self,
+            Workers.self, Restart.self, Stop.self,
+        ]
     )
+}
+
+/// fluxctl's exit codes (documented in `fluxctl --help`).
+enum Exit {
+    static let failed: Int32 = 1
+    static let badInput: Int32 = 2
+    static let noFluxd: Int32 = 3
+    static let timedOut: Int32 = 4
+    static let refused: Int32 = 5
+}
+
+/// Prints `fluxctl: message` to stderr and returns the exit code to throw.
+func fail(_ code: Int32, _ message: String) -> ExitCode {
+    printError((Terminal.stderrColors ? "\u{1B}[31mfluxctl:\u{1B}[0m " : "fluxctl: ") + message)
+    return ExitCode(code)
 }
 
 /// Options every subcommand takes.
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: "fluxd's socket (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-$UID/fluxd.sock).")
+    @Option(name: .long, help: ArgumentHelp(
+        "fluxd's socket.",
+        discussion: "Default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-$UID/fluxd.sock.",
+        valueName: "path"))
     var socket: String?
 
-    @Flag(name: .long, help: "Machine-readable output: one JSON object per line.")
+    @Flag(name: .long, help: "Machine-readable output: one JSON object per line (see docs/fluxctl.md).")
     var json = false
 
-    @Option(name: .long, help: "Give up after this many seconds.")
-    var timeout: Double = 5
+    @Option(name: .long, help: ArgumentHelp(
+        "Give up after this many seconds (exit code 4).",
+        discussion: "Default 5 for requests; streams (watch, query, monitor, stats --watch) run until interrupted unless given.",
+        valueName: "seconds"))
+    var timeout: Double?
+
+    func validate() throws {
+        if let timeout, !(timeout > 0) { throw ValidationError("--timeout must be a positive number of seconds") }
+    }
 
     var socketPath: String { socket ?? defaultSocketPath() }
 
-    /// Connects, turning failure into a clear message and exit code 3.
-    func connect() async throws -> FluxClient {
+    /// Where `socketPath` came from, for error messages.
+    var socketSource: String {
+        if socket != nil { return "--socket" }
+        if let env = ProcessInfo.processInfo.environment["FLUXBUS_SOCKET"], !env.isEmpty { return "$FLUXBUS_SOCKET" }
+        return "the default path"
+    }
+
+    /// The time limit of one request (connect, get, info, a settlement).
+    var requestTimeout: Double { timeout ?? 5 }
+
+    /// Connects and says hello, turning failure into a clear message and exit code 3 (or 4 on timeout).
+    func connect(role: Role = .client) async throws -> FluxClient {
+        let path = socketPath
+        let source = socketSource
         do {
-            return try await withTimeout(self) {
-                try await FluxClient.connect(socketPath: socketPath, name: "fluxctl")
+            return try await withTimeout(requestTimeout, "connecting to fluxd at \(path)") {
+                try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role)
             }
         } catch let error as ExitCode {
             throw error
-        } catch {
-            printError("fluxctl: cannot reach fluxd at \(socketPath): \(error)\n  start one with: fluxd --socket \(socketPath)")
-            throw ExitCode(3)
+        } catch let error as FluxError {
+            var why = "\(error)"
+            if case .io(_, let errno) = error {
+                switch errno {
+                case ENOENT: why = "no such socket"
+                case ECONNREFUSED: why = "the socket exists but no fluxd is listening on it"
+                case EACCES: why = "permission denied"
+                case ENOTSOCK: why = "not a socket"
+                default: why = String(cString: strerror(errno))
+                }
+            }
+            throw fail(Exit.noFluxd, """
+                no fluxd at \(path) (from \(source)): \(why)
+                  start one with:  fluxd --socket \(path)
+                  or point fluxctl at a running one with --socket PATH or FLUXBUS_SOCKET=PATH
+                """)
         }
     }
 }
 
-/// Runs `body` or fails with exit code 4 after the timeout.
-func withTimeout<T: Sendable>(_ options: GlobalOptions, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    let seconds = options.timeout
+/// Runs `body`; after `seconds` prints `timed out after S s: what` and throws exit code 4. Nil = no limit.
+func withTimeout<T: Sendable>(_ seconds: Double?, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    guard let seconds else { return try await body() }
     return try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await body() }
         group.addTask {
@@ -56,70 +130,87 @@ func withTimeout<T: Sendable>(_ options: GlobalOptions, _ body: @escaping @Senda
         }
         defer { group.cancelAll() }
         guard let first = try await group.next(), let value = first else {
-            printError("fluxctl: timed out after \(seconds) s")
-            throw ExitCode(4)
+            throw fail(Exit.timedOut, "timed out after \(formatSeconds(seconds)) s \(what)")
         }
         return value
     }
 }
 
-func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+func formatSeconds(_ s: Double) -> String {
+    s == s.rounded() ? String(Int(s)) : String(s)
 }
 
-/// Prints a line to stdout and flushes (streams are read line by line by scripts).
-func emit(_ text: String) {
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
-}
-
-/// Any JSON value, for printing states and payloads whose type fluxctl does not know.
-enum AnyJSON: Codable, Sendable, Equatable {
-    case null, bool(Bool), number(Double), string(String), array([AnyJSON]), object([String: AnyJSON])
-
-    init(from decoder: any Decoder) throws {
-        let c = try decoder.singleValueContainer()
-        if c.decodeNil() { self = .null }
-        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let n = try? c.decode(Double.self) { self = .number(n) }
-        else if let s = try? c.decode(String.self) { self = .string(s) }
-        else if let a = try? c.decode([AnyJSON].self) { self = .array(a) }
-        else { self = .object(try c.decode([String: AnyJSON].self)) }
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        switch self {
-        case .null: try c.encodeNil()
-        case .bool(let b): try c.encode(b)
-        case .number(let n):
-            if n == n.rounded(), abs(n) < 9_007_199_254_740_992 { try c.encode(Int64(n)) } else { try c.encode(n) }
-        case .string(let s): try c.encode(s)
-        case .array(let a): try c.encode(a)
-        case .object(let o): try c.encode(o)
+/// Turns an error from FluxClient into a message and an exit code.
+func failure(_ error: any Error, socket: String) -> ExitCode {
+    if let exit = error as? ExitCode { return exit }
+    guard let flux = error as? FluxError else { return fail(Exit.failed, "\(error)") }
+    switch flux {
+    case .server(let e):
+        switch e.code {
+        case .noHandler: return fail(Exit.failed, "no store handles this action (fluxd: no-handler: \(e.message))")
+        case .unknownStore: return fail(Exit.refused, "unknown store (fluxd: unknown-store: \(e.message))")
+        default: return fail(Exit.refused, "fluxd refused it: \(e.rawCode): \(e.message)")
         }
-    }
-
-    /// Compact (one line) or pretty JSON text, keys sorted.
-    func text(pretty: Bool) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(self)) ?? Data("null".utf8), as: UTF8.self)
+    case .disconnected(let why): return fail(Exit.noFluxd, "lost the connection to fluxd at \(socket): \(why)")
+    case .io: return fail(Exit.noFluxd, "lost the connection to fluxd at \(socket): \(flux)")
+    case .timedOut(let what): return fail(Exit.timedOut, "timed out: \(what)")
+    case .invalidArgument(let what): return fail(Exit.badInput, what)
+    default: return fail(Exit.failed, "\(flux)")
     }
 }
 
-/// Parses a JSON argument, pointing at the byte where it goes wrong.
-func parseJSONArgument(_ text: String, what: String) throws -> [UInt8] {
-    let bytes = Array(text.utf8)
+/// Parses a JSON argument, pointing at the byte where it goes wrong (exit code 2).
+func parseJSONArgument(_ text: String, what: String) throws -> JSONValue {
     do {
-        _ = try Envelope(body: Array("{\"v\":".utf8) + bytes + Array("}".utf8))
-        return bytes
+        return try JSONParser.parse(text)
     } catch {
-        if case .invalidJSON(let offset, let reason) = error {
-            let at = max(0, offset - 5)
-            printError("fluxctl: \(what) is not valid JSON at byte \(at): \(reason)\n  \(text)\n  \(String(repeating: " ", count: min(at, text.count)))^")
-        } else {
-            printError("fluxctl: \(what) is not valid JSON: \(error.message)")
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        let lineText = error.line <= lines.count ? String(lines[error.line - 1]) : ""
+        let caret = String(repeating: " ", count: max(0, min(error.column - 1, lineText.utf8.count))) + "^"
+        let position = lines.count > 1 ? "line \(error.line) column \(error.column)" : "column \(error.column)"
+        throw fail(Exit.badInput, "\(what) is not valid JSON at \(position) (byte \(error.offset)): \(error.reason)\n  \(lineText)\n  \(caret)")
+    }
+}
+
+/// Validates a store name argument (exit code 2).
+func checkStoreName(_ name: String) throws {
+    guard Names.isValidStore(name) else {
+        throw fail(Exit.badInput, "\"\(name)\" is not a store name (1-128 bytes of A-Z a-z 0-9 . _ : / -)")
+    }
+}
+
+/// The message for an unknown store, listing the known ones.
+func unknownStoreMessage(_ store: String, client: FluxClient, timeout: Double) async -> String {
+    let known = (try? await withTimeout(timeout, "") { try await client.info() })?.stores.map(\.name) ?? []
+    return "unknown store \"\(store)\": fluxd has no snapshot of it"
+        + (known.isEmpty ? " (no stores are registered)" : " (known stores: \(known.joined(separator: ", ")))")
+}
+
+/// Frames received on a connection, read one at a time with an optional deadline.
+final class FrameReader: @unchecked Sendable {
+    // @unchecked: used from one task at a time (the command's).
+    private var iterator: AsyncStream<[UInt8]>.Iterator
+
+    init(_ client: FluxClient) { iterator = client.receivedFrames().makeAsyncIterator() }
+
+    /// The next frame as an envelope; nil when the connection ended.
+    func next() async -> Envelope? {
+        while let body = await iterator.next() {
+            if let env = try? Envelope(body: body) { return env }
         }
-        throw ExitCode(2)
+        return nil
+    }
+}
+
+extension Envelope {
+    func str(_ key: String) -> String? { string(key).value }
+    func integer(_ key: String) -> Int? { int(key).value.map { Int($0) } }
+    /// A top-level field parsed as a JSON value.
+    func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONParser.parse($0) } }
+    /// The whole message as a JSON value.
+    var value: JSONValue { (try? JSONParser.parse(body)) ?? .null }
+    /// An `error` frame as a FluxError.
+    var serverError: FluxError {
+        .server(ServerError(rawCode: str("code") ?? "?", message: str("message") ?? "", ref: str("ref"), fatal: bool("fatal").value ?? false))
     }
 }

@@ -1,0 +1,282 @@
+import ArgumentParser
+import FluxClient
+import FluxCore
+import Foundation
+
+/// `fluxctl dispatch TYPE [PAYLOAD]`, or `fluxctl dispatch --file F`: dispatches actions; with `--wait` (always for
+/// `--file`), prints each settlement.
+struct Dispatch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Dispatch an action, or replay recorded actions from a file.",
+        discussion: """
+        With --wait, prints every target store's result and new version, and exits 1 when a store rejected the \
+        action, gave it up as unavailable, or no store handles it.
+
+        --file F (or - for stdin) replays JSON lines {"type":"todo/create","payload":{...}} in order, as written \
+        by `fluxctl monitor --record F`; fields other than type and payload are ignored, and lines with a \
+        "cause" (actions a store dispatched in reaction to another one) are skipped unless --include-caused. \
+        The whole input is read and checked first; then each action is dispatched and its settlement awaited \
+        (--window N keeps up to N actions in flight; fluxd orders them as sent). Exits 1 if any action failed.
+        """)
+
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The action type, e.g. todo/create.") var type: String?
+    @Argument(help: ArgumentHelp("The payload as JSON, e.g. '{\"title\":\"milk\"}'.", valueName: "payload-json")) var payload: String?
+    @Flag(name: .long, help: "Wait for the settlement and print each store's result.") var wait = false
+    @Option(name: .long, help: "Dispatch the action this many times.") var count = 1
+    @Option(name: .long, help: ArgumentHelp("Replay actions from JSON lines in this file (- for stdin).", valueName: "file")) var file: String?
+    @Option(name: .long, help: "With --file: how many actions may await their settlement at once.") var window = 1
+    @Flag(name: .long, help: "With --file: also replay actions that carry a \"cause\".") var includeCaused = false
+
+    func validate() throws {
+        if file == nil && type == nil { throw ValidationError("give an action TYPE, or --file F") }
+        if file != nil && (type != nil || payload != nil) { throw ValidationError("--file replaces TYPE and PAYLOAD") }
+        if count < 1 { throw ValidationError("--count must be at least 1") }
+        if window < 1 { throw ValidationError("--window must be at least 1") }
+        if let type, !Names.isValidType(type) {
+            throw ValidationError("\"\(type)\" is not an action type (1-256 bytes of A-Z a-z 0-9 . _ : / -)")
+        }
+    }
+
+    func run() async throws {
+        if let file {
+            let actions = try readActions(file)
+            try await replay(actions, source: file == "-" ? "stdin" : file)
+            return
+        }
+        guard let type else { return }
+        let payloadBytes: [UInt8]? = try payload.map { text in
+            _ = try parseJSONArgument(text, what: "the payload")
+            return Array(text.utf8)
+        }
+        let actions = Array(repeating: PlannedAction(line: nil, type: type, payload: payloadBytes), count: count)
+        if wait {
+            try await replay(actions, source: nil)
+        } else {
+            try await fireAndForget(actions)
+        }
+    }
+
+    // MARK: Fire and forget
+
+    private func fireAndForget(_ actions: [PlannedAction]) async throws {
+        let client = try await options.connect()
+        defer { client.abort() }
+        let reader = FrameReader(client)
+        let socket = options.socketPath
+        do {
+            var ids = Set<String>()
+            for (n, action) in actions.enumerated() {
+                let id = "d\(n + 1)"
+                ids.insert(id)
+                try client.sendRaw(body: action.frame(id: id, settle: false))
+            }
+            // A ping is a barrier: an error about a dispatch arrives before the pong (SPEC §8.7).
+            try client.sendRaw(body: Array(#"{"op":"ping","id":"barrier"}"#.utf8))
+            let problem = try await withTimeout(options.requestTimeout, "waiting for fluxd to accept the action") { [ids] () -> Envelope? in
+                while let env = await reader.next() {
+                    if env.str("op") == "error", let ref = env.str("ref"), ids.contains(ref) { return env }
+                    if env.str("op") == "pong", env.str("id") == "barrier" { return nil }
+                }
+                throw FluxError.disconnected("fluxd closed the connection")
+            }
+            if let problem { throw refusal(problem, type: actions[0].type) }
+        } catch {
+            throw failure(error, socket: socket)
+        }
+        let type = actions[0].type
+        if options.json {
+            var line = JSONLine()
+            line.add("type", type)
+            line.add("dispatched", actions.count)
+            emit(line.text)
+        } else {
+            emit(actions.count == 1 ? "dispatched \(type)" : "dispatched \(type) \(actions.count) times")
+        }
+    }
+
+    private func refusal(_ env: Envelope, type: String) -> ExitCode {
+        let code = env.str("code") ?? "?"
+        let message = env.str("message") ?? ""
+        if code == ErrorCode.noHandler.rawValue {
+            return fail(Exit.failed, "no store handles \"\(type)\" (fluxd: no-handler)")
+        }
+        return fail(Exit.refused, "fluxd refused \(type): \(code): \(message)")
+    }
+
+    // MARK: Settled dispatch and replay
+
+    private func replay(_ actions: [PlannedAction], source: String?) async throws {
+        let client = try await options.connect()
+        defer { client.abort() }
+        let reader = FrameReader(client)
+        let socket = options.socketPath
+        let window = source == nil ? actions.count : self.window
+        var outcomes: [ActionOutcome?] = Array(repeating: nil, count: actions.count)
+        var next = 0
+        var printed = 0
+        var inFlight = 0
+        var failed = 0
+        var refusedOther = false
+        do {
+            while printed < actions.count {
+                while next < actions.count && inFlight < window {
+                    try client.sendRaw(body: actions[next].frame(id: "a\(next)", settle: true))
+                    next += 1
+                    inFlight += 1
+                }
+                let waitingFor = actions[printed]
+                let env = try await withTimeout(options.requestTimeout, "waiting for the settlement of \(waitingFor.type)"
+                                                + (waitingFor.line.map { " (line \($0))" } ?? "")) { () -> Envelope in
+                    while let env = await reader.next() {
+                        let op = env.str("op")
+                        if op == "settled" || (op == "error" && env.str("ref")?.hasPrefix("a") == true) { return env }
+                        if op == "error", env.bool("fatal").value == true { throw env.serverError }
+                    }
+                    throw FluxError.disconnected("fluxd closed the connection")
+                }
+                guard let ref = env.str(env.str("op") == "settled" ? "id" : "ref"), let index = Int(ref.dropFirst()),
+                      index < actions.count, outcomes[index] == nil else { continue }
+                inFlight -= 1
+                if env.str("op") == "settled" {
+                    let results = (env.json("results").flatMap { if case .array(let a) = $0 { a } else { nil } } ?? []).map(parseResult)
+                    outcomes[index] = .settled(Settlement(id: ref, seq: env.integer("seq") ?? 0, results: results))
+                } else {
+                    outcomes[index] = .refused(code: env.str("code") ?? "?", message: env.str("message") ?? "")
+                }
+                while printed < actions.count, let outcome = outcomes[printed] {
+                    switch outcome {
+                    case .settled(let s):
+                        if !s.ok { failed += 1 }
+                    case .refused(let code, _):
+                        failed += 1
+                        if code != ErrorCode.noHandler.rawValue { refusedOther = true }
+                        if source == nil { throw refusalExit(code: code, outcome: outcome, type: actions[printed].type) }
+                    }
+                    report(actions[printed], outcome)
+                    printed += 1
+                }
+            }
+        } catch {
+            throw failure(error, socket: socket)
+        }
+        if let source, !options.json {
+            emit("replayed \(actions.count) action\(actions.count == 1 ? "" : "s") from \(source): "
+                 + "\(actions.count - failed) ok, \(failed) failed")
+        }
+        if refusedOther { throw ExitCode(Exit.refused) }
+        if failed > 0 { throw ExitCode(Exit.failed) }
+    }
+
+    private func refusalExit(code: String, outcome: ActionOutcome, type: String) -> ExitCode {
+        guard case .refused(_, let message) = outcome else { return ExitCode(Exit.failed) }
+        if code == ErrorCode.noHandler.rawValue {
+            return fail(Exit.failed, "no store handles \"\(type)\" (fluxd: no-handler)")
+        }
+        return fail(Exit.refused, "fluxd refused \(type): \(code): \(message)")
+    }
+
+    private func report(_ action: PlannedAction, _ outcome: ActionOutcome) {
+        if options.json {
+            var line = JSONLine()
+            line.add("line", action.line)
+            line.add("type", action.type)
+            switch outcome {
+            case .settled(let s):
+                line.add("seq", s.seq)
+                line.add("ok", s.ok)
+                line.add("results", JSONValue.array(s.results.map(resultJSON)))
+            case .refused(let code, let message):
+                line.add("ok", false)
+                var error = JSONLine()
+                error.add("code", code)
+                error.add("message", message)
+                line.add("error", error.value)
+            }
+            emit(line.text)
+            return
+        }
+        let at = action.line.map { " (line \($0))" } ?? ""
+        switch outcome {
+        case .settled(let s):
+            emit(Style.bold(action.type) + " seq \(s.seq)" + at)
+            for row in table(["", "", ""], s.results.map(resultRow)).dropFirst() { emit("  " + row) }
+        case .refused(let code, let message):
+            emit(Style.bold(action.type) + at + ": " + Style.red("refused") + " \(code): \(message)")
+        }
+    }
+
+    // MARK: Reading --file
+
+    private func readActions(_ file: String) throws -> [PlannedAction] {
+        let data: Data
+        if file == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let contents = FileManager.default.contents(atPath: file) else {
+                throw fail(Exit.badInput, "cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file")")
+            }
+            data = contents
+        }
+        let name = file == "-" ? "stdin" : file
+        var actions: [PlannedAction] = []
+        for (n, raw) in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+            let lineNumber = n + 1
+            let line = raw.last == UInt8(ascii: "\r") ? raw.dropLast() : raw
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
+            let value: JSONValue
+            do {
+                value = try JSONParser.parse(line)
+            } catch {
+                let text = String(decoding: line, as: UTF8.self)
+                let caret = String(repeating: " ", count: max(0, min(error.column - 1, text.utf8.count))) + "^"
+                throw fail(Exit.badInput, "\(name) line \(lineNumber) is not valid JSON at column \(error.column): \(error.reason)\n  \(text)\n  \(caret)")
+            }
+            guard case .object = value else {
+                throw fail(Exit.badInput, "\(name) line \(lineNumber): expected an object {\"type\":...,\"payload\":...}")
+            }
+            guard let type = value["type"]?.stringValue else {
+                throw fail(Exit.badInput, "\(name) line \(lineNumber): no \"type\" string")
+            }
+            guard Names.isValidType(type) else {
+                throw fail(Exit.badInput, "\(name) line \(lineNumber): \"\(type)\" is not an action type")
+            }
+            if value["cause"] != nil && !includeCaused { continue }
+            actions.append(PlannedAction(line: lineNumber, type: type, payload: value["payload"].map { Array($0.compact.utf8) }))
+        }
+        return actions
+    }
+}
+
+/// One action to dispatch.
+struct PlannedAction: Sendable {
+    var line: Int?
+    var type: String
+    var payload: [UInt8]?
+
+    func frame(id: String, settle: Bool) -> [UInt8] {
+        var out = Array(#"{"op":"dispatch","id":"\#(id)","type":"#.utf8) + Array(JSONValue.quote(type).utf8)
+        if let payload { out += Array(#","payload":"#.utf8) + payload }
+        if settle { out += Array(#","settle":true"#.utf8) }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}
+
+/// How one dispatched action ended.
+enum ActionOutcome: Sendable {
+    case settled(Settlement)
+    case refused(code: String, message: String)
+}
+
+/// A `settled.results` element.
+func parseResult(_ v: JSONValue) -> StoreResult {
+    let store = v["store"]?.stringValue ?? "?"
+    let code = v["error"]?["code"]?.stringValue ?? ""
+    let message = v["error"]?["message"]?.stringValue ?? ""
+    switch v["status"]?.stringValue {
+    case "done": return StoreResult(store: store, status: .done(version: v["version"]?.intValue ?? 0))
+    case "rejected": return StoreResult(store: store, status: .rejected(code: code, message: message))
+    default: return StoreResult(store: store, status: .unavailable(code: code.isEmpty ? (v["status"]?.stringValue ?? "?") : code, message: message))
+    }
+}

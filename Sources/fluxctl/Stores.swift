@@ -1,0 +1,209 @@
+import ArgumentParser
+import FluxClient
+import FluxCore
+import Foundation
+import Histogram
+
+/// Sends a request frame whose `id` is `id` and waits for its reply (or an `error` with that ref, thrown).
+func request(_ client: FluxClient, _ reader: FrameReader, _ body: String, id: String, timeout: Double, _ what: String) async throws -> Envelope {
+    try client.sendRaw(body: Array(body.utf8))
+    let reply = try await withTimeout(timeout, what) { () -> Envelope in
+        while let env = await reader.next() {
+            if env.str("id") == id || (env.str("op") == "error" && env.str("ref") == id) { return env }
+        }
+        throw FluxError.disconnected("fluxd closed the connection")
+    }
+    if reply.str("op") == "error" { throw reply.serverError }
+    return reply
+}
+
+/// `fluxctl stores`: a table of the stores fluxd knows.
+struct Stores: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List stores: status, version, patterns, waitFor, subscribers, queue, owner pid and uid.",
+        discussion: "QUEUED counts actions waiting for the store, INFLIGHT those delivered and not yet answered.")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        let client = try await options.connect()
+        defer { client.abort() }
+        let reader = FrameReader(client)
+        let info: JSONValue
+        do {
+            info = try await request(client, reader, #"{"op":"info","id":"i"}"#, id: "i",
+                                     timeout: options.requestTimeout, "waiting for fluxd's info").value
+        } catch {
+            throw failure(error, socket: options.socketPath)
+        }
+        guard case .array(let stores)? = info["stores"] else { return }
+        if options.json {
+            for store in stores { emit(store.compact) }
+            return
+        }
+        if stores.isEmpty {
+            emit("no stores registered")
+            return
+        }
+        func list(_ v: JSONValue?) -> String {
+            guard case .array(let items)? = v, !items.isEmpty else { return "-" }
+            return items.compactMap(\.stringValue).joined(separator: ",")
+        }
+        func num(_ v: JSONValue?) -> String { v?.intValue.map(String.init) ?? "-" }
+        let rows = stores.map { s -> [String] in
+            let status = s["status"]?.stringValue ?? "?"
+            let owner = s["owner"]
+            return [Style.bold(s["name"]?.stringValue ?? "?"), status == "up" ? Style.green(status) : Style.red(status),
+                    num(s["version"]), list(s["handles"]), list(s["waitFor"]), num(s["subscribers"]),
+                    num(s["queued"]), num(s["inflight"]), num(s["queries"]),
+                    num(owner?["pid"]), num(owner?["uid"]), owner?["name"]?.stringValue ?? "-"]
+        }
+        for line in table(["STORE", "STATUS", "VERSION", "HANDLES", "WAITFOR", "SUBS", "QUEUED", "INFLIGHT", "QUERIES", "PID", "UID", "OWNER"], rows) {
+            emit(line)
+        }
+    }
+}
+
+/// `fluxctl stats`: fluxd's counters; `--watch` refreshes them.
+struct Stats: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show fluxd's counters: connections, frames, bytes, actions, snapshots, errors, queues.",
+        discussion: "With --watch, refreshes every --interval seconds and shows rates per second.")
+    @OptionGroup var options: GlobalOptions
+    @Flag(name: .long, help: "Refresh until interrupted.") var watch = false
+    @Option(name: .long, help: ArgumentHelp("Seconds between refreshes with --watch.", valueName: "seconds")) var interval: Double = 2
+    @Option(name: .long, help: "With --watch: exit after this many refreshes.") var count: Int?
+
+    func validate() throws {
+        if !(interval > 0) { throw ValidationError("--interval must be a positive number of seconds") }
+    }
+
+    func run() async throws {
+        let client = try await options.connect()
+        defer { client.abort() }
+        let reader = FrameReader(client)
+        let options = self.options, watch = self.watch, interval = self.interval
+        let limit = watch ? count : 1
+        do {
+            try await withTimeout(watch ? options.timeout : nil, "watching stats") {
+                var previous: (JSONValue, ContinuousClock.Instant)?
+                var n = 0
+                while true {
+                    n += 1
+                    let info = try await request(client, reader, #"{"op":"info","id":"i\#(n)"}"#, id: "i\(n)",
+                                                 timeout: options.requestTimeout, "waiting for fluxd's info").value
+                    let now = ContinuousClock.now
+                    let elapsed = previous.map { (now - $0.1) / .seconds(1) }
+                    if options.json {
+                        emit(Stats.json(info).compact)
+                    } else {
+                        if watch && Terminal.isTTY { FileHandle.standardOutput.write(Data("\u{1B}[H\u{1B}[2J".utf8)) }
+                        else if n > 1 { emit("") }
+                        for line in Stats.text(info, previous: previous?.0, elapsed: elapsed, socket: options.socketPath) { emit(line) }
+                    }
+                    previous = (info, now)
+                    if let limit, n >= limit { return }
+                    try await Task.sleep(for: .seconds(interval))
+                }
+            }
+        } catch {
+            throw failure(error, socket: options.socketPath)
+        }
+    }
+
+    /// `{"seq","peers","counters","queues":[{"store","status","queued","inflight","subscribers"}]}`.
+    static func json(_ info: JSONValue) -> JSONValue {
+        var line = JSONLine()
+        line.add("seq", info["seq"])
+        line.add("peers", info["peers"])
+        line.add("counters", info["counters"])
+        if case .array(let stores)? = info["stores"] {
+            line.add("queues", JSONValue.array(stores.map { s in
+                var q = JSONLine()
+                q.add("store", s["name"])
+                q.add("status", s["status"])
+                q.add("queued", s["queued"])
+                q.add("inflight", s["inflight"])
+                q.add("subscribers", s["subscribers"])
+                return q.value
+            }))
+        }
+        return line.value
+    }
+
+    static func text(_ info: JSONValue, previous: JSONValue?, elapsed: Double?, socket: String) -> [String] {
+        let counters = info["counters"]
+        func value(_ key: String) -> String {
+            let v = counters?[key]?.intValue ?? 0
+            guard let elapsed, elapsed > 0, let before = previous?["counters"]?[key]?.intValue else { return String(v) }
+            return "\(v) (\(String(format: "%.1f", Double(v - before) / elapsed)) /s)"
+        }
+        let peers = info["peers"]
+        var lines = [Style.bold("fluxd at \(socket)") + ", last seq \(info["seq"]?.intValue ?? 0)"]
+        var rows: [[String]] = []
+        rows.append(["connections", ["client", "store", "monitor"].map { "\($0) \(peers?[$0]?.intValue ?? 0)" }.joined(separator: ", ")])
+        rows.append(["frames", "in \(value("framesIn")), out \(value("framesOut"))"])
+        rows.append(["bytes", "in \(value("bytesIn")), out \(value("bytesOut"))"])
+        rows.append(["actions", value("actions")])
+        rows.append(["snapshots", value("snapshots")])
+        var errors = "none"
+        if case .object(let members)? = counters?["errors"], !members.isEmpty {
+            errors = members.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value.intValue ?? 0)" }.joined(separator: ", ")
+        }
+        rows.append(["errors", errors == "none" ? errors : Style.red(errors)])
+        var queues = "no stores"
+        if case .array(let stores)? = info["stores"], !stores.isEmpty {
+            queues = stores.map { s in
+                "\(s["name"]?.stringValue ?? "?") \(s["queued"]?.intValue ?? 0)+\(s["inflight"]?.intValue ?? 0)"
+                    + (s["status"]?.stringValue == "down" ? " (down)" : "")
+            }.joined(separator: ", ")
+        }
+        rows.append(["queues", queues + (queues == "no stores" ? "" : Style.dim("  (queued+inflight)"))])
+        lines += table(["", ""], rows).dropFirst()
+        return lines
+    }
+}
+
+/// `fluxctl ping`: round-trip time to fluxd.
+struct Ping: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure the round trip to fluxd.",
+        discussion: "Pings back to back; with --count N > 1 prints each round trip and then min, median and p99.")
+    @OptionGroup var options: GlobalOptions
+    @Option(name: .long, help: "How many pings.") var count = 1
+
+    func validate() throws {
+        if count < 1 { throw ValidationError("--count must be at least 1") }
+    }
+
+    func run() async throws {
+        let client = try await options.connect()
+        defer { client.abort() }
+        let path = options.socketPath
+        // Percentiles from an HdrHistogram of nanoseconds (3 significant digits).
+        var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+        do {
+            for n in 1...count {
+                let d = try await withTimeout(options.requestTimeout, "waiting for pong") { try await client.ping() }
+                let ns = UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000)
+                _ = histogram.record(ns)
+                let us = Double(ns) / 1000
+                if !options.json {
+                    emit(count == 1 ? String(format: "pong from %@ in %.0f µs", path, us) : String(format: "pong %d: %.0f µs", n, us))
+                }
+            }
+        } catch {
+            throw failure(error, socket: path)
+        }
+        func us(_ ns: UInt64) -> Double { Double(ns) / 1000 }
+        let minUs = us(histogram.min)
+        let median = us(histogram.valueAtPercentile(50))
+        let p99 = us(histogram.valueAtPercentile(99))
+        let maxUs = us(histogram.maxRecorded)
+        if options.json {
+            emit(String(format: #"{"count":%d,"minUs":%.1f,"medianUs":%.1f,"p99Us":%.1f,"maxUs":%.1f}"#, Int(histogram.totalCount), minUs, median, p99, maxUs))
+        } else if count > 1 {
+            emit(String(format: "%d pings to %@: min %.0f µs, median %.0f µs, p99 %.0f µs, max %.0f µs",
+                        Int(histogram.totalCount), path, minUs, median, p99, maxUs))
+        }
+    }
+}

@@ -1,0 +1,410 @@
+import FluxClient
+import Foundation
+import Glibc
+import Testing
+
+/// `fluxctl` as a real process against a real fluxd with the real example stores: exact human and `--json` output,
+/// help text, error messages and exit codes.
+@Suite("fluxctl")
+struct FluxctlTests {
+    /// Starts todo-store and stats-store and waits until stats has synced with todos (stats version 2), so the
+    /// versions every test prints are deterministic.
+    private func startTodoStores(_ bus: Bus) async throws -> (todo: StoreProcess, stats: StoreProcess) {
+        let todo = try await bus.start("todo-store")
+        let stats = try await bus.start("stats-store")
+        let client = try await bus.connect("sync")
+        let log = EventLog(client.subscribe(store: "stats", as: AnyCodable.self).snapshots.map(\.version))
+        try await log.wait("stats synced with todos") { $0.contains(2) }
+        log.cancel()
+        await client.close()
+        return (todo, stats)
+    }
+
+    @Test("fluxctl --help lists every subcommand and the exit codes; a subcommand's help shows its options; bad usage exits 64")
+    func help() async throws {
+        let root = try await fluxctl(["--help"], socket: nil)
+        #expect(root.status == 0)
+        #expect(root.stdout.contains("""
+            Exit codes:
+              0   success
+              1   an action was rejected or unavailable, or no store handles it
+              2   bad input: JSON argument, JSON pointer or --file line (shown where)
+              3   no fluxd at the socket, or the connection to it was lost
+              4   timed out (--timeout)
+              5   fluxd refused a request (e.g. unknown store)
+              64  bad usage (unknown option, missing argument)
+            """), "\(root)")
+        for sub in ["dispatch", "state", "watch", "query", "stores", "stats", "monitor", "ping"] {
+            #expect(root.stdout.contains("\n  \(sub) "), "subcommand \(sub) missing from --help")
+        }
+        let dispatch = try await fluxctl(["dispatch", "--help"], socket: nil)
+        #expect(dispatch.status == 0)
+        #expect(dispatch.stdout.contains("USAGE: fluxctl dispatch [--socket <path>] [--json] [--timeout <seconds>] [<type>] [<payload-json>] [--wait] [--count <count>] [--file <file>] [--window <window>] [--include-caused]"), "\(dispatch)")
+        #expect(dispatch.stdout.contains("  --wait                  Wait for the settlement and print each store's result."))
+        let monitor = try await fluxctl(["help", "monitor"], socket: nil)
+        #expect(monitor.stdout.contains("--record <file>"))
+        #expect(monitor.stdout.contains("--type <pattern>"))
+
+        let usage = try await fluxctl(["dispatch", "todo/create", "--frobnicate"], socket: nil)
+        #expect(usage.status == 64)
+        #expect(usage.stderr.contains("Unknown option '--frobnicate'"), "\(usage)")
+    }
+
+    @Test("errors before fluxd is reached: no fluxd (exit 3, names the path and how to start one), bad JSON (exit 2, where), bad pointer")
+    func errorsWithoutABus() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/none.sock"
+        let viaEnv = try await fluxctl(["stores"], socket: path)
+        #expect(viaEnv.status == 3)
+        #expect(viaEnv.stdout == "")
+        #expect(viaEnv.stderr == """
+            fluxctl: no fluxd at \(path) (from $FLUXBUS_SOCKET): no such socket
+              start one with:  fluxd --socket \(path)
+              or point fluxctl at a running one with --socket PATH or FLUXBUS_SOCKET=PATH
+
+            """, "\(viaEnv)")
+        let viaOption = try await fluxctl(["ping", "--socket", path], socket: nil)
+        #expect(viaOption.status == 3)
+        #expect(viaOption.stderr.hasPrefix("fluxctl: no fluxd at \(path) (from --socket): no such socket\n"), "\(viaOption)")
+
+        let badJSON = try await fluxctl(["dispatch", "todo/create", #"{"title":"milk",}"#], socket: path)
+        #expect(badJSON.status == 2)
+        #expect(badJSON.stderr == """
+            fluxctl: the payload is not valid JSON at column 17 (byte 16): expected a member name in double quotes
+              {"title":"milk",}
+                              ^
+
+            """, "\(badJSON)")
+        let badQuery = try await fluxctl(["query", "comments", "{site:1}"], socket: path)
+        #expect(badQuery.status == 2)
+        #expect(badQuery.stderr.hasPrefix("fluxctl: the query is not valid JSON at column 2 (byte 1): expected a member name in double quotes\n"), "\(badQuery)")
+        let badPointer = try await fluxctl(["state", "todos", "--path", "todos/0"], socket: path)
+        #expect(badPointer.status == 2)
+        #expect(badPointer.stderr == "fluxctl: a JSON pointer is empty or starts with '/' (got \"todos/0\")\n", "\(badPointer)")
+    }
+
+    @Test("dispatch (--wait, --json, --count, rejection, no-handler), state (--path), stores, stats, ping, unknown store, timeout")
+    func requestCommands() async throws {
+        try await withBus { bus in
+            let (todo, stats) = try await startTodoStores(bus)
+
+            let created = try await bus.ctl("dispatch", "todo/create", #"{"title":"buy milk"}"#, "--wait")
+            #expect(created.status == 0)
+            #expect(created.stdout == """
+                todo/create seq 1
+                  stats  done  version 3
+                  todos  done  version 2
+
+                """, "\(created)")
+            let rejected = try await bus.ctl("dispatch", "todo/toggle", #"{"id":99}"#, "--wait", "--json")
+            #expect(rejected.status == 1)
+            #expect(rejected.stdout == #"""
+                {"type":"todo/toggle","seq":2,"ok":false,"results":[{"store":"stats","status":"done","version":4},{"store":"todos","status":"rejected","code":"todo/not-found","message":"no todo with id 99"}]}
+
+                """#, "\(rejected)")
+            let twice = try await bus.ctl("dispatch", "todo/create", #"{"title":"eggs"}"#, "--count", "2")
+            #expect(twice.status == 0)
+            #expect(twice.stdout == "dispatched todo/create 2 times\n", "\(twice)")
+            let noHandler = try await bus.ctl("dispatch", "cart/add", "{}", "--wait")
+            #expect(noHandler.status == 1)
+            #expect(noHandler.stdout == "")
+            #expect(noHandler.stderr == "fluxctl: no store handles \"cart/add\" (fluxd: no-handler)\n", "\(noHandler)")
+
+            // The fire-and-forget dispatches were accepted before fluxctl exited (the ping barrier): the next
+            // settled dispatch is seq 5 and the list holds three todos.
+            let fourth = try await bus.ctl("dispatch", "todo/toggle", #"{"id":1}"#, "--wait", "--json")
+            #expect(fourth.stdout.hasPrefix(#"{"type":"todo/toggle","seq":5,"ok":true,"#), "\(fourth)")
+
+            let state = try await bus.ctl("state", "todos")
+            #expect(state.status == 0)
+            #expect(state.stdout == """
+                todos version 5 (seq 5)
+                {
+                  "nextID": 4,
+                  "todos": [
+                    {
+                      "createdSeq": 1,
+                      "done": true,
+                      "id": 1,
+                      "title": "buy milk"
+                    },
+                    {
+                      "createdSeq": 3,
+                      "done": false,
+                      "id": 2,
+                      "title": "eggs"
+                    },
+                    {
+                      "createdSeq": 4,
+                      "done": false,
+                      "id": 3,
+                      "title": "eggs"
+                    }
+                  ]
+                }
+
+                """, "\(state)")
+            let title = try await bus.ctl("state", "todos", "--path", "/todos/1/title", "--json")
+            #expect(title.stdout == #"{"store":"todos","version":5,"seq":5,"path":"/todos/1/title","value":"eggs"}"# + "\n", "\(title)")
+            let missing = try await bus.ctl("state", "todos", "--path", "/todos/7")
+            #expect(missing.status == 2)
+            #expect(missing.stderr == "fluxctl: /todos/7 does not exist: /todos has 3 elements (in todos version 5)\n", "\(missing)")
+            let unknown = try await bus.ctl("state", "nope")
+            #expect(unknown.status == 5)
+            #expect(unknown.stderr == "fluxctl: unknown store \"nope\": fluxd has no snapshot of it (known stores: stats, todos)\n", "\(unknown)")
+
+            let stores = try await bus.ctl("stores")
+            #expect(stores.status == 0)
+            let uid = String(getuid())
+            let rows = stores.lines.map { $0.split(separator: " ").map(String.init) }
+            #expect(rows == [
+                ["STORE", "STATUS", "VERSION", "HANDLES", "WAITFOR", "SUBS", "QUEUED", "INFLIGHT", "QUERIES", "PID", "UID", "OWNER"],
+                ["stats", "up", "7", "todo/*", "todos", "0", "0", "0", "0", String(stats.pid), uid, "stats-store"],
+                ["todos", "up", "5", "todo/*", "-", "1", "0", "0", "0", String(todo.pid), uid, "todo-store"],
+            ], "\(stores)")
+            // Aligned: every cell starts where its header does.
+            let header = stores.lines[0]
+            for line in stores.lines.dropFirst() {
+                for column in ["STATUS", "VERSION", "HANDLES", "PID", "OWNER"] {
+                    let at = header.range(of: column)!.lowerBound.utf16Offset(in: header)
+                    let index = line.index(line.startIndex, offsetBy: at)
+                    #expect(line[line.index(before: index)] == " " && line[index] != " ", "\(column) misaligned:\n\(stores.stdout)")
+                }
+            }
+            let storesJSON = try await bus.ctl("stores", "--json")
+            #expect(storesJSON.lines.count == 2)
+            #expect(storesJSON.lines[1] == #"{"name":"todos","status":"up","handles":["todo/*"],"waitFor":[],"version":5,"seq":5,"subscribers":1,"queued":0,"inflight":0,"queries":0,"owner":{"peer":\#(try ownerPeer(storesJSON.lines[1])),"name":"todo-store","pid":\#(todo.pid),"uid":\#(uid)}}"#, "\(storesJSON)")
+
+            let statsJSON = try await bus.ctl("stats", "--json")
+            let object = try #require(JSONSerialization.jsonObject(with: Data(statsJSON.stdout.utf8)) as? [String: Any], "\(statsJSON)")
+            #expect(object["seq"] as? Int == 5)
+            #expect((object["peers"] as? [String: Int])?["store"] == 2)
+            let counters = try #require(object["counters"] as? [String: Any])
+            #expect(counters["actions"] as? Int == 5)
+            #expect((counters["errors"] as? [String: Int])?["no-handler"] == 1)
+            #expect((object["queues"] as? [[String: Any]])?.map { $0["store"] as? String } == ["stats", "todos"])
+            let statsText = try await bus.ctl("stats")
+            #expect(statsText.lines.first == "fluxd at \(bus.socketPath), last seq 5")
+            #expect(statsText.lines.contains("actions      5"), "\(statsText)")
+            #expect(statsText.lines.contains("errors       no-handler 1, unknown-store 1"), "\(statsText)")
+            #expect(statsText.lines.contains("queues       stats 0+0, todos 0+0  (queued+inflight)"), "\(statsText)")
+
+            let ping = try await bus.ctl("ping", "--count", "5", "--json")
+            #expect(ping.status == 0)
+            #expect(ping.stdout.range(of: #"^\{"count":5,"minUs":[0-9.]+,"medianUs":[0-9.]+,"p99Us":[0-9.]+,"maxUs":[0-9.]+\}\n$"#, options: .regularExpression) != nil, "\(ping)")
+            let pingText = try await bus.ctl("ping", "--count", "3")
+            #expect(pingText.lines.count == 4)
+            #expect(pingText.lines[3].hasPrefix("3 pings to \(bus.socketPath): min "), "\(pingText)")
+
+            // A timeout: nothing more happens to todos, so waiting for 5 more snapshots times out (exit 4).
+            let timedOut = try await bus.ctl("watch", "todos", "--count", "5", "--timeout", "0.5")
+            #expect(timedOut.status == 4)
+            #expect(timedOut.stderr == "fluxctl: timed out after 0.5 s watching todos\n", "\(timedOut)")
+        }
+    }
+
+    private func ownerPeer(_ line: String) throws -> Int {
+        let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        return try #require((object?["owner"] as? [String: Any])?["peer"] as? Int)
+    }
+
+    @Test("watch shows the retained state, then each change with its path, old -> new, version, seq and action type")
+    func watchDiffs() async throws {
+        try await withBus { bus in
+            _ = try await startTodoStores(bus)
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"milk"}"#, "--wait")
+            let human = try FluxctlProcess(["watch", "todos", "--count", "4"], socket: bus.socketPath)
+            defer { human.cleanup() }
+            let json = try FluxctlProcess(["watch", "todos", "--count", "4", "--json"], socket: bus.socketPath)
+            defer { json.cleanup() }
+            let full = try FluxctlProcess(["watch", "todos", "--count", "2", "--full", "--json"], socket: bus.socketPath)
+            defer { full.cleanup() }
+            for p in [human, json, full] { try await p.wait("the retained snapshot") { $0.contains("version 2") || $0.contains(#""version":2"#) } }
+
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"eggs"}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/toggle", #"{"id":1}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/delete", #"{"id":1}"#, "--wait")
+
+            let h = try await human.finish()
+            #expect(h.status == 0)
+            #expect(h.stdout == """
+                watching todos (up, version 2)
+                todos version 2 (seq 1)
+                  {
+                    "nextID": 2,
+                    "todos": [
+                      {
+                        "createdSeq": 1,
+                        "done": false,
+                        "id": 1,
+                        "title": "milk"
+                      }
+                    ]
+                  }
+                todos version 3 (seq 2 todo/create)
+                  ~ /nextID  2 -> 3
+                  + /todos/1  {"createdSeq":2,"done":false,"id":2,"title":"eggs"}
+                todos version 4 (seq 3 todo/toggle)
+                  ~ /todos/0/done  false -> true
+                todos version 5 (seq 4 todo/delete)
+                  - /todos/0  {"createdSeq":1,"done":true,"id":1,"title":"milk"}
+
+                """, "\(h)")
+            let j = try await json.finish()
+            #expect(j.status == 0)
+            #expect(j.stdout == #"""
+                {"event":"subscribed","store":"todos","status":"up","version":2}
+                {"event":"snapshot","store":"todos","version":2,"seq":1,"state":{"nextID":2,"todos":[{"createdSeq":1,"done":false,"id":1,"title":"milk"}]}}
+                {"event":"diff","store":"todos","version":3,"seq":2,"type":"todo/create","changes":[{"op":"replace","path":"/nextID","old":2,"value":3},{"op":"add","path":"/todos/1","value":{"createdSeq":2,"done":false,"id":2,"title":"eggs"}}]}
+                {"event":"diff","store":"todos","version":4,"seq":3,"type":"todo/toggle","changes":[{"op":"replace","path":"/todos/0/done","old":false,"value":true}]}
+                {"event":"diff","store":"todos","version":5,"seq":4,"type":"todo/delete","changes":[{"op":"remove","path":"/todos/0","old":{"createdSeq":1,"done":true,"id":1,"title":"milk"}}]}
+
+                """#, "\(j)")
+            let f = try await full.finish()
+            #expect(f.lines.count == 3)
+            #expect(f.lines.last == #"{"event":"snapshot","store":"todos","version":3,"seq":2,"type":"todo/create","state":{"nextID":3,"todos":[{"createdSeq":1,"done":false,"id":1,"title":"milk"},{"createdSeq":2,"done":false,"id":2,"title":"eggs"}]}}"#, "\(f)")
+        }
+    }
+
+    @Test("query holds a query open and prints the store's snapshots; the query ends with fluxctl")
+    func query() async throws {
+        try await withBus { bus in
+            _ = try await bus.start("comments-store", ["--latency-ms", "0"])
+            let q = try FluxctlProcess(["query", "comments", #"{"site":1}"#, "--json"], socket: bus.socketPath)
+            defer { q.cleanup() }
+            try await q.wait("the comments of site 1") { $0.contains(#""activeSites":[1]"#) && $0.contains(#""comments":{"1":[{"#) }
+            let lines = q.stdout.split(separator: "\n")
+            #expect(lines.first?.hasPrefix(#"{"event":"subscribed","store":"comments","status":"up","version":"#) == true, "\(q.stdout)")
+            #expect(lines.dropFirst().allSatisfy { $0.hasPrefix(#"{"event":"snapshot","store":"comments","version":"#) }, "\(q.stdout)")
+            q.send(signal: SIGINT)
+            _ = try await q.finish()
+            // fluxctl is gone, so is its query: the store hears the active set is empty again.
+            let watcher = try FluxctlProcess(["watch", "comments", "--json", "--full"], socket: bus.socketPath)
+            defer { watcher.cleanup() }
+            try await watcher.wait("the query released") { $0.contains(#""activeSites":[]"#) }
+
+            let human = try await bus.ctl("query", "comments", #"{"site":2}"#, "--count", "1")
+            #expect(human.status == 0)
+            #expect(human.lines.first == #"query comments {"site":2} active"#, "\(human)")
+            #expect(human.lines[1].hasPrefix("watching comments (up, version "), "\(human)")
+            #expect(human.lines[2].hasPrefix("comments version "), "\(human)")
+        }
+    }
+
+    @Test("monitor shows every event in one line each (human, --json, filters); --record then dispatch --file in a fresh bus reproduces the todos state")
+    func monitorRecordReplay() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let recording = dir.path + "/session.jsonl"
+        let finalState: String = try await withBus { bus in
+            _ = try await startTodoStores(bus)
+            let all = try FluxctlProcess(["monitor", "--time", "none", "--record", recording], socket: bus.socketPath)
+            defer { all.cleanup() }
+            let json = try FluxctlProcess(["monitor", "--json", "--type", "todo/toggle"], socket: bus.socketPath)
+            defer { json.cleanup() }
+            let byStore = try FluxctlProcess(["monitor", "--time", "none", "--store", "stats", "--count", "3"], socket: bus.socketPath)
+            defer { byStore.cleanup() }
+            // Wait until fluxd counts the three monitors, so none misses the session.
+            let client = try await bus.connect("probe")
+            for _ in 0..<200 {
+                if (try await client.info().peers?.monitor ?? 0) >= 3 { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(try await client.info().peers?.monitor == 3)
+            await client.close()
+
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"milk"}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"eggs"}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/toggle", #"{"id":99}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/toggle", #"{"id":2}"#, "--wait")
+            _ = try await bus.ctl("dispatch", "todo/edit", #"{"id":1,"title":"oat milk"}"#, "--wait")
+            try await all.wait("the last settlement") { $0.contains("settle     #5 ") }
+            try await json.wait("the toggles") { $0.components(separatedBy: #""kind":"settle""#).count == 3 }
+
+            let lines = all.stdout.split(separator: "\n").map(String.init)
+            let actionLines = lines.filter { !$0.hasPrefix("connect") && !$0.hasPrefix("disconnect") }
+            #expect(Array(actionLines.prefix(5)) == [
+                #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: actionLines[0]))) {"title":"milk"}"#,
+                "snapshot   todos v2 #1 (74 bytes)",
+                "snapshot   stats v3 #1 (62 bytes)",
+                "settle     #1 stats done v3, todos done v2",
+                #"dispatch   #2 todo/create from fluxctl(\#(try peer(in: actionLines[4]))) {"title":"eggs"}"#,
+            ], "\(all.stdout)")
+            #expect(actionLines.contains("settle     #3 stats done v5, todos rejected todo/not-found"), "\(all.stdout)")
+            #expect(lines.contains { $0.hasPrefix("connect    fluxctl(") && $0.contains(" client pid ") }, "\(all.stdout)")
+            #expect(lines.contains { $0.hasPrefix("disconnect fluxctl(") }, "\(all.stdout)")
+
+            let events = try json.stdout.split(separator: "\n").map {
+                try #require(JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+            #expect(events.map { "\($0["kind"]!) \($0["seq"] ?? "-")" } == [
+                "dispatch 3", "snapshot 3", "settle 3", "dispatch 4", "snapshot 4", "snapshot 4", "settle 4",
+            ], "\(json.stdout)")
+            #expect(events[0]["type"] as? String == "todo/toggle")
+            #expect(events[0]["t"] is Int)
+            #expect((events[0]["payload"] as? [String: Int]) == ["id": 99])
+
+            let stats = try await byStore.finish()
+            #expect(stats.lines == [
+                #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: stats.lines[0]))) {"title":"milk"}"#,
+                "snapshot   stats v3 #1 (62 bytes)",
+                "settle     #1 stats done v3, todos done v2",
+            ], "\(stats)")
+
+            all.send(signal: SIGINT)
+            _ = try await all.finish()
+            return try await bus.ctl("state", "todos", "--json").stdout
+        }
+        let recorded = try String(contentsOfFile: recording, encoding: .utf8)
+        #expect(recorded == #"""
+            {"seq":1,"type":"todo/create","payload":{"title":"milk"}}
+            {"seq":2,"type":"todo/create","payload":{"title":"eggs"}}
+            {"seq":3,"type":"todo/toggle","payload":{"id":99}}
+            {"seq":4,"type":"todo/toggle","payload":{"id":2}}
+            {"seq":5,"type":"todo/edit","payload":{"id":1,"title":"oat milk"}}
+
+            """#)
+
+        try await withBus { fresh in
+            _ = try await startTodoStores(fresh)
+            let replay = try await fresh.ctl("dispatch", "--file", recording, "--window", "3")
+            #expect(replay.status == 1, "the recorded session holds one rejected toggle")
+            #expect(replay.lines.last == "replayed 5 actions from \(recording): 4 ok, 1 failed", "\(replay)")
+            #expect(replay.lines.contains("todo/toggle seq 3 (line 3)"), "\(replay)")
+            #expect(replay.lines.contains("  todos  rejected  todo/not-found: no todo with id 99"), "\(replay)")
+            let state = try await fresh.ctl("state", "todos", "--json")
+            #expect(state.stdout == finalState)
+            #expect(state.stdout.contains(#""title":"oat milk""#))
+
+            // The same recording from stdin, as JSON, on top: each line settles in order.
+            let again = try await fresh.ctl("dispatch", "--file", "-", "--json", stdin: recorded)
+            #expect(again.lines.map { $0.components(separatedBy: #","ok""#)[0] } == [
+                #"{"line":1,"type":"todo/create","seq":6"#, #"{"line":2,"type":"todo/create","seq":7"#,
+                #"{"line":3,"type":"todo/toggle","seq":8"#, #"{"line":4,"type":"todo/toggle","seq":9"#,
+                #"{"line":5,"type":"todo/edit","seq":10"#,
+            ], "\(again)")
+            let bad = try await fresh.ctl("dispatch", "--file", "-", stdin: "{\"type\":\"todo/create\"}\n{\"type\":\"todo/create\",\"payload\":{\"title\" \"x\"}}\n")
+            #expect(bad.status == 2)
+            #expect(bad.stderr == """
+                fluxctl: stdin line 2 is not valid JSON at column 42: expected ':' after the member name
+                  {"type":"todo/create","payload":{"title" "x"}}
+                  \(String(repeating: " ", count: 41))^
+
+                """, "\(bad)")
+            #expect(try await fresh.ctl("state", "todos", "--path", "/nextID").stdout.hasSuffix("\n5\n"), "nothing of a bad file is dispatched")
+        }
+    }
+
+    /// The peer id in `... from fluxctl(7) ...`.
+    private func peer(in line: String) throws -> Int {
+        let open = try #require(line.range(of: "fluxctl("))
+        let rest = line[open.upperBound...]
+        return try #require(Int(rest.prefix { $0.isNumber }))
+    }
+}
+
+/// Any JSON (the tests only need snapshot versions).
+struct AnyCodable: Decodable, Sendable {
+    init(from decoder: any Decoder) throws {}
+}

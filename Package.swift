@@ -31,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
     ],
     targets: [
         .systemLibrary(
@@ -47,7 +48,8 @@ let package = Package(
         ),
         .target(
             name: "FluxDaemon",
-            dependencies: ["FluxCore", "FluxRouter", "FluxTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["FluxCore", "FluxRouter", "FluxTransport", .product(name: "Logging", package: "swift-log"),
+                           .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: swiftSettings
         ),
         .target(name: "FluxClient", dependencies: ["FluxCore"], swiftSettings: swiftSettings),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the FluxBus todo demo: builds, starts fluxd on its default socket, the todo, stats and comments stores in the
-# background, then todo-view in the foreground (interactive). Everything it started is stopped when it exits or on
-# Ctrl-C.
+# Runs the FluxBus todo demo: builds, starts `fluxd --config examples/fluxd.toml` on its default socket (fluxd starts
+# and supervises the todo, stats and comments stores), waits until every worker runs, then runs todo-view in the
+# foreground (interactive). fluxd (and with it every worker) is stopped when the demo exits or on Ctrl-C.
 #
 #   scripts/demo.sh           interactive: type add TEXT, toggle ID, edit ID TEXT, delete ID, clear, quit
 #   scripts/demo.sh --smoke   unattended: pipes a scripted session into todo-view, prints its output and exits 0
@@ -51,7 +51,7 @@ stop_all() {
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
         pid=${pids[i]}
         kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         if kill -0 "$pid" 2>/dev/null; then
             echo "demo: ${names[i]} (pid $pid) did not stop on SIGTERM; killing it" >&2
             kill -KILL "$pid" 2>/dev/null || true
@@ -102,17 +102,26 @@ start() {
     done
 }
 
-echo "==> starting fluxd and the example stores"
+echo "==> starting fluxd with examples/fluxd.toml (it starts the todo, stats and comments stores)"
 ready_line=
-start fluxd "fluxd ready on " "$bin/fluxd"
+start fluxd "fluxd ready on " "$bin/fluxd" --config examples/fluxd.toml
 socket=${ready_line#*fluxd ready on }
-start todo-store "todo-store ready" "$bin/todo-store" --socket "$socket"
-start stats-store "stats-store ready" "$bin/stats-store" --socket "$socket"
-start comments-store "comments-store ready" "$bin/comments-store" --socket "$socket"
+deadline=$((SECONDS + ready_timeout))
+until [ "$("$bin/fluxctl" workers --json --socket "$socket" 2>/dev/null | grep -c '"state":"running"')" = 3 ]; do
+    if ! kill -0 "${pids[0]}" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+        echo "demo: the workers did not all start within ${ready_timeout}s:" >&2
+        "$bin/fluxctl" workers --socket "$socket" >&2 || true
+        cat "$logs/fluxd.log" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+"$bin/fluxctl" workers --socket "$socket"
 
 if [ "$mode" = interactive ]; then
     echo "==> todo-view (commands: add TEXT, edit ID TEXT, toggle ID, delete ID, clear, quit; Ctrl-C stops the demo)"
     echo "    in another terminal: $bin/comments-view --socket $socket --site 7"
+    echo "                         $bin/fluxctl workers --socket $socket   (fluxd's log: $logs/fluxd.log)"
     "$bin/todo-view" --socket "$socket"
     exit 0
 fi

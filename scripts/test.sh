@@ -27,3 +27,31 @@ timeout 1200 swift test --skip-build   # a hung test fails the run instead of st
 
 echo "==> protocol schemas and message vectors"
 python3 protocol/tools/check_schemas.py
+
+# Clients in other languages and the language-neutral conformance suite, against the fluxd just built.
+echo "==> Python, Node and conformance suites"
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+    echo "==> installing pytest (pip)"
+    python3 -m pip install -q pytest
+fi
+if ! command -v node >/dev/null 2>&1; then echo "node is not installed (the Node.js suite needs Node 18+)" >&2; exit 1; fi
+export FLUXD="${FLUXD:-$(swift build --show-bin-path)/fluxd}"
+polyglot_failed=()
+run_suite() {  # run_suite LABEL COMMAND...: runs one suite and prints a PASS/FAIL line for it
+    local label=$1; shift
+    echo "--> $label"
+    if timeout 300 "$@"; then echo "PASS $label"; else echo "FAIL $label"; polyglot_failed+=("$label"); fi
+}
+run_suite "pytest examples/python (sync + asyncio clients, Store, vectors, polyglot demo)" \
+    python3 -m pytest -q -p no:cacheprovider examples/python/tests
+run_suite "pytest protocol/conformance (scenarios against fluxd) + protocol/tools" \
+    python3 -m pytest -q -p no:cacheprovider protocol/conformance protocol/tools/test_check_frozen.py
+run_suite "node --test examples/node (client, Store, vectors, conformance scenarios)" \
+    node --test examples/node/test/*.test.mjs
+run_suite "check_frozen.py (schemas compatible with protocol/frozen/v1)" \
+    python3 protocol/tools/check_frozen.py
+if [ ${#polyglot_failed[@]} -ne 0 ]; then
+    printf 'FAILED: %s\n' "${polyglot_failed[@]}" >&2
+    exit 1
+fi
+echo "all Python, Node and conformance suites passed"

@@ -34,6 +34,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     case storeUnavailable = "store-unavailable"
     /// `dispatch` while fluxd is shutting down. Survives until fluxd closes it.
     case shuttingDown = "shutting-down"
+    /// `restart-worker` / `stop-worker` naming no worker of fluxd's running config (fluxd as a plugin host). Survives.
+    case unknownWorker = "unknown-worker"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

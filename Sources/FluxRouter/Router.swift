@@ -38,6 +38,8 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     private var epoch: Millis?
     private var now: Millis = 0
+    /// The `ref` of errors about the message being handled: its `id` if a string, else its `store` (SPEC §8.9).
+    private var currentRef: String?
     /// Traffic and error counters, reported by `info`.
     public private(set) var counters = Counters()
 
@@ -252,6 +254,8 @@ public final class Router {
             if peer.role == nil { return fail(peer, .handshakeRequired, "the first frame must be hello", &out) }
             return fail(peer, .badMessage, "a message needs a string \"op\"", &out)
         }
+        currentRef = env.string("id").value ?? env.string("store").value
+        defer { currentRef = nil }
         guard let role = peer.role else {
             if op == "hello" { return hello(peer, env, &out) }
             return fail(peer, .handshakeRequired, "the first frame must be hello, not \(op)", &out)
@@ -324,13 +328,13 @@ public final class Router {
         routes.removeAll(keepingCapacity: true)
         for item in store.queue { item.deadline = nil }
 
+        let initial = resumed ? nil : env.raw("state")
         var b = FrameBuilder(op: "registered")
         b.string("store", name)
-        b.int("version", store.version)
+        b.int("version", store.version + (initial == nil ? 0 : 1))  // the initial state becomes version 1 below
         b.int("seq", store.seq)
         b.bool("resumed", resumed)
         out.send(peer, b.finish())
-        let initial = resumed ? nil : env.raw("state")
         var up = FrameBuilder(op: "store-up")
         up.string("store", name)
         up.int("version", store.version + (initial == nil ? 0 : 1))
@@ -867,7 +871,7 @@ public final class Router {
         var b = FrameBuilder(op: "error")
         b.string("code", code.rawValue)
         b.string("message", message)
-        if let ref { b.string("ref", ref) }
+        if let ref = ref ?? currentRef { b.string("ref", ref) }
         b.bool("fatal", closes)
         out.counters.count(code)
         out.send(peer, b.finish())

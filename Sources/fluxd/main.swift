@@ -39,6 +39,11 @@ struct Fluxd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Permission bits of the socket file, in octal.", valueName: "octal"))
     var socketMode: String = "600"
 
+    @Option(name: .long, help: ArgumentHelp(
+        "A TOML file of store workers to start, supervise and stop (see examples/fluxd.toml). SIGHUP reloads it.",
+        valueName: "file"))
+    var config: String?
+
     @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning or error.", valueName: "level"))
     var logLevel: String = "info"
 
@@ -76,6 +81,17 @@ struct Fluxd: ParsableCommand {
         var logger = Logger(label: "fluxd")
         logger.logLevel = level
 
+        // A bad config file is reported before anything listens or starts.
+        var supervisorConfig: SupervisorConfig?
+        if let path = self.config {
+            do {
+                supervisorConfig = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
+            } catch {
+                writeAll(2, "fluxd: error: bad config: \(error)\n")
+                throw ExitCode.failure
+            }
+        }
+
         var config = DaemonConfig(socketPath: socket ?? defaultSocketPath())
         config.socketMode = parsedSocketMode ?? 0o600
         config.router.maxFrame = maxFrame
@@ -85,7 +101,8 @@ struct Fluxd: ParsableCommand {
         config.router.handshakeTimeout = handshakeTimeout
 
         do {
-            try runDaemon(config: config, logger: logger) { path in
+            try runPluginHost(config: config, supervisorConfig: supervisorConfig,
+                              executableDirectory: executableDirectory(), logger: logger) { path in
                 writeAll(1, "fluxd ready on \(path)\n")
             }
         } catch {
@@ -93,6 +110,15 @@ struct Fluxd: ParsableCommand {
             throw ExitCode.failure
         }
     }
+}
+
+/// The directory of the running fluxd executable (bare worker commands are looked up there first).
+private func executableDirectory() -> String? {
+    guard let resolved = realpath("/proc/self/exe", nil) else { return nil }
+    defer { free(resolved) }
+    let path = String(cString: resolved)
+    guard let slash = path.lastIndex(of: "/") else { return nil }
+    return String(path[..<slash])
 }
 
 /// Writes a whole string to a file descriptor, unbuffered (the ready line must not sit in a stdio buffer).

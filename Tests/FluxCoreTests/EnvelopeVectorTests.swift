@@ -119,7 +119,7 @@ struct EnvelopeVectorTests {
             "bad-frame": false, "too-large": true, "bad-json": false, "bad-message": false, "unknown-op": false,
             "handshake-required": true, "unsupported-version": true, "timeout": true, "forbidden": false,
             "name-taken": false, "cycle": false, "unknown-store": false, "no-handler": false, "overloaded": false,
-            "store-unavailable": false, "shutting-down": false,
+            "store-unavailable": false, "shutting-down": false, "unknown-worker": false,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

@@ -53,6 +53,13 @@ public final class StopSignals {
     private let sources: [any DispatchSourceSignal]
 
     init(_ handler: @escaping @Sendable (Int32) -> Void) {
+        // A process started by Foundation's `Process` from a test thread can inherit SIGINT/SIGTERM blocked
+        // (DESIGN.md): unblock them, or the stop request stays pending forever and never reaches the handler.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        sigaddset(&unblock, SIGINT)
+        sigaddset(&unblock, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         let queue = DispatchQueue(label: "stop-signals")
         sources = [SIGINT, SIGTERM].map { signo in
             signal(signo, SIG_IGN)

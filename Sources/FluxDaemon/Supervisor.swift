@@ -1,0 +1,541 @@
+import FluxCore
+import FluxRouter
+import FluxTransport
+import Glibc
+import Logging
+
+/// What `fluxctl workers` shows of one worker.
+public enum WorkerState: String, Sendable {
+    /// Waiting for the stores it depends on, or started and not yet registered its stores.
+    case starting
+    /// Its stores are up.
+    case running
+    /// Ended; restarts when its backoff delay is over.
+    case backingOff = "backing-off"
+    /// Asked to stop (SIGTERM sent; SIGKILL after the stop timeout).
+    case stopping
+    /// Not running and not going to be restarted (stopped on request, exited under its policy, or never started).
+    case stopped
+    /// Given up on: the intensity limit was reached, or its command cannot be started.
+    case failed
+}
+
+/// Starts, watches, restarts and stops the workers a config file lists (fluxd as a plugin host). Everything runs on
+/// the daemon's loop thread.
+///
+/// Per worker: `starting` (waiting for its `after` stores to be up, then spawned with `FLUXBUS_SOCKET` and
+/// `--socket PATH`; it must register every store in `stores` within `start_timeout`, else it is killed) ->
+/// `running` (its stores are up; if one goes down while the process lives, its connection is gone: it is killed and
+/// treated as crashed) -> on exit, restarted per its policy after a backoff delay (`backing-off`), unless more than
+/// `intensity.restarts` restarts happened within `intensity.within` (then `failed`, reported in the log and by
+/// `fluxctl workers`). A command that cannot be started at all (no such file, not executable) is `failed` at once,
+/// never retried in a loop. Store registration is watched by polling the router (every 50 ms) for each store's
+/// status and owner.
+public final class Supervisor {
+    private let loop: EventLoop
+    private unowned let daemon: Daemon
+    private let socketPath: String
+    private var logger: Logger
+    private let executableDirectory: String?
+    /// The config in force.
+    public private(set) var config: SupervisorConfig
+    private var workers: [String: Worker] = [:]
+    /// Worker names in start order (workers being removed stay until they stopped).
+    private var order: [String] = []
+    private var pollTimer: LoopTimer?
+    private var stoppingAll: (() -> Void)?
+
+    /// A supervisor for `config` on the daemon's loop (nothing runs until `start()`).
+    public init(loop: EventLoop, daemon: Daemon, config: SupervisorConfig, socketPath: String,
+                executableDirectory: String?, logger: Logger) {
+        self.loop = loop
+        self.daemon = daemon
+        self.config = config
+        self.socketPath = socketPath
+        self.executableDirectory = executableDirectory
+        self.logger = logger
+    }
+
+    /// Starts the workers in dependency order (each once the stores it depends on are up).
+    public func start() {
+        pollTimer = LoopTimer(loop: loop) { [unowned self] in self.poll() }
+        pollTimer?.start(after: 50, repeat: 50)
+        for spec in config.workers { add(spec) }
+        poll()
+    }
+
+    /// Whether every worker process has ended.
+    public var allStopped: Bool { workers.values.allSatisfy { $0.child == nil } }
+
+    // MARK: - Operations
+
+    /// Re-reads the config file (SIGHUP): starts added workers, stops removed ones, restarts changed ones; unchanged
+    /// ones keep running. A bad file is logged and changes nothing.
+    public func reload() {
+        let fresh: SupervisorConfig
+        do {
+            fresh = try SupervisorConfig.load(path: config.path, executableDirectory: executableDirectory)
+        } catch {
+            logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
+            return
+        }
+        guard stoppingAll == nil else { return }
+        let old = Dictionary(uniqueKeysWithValues: config.workers.map { ($0.name, $0) })
+        let new = Set(fresh.workers.map(\.name))
+        config = fresh
+        var added = 0, removed = 0, changed = 0
+        for (name, _) in old where !new.contains(name) {
+            guard let worker = workers[name] else { continue }
+            removed += 1
+            worker.desired = nil
+            stop(worker, reason: "removed from the config")
+            if worker.child == nil { forget(worker) }
+        }
+        for spec in fresh.workers {
+            if let worker = workers[spec.name] {
+                guard worker.spec != spec else { continue }
+                changed += 1
+                worker.desired = spec
+                worker.resetFailures()
+                if worker.child != nil {
+                    stop(worker, reason: "its config changed")
+                } else {
+                    worker.spec = spec
+                    worker.timer.stop()
+                    worker.state = .starting
+                }
+            } else {
+                added += 1
+                add(spec)
+            }
+        }
+        // Start order follows the new file; workers on their way out go last.
+        order = fresh.workers.map(\.name) + order.filter { !new.contains($0) }
+        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)"])
+        poll()
+    }
+
+    /// Restarts a worker (also a failed or stopped one; its restart history is forgotten). False: no such worker.
+    @discardableResult
+    public func restart(name: String) -> Bool {
+        guard let worker = workers[name], worker.desired != nil, stoppingAll == nil else { return false }
+        worker.resetFailures()
+        worker.held = false
+        if worker.child != nil {
+            worker.restartAfterStop = true
+            stop(worker, reason: "restart requested")
+        } else {
+            worker.timer.stop()
+            worker.state = .starting
+            worker.lastError = nil
+            poll()
+        }
+        return true
+    }
+
+    /// Stops a worker until it is restarted (`restart(name:)`, a reload that changes it, or fluxd's restart). False:
+    /// no such worker.
+    @discardableResult
+    public func stop(name: String) -> Bool {
+        guard let worker = workers[name], worker.desired != nil else { return false }
+        worker.held = true
+        worker.restartAfterStop = false
+        if worker.child != nil {
+            stop(worker, reason: "stop requested")
+        } else {
+            worker.timer.stop()
+            worker.state = .stopped
+        }
+        return true
+    }
+
+    /// Stops every worker in reverse dependency order (a worker is stopped once no live worker depends on its
+    /// stores), then calls `completion`, then closes the supervisor's handles.
+    public func stopAll(completion: @escaping () -> Void) {
+        guard stoppingAll == nil else { return }
+        stoppingAll = completion
+        for worker in workers.values {
+            worker.held = true
+            worker.restartAfterStop = false
+            if worker.child == nil {
+                worker.timer.stop()
+                if worker.state != .failed { worker.state = .stopped }
+            }
+        }
+        logger.info("stopping workers", metadata: ["running": "\(workers.values.filter { $0.child != nil }.count)"])
+        continueStoppingAll()
+    }
+
+    /// SIGKILLs every worker (the hurried stop); the supervisor's handles close once they all exited.
+    public func killAll() {
+        if stoppingAll == nil { stoppingAll = {} }
+        for worker in workers.values {
+            worker.held = true
+            worker.child?.kill(SIGKILL)
+            worker.child?.close()
+        }
+        continueStoppingAll()
+    }
+
+    // MARK: - Host operations
+
+    /// The ops `handle(request:from:)` answers: `workers`, `restart-worker`, `stop-worker`.
+    public static let hostOps: Set<String> = ["workers", "restart-worker", "stop-worker"]
+
+    /// Answers a host-operation request (see protocol/SPEC.md, "Host operations").
+    public func handle(request: Envelope, from peer: PeerID) {
+        let op = request.string("op").value ?? ""
+        guard let id = request.string("id").value else {
+            return sendError(to: peer, ref: nil, code: "bad-message", message: "\(op) needs a string \"id\"")
+        }
+        switch op {
+        case "workers":
+            var b = FrameBuilder(op: "workers")
+            b.string("id", id)
+            b.key("workers")
+            var list: [UInt8] = [UInt8(ascii: "[")]
+            for (i, name) in order.enumerated() {
+                guard let worker = workers[name] else { continue }
+                if i > 0 { list.append(UInt8(ascii: ",")) }
+                list += json(of: worker)
+            }
+            list.append(UInt8(ascii: "]"))
+            b.rawBytes(list)
+            daemon.send(b.finish(), to: peer)
+        case "restart-worker", "stop-worker":
+            guard let name = request.string("name").value else {
+                return sendError(to: peer, ref: id, code: "bad-message", message: "\(op) needs a string \"name\"")
+            }
+            let known = op == "restart-worker" ? restart(name: name) : stop(name: name)
+            guard known, let worker = workers[name] else {
+                return sendError(to: peer, ref: id, code: "unknown-worker", message: "no worker named \"\(name)\"")
+            }
+            var b = FrameBuilder(op: "worker")
+            b.string("id", id)
+            b.raw("worker", json(of: worker))
+            daemon.send(b.finish(), to: peer)
+        default:
+            sendError(to: peer, ref: id, code: "unknown-op", message: "unknown op \"\(op)\"")
+        }
+    }
+
+    private func sendError(to peer: PeerID, ref: String?, code: String, message: String) {
+        var b = FrameBuilder(op: "error")
+        if let ref { b.string("ref", ref) }
+        b.string("code", code)
+        b.string("message", message)
+        b.bool("fatal", false)
+        daemon.send(b.finish(), to: peer)
+    }
+
+    private func json(of worker: Worker) -> [UInt8] {
+        var out: [UInt8] = []
+        func key(_ k: String) { out += Array("\"\(k)\":".utf8) }
+        out += Array("{".utf8)
+        key("name"); appendEscaped(worker.spec.name, to: &out)
+        out += Array(",".utf8); key("state"); appendEscaped(worker.state.rawValue, to: &out)
+        out += Array(",".utf8); key("pid"); out += Array((worker.child.map { "\($0.pid)" } ?? "null").utf8)
+        out += Array(",".utf8); key("restarts"); out += Array("\(worker.restarts)".utf8)
+        let uptime = worker.child != nil ? "\(loop.now - worker.startedAt)" : "null"
+        out += Array(",".utf8); key("uptime_ms"); out += Array(uptime.utf8)
+        out += Array(",".utf8); key("last_exit")
+        switch worker.lastExit {
+        case nil: out += Array("null".utf8)
+        case .exited(let code)?: out += Array("{\"code\":\(code)}".utf8)
+        case .signalled(let signal)?:
+            out += Array("{\"signal\":".utf8); appendEscaped(signalName(signal), to: &out); out += Array("}".utf8)
+        }
+        out += Array(",".utf8); key("stores")
+        out += Array("[".utf8)
+        for (i, store) in worker.spec.stores.enumerated() {
+            if i > 0 { out += Array(",".utf8) }
+            appendEscaped(store, to: &out)
+        }
+        out += Array("]".utf8)
+        if let error = worker.lastError {
+            out += Array(",".utf8); key("error"); appendEscaped(error, to: &out)
+        }
+        out += Array("}".utf8)
+        return out
+    }
+
+    // MARK: - The state machine
+
+    private func add(_ spec: WorkerSpec) {
+        let worker = Worker(spec: spec, supervisor: self, loop: loop)
+        workers[spec.name] = worker
+        if !order.contains(spec.name) { order.append(spec.name) }
+    }
+
+    private func forget(_ worker: Worker) {
+        worker.timer.close()
+        workers.removeValue(forKey: worker.spec.name)
+        order.removeAll { $0 == worker.spec.name }
+    }
+
+    /// Looks at every worker: starts the ones whose dependencies are up, promotes the ones whose stores registered,
+    /// notices lost connections.
+    private func poll() {
+        if stoppingAll != nil { return continueStoppingAll() }
+        for name in order {
+            guard let worker = workers[name], !worker.held, worker.desired != nil else { continue }
+            switch worker.state {
+            case .starting where worker.child == nil:
+                if worker.spec.after.allSatisfy({ daemon.storeStatus($0).status == "up" }) { spawn(worker) }
+            case .starting:
+                guard worker.terminating == nil else { continue }
+                let registered = worker.spec.stores.allSatisfy { store in
+                    let status = daemon.storeStatus(store)
+                    return status.status == "up" && status.owner.map { !worker.staleOwners.contains($0) } ?? true
+                }
+                if registered {
+                    worker.state = .running
+                    worker.timer.stop()
+                    worker.runningSince = loop.now
+                    logger.info("worker running", metadata: ["worker": "\(name)", "pid": "\(worker.child!.pid)",
+                                                             "stores": "\(worker.spec.stores.joined(separator: ","))"])
+                }
+            case .running:
+                guard worker.terminating == nil else { continue }
+                if let lost = worker.spec.stores.first(where: { daemon.storeStatus($0).status != "up" }) {
+                    logger.warning("worker lost its connection; killing it",
+                                   metadata: ["worker": "\(name)", "store": "\(lost)"])
+                    terminate(worker, because: "store \(lost) went down while the process lived")
+                }
+            default:
+                break
+            }
+        }
+    }
+
+    private func spawn(_ worker: Worker) {
+        let spec = worker.spec
+        var environment: [String: String] = [:]
+        for (key, value) in ProcessEnvironment.current() { environment[key] = value }
+        for (key, value) in spec.environment { environment[key] = value }
+        environment["FLUXBUS_SOCKET"] = socketPath
+        var options = SpawnOptions(executable: spec.executable,
+                                   arguments: spec.arguments + (spec.socketArgument ? ["--socket", socketPath] : []),
+                                   environment: environment.map { "\($0.key)=\($0.value)" }.sorted(),
+                                   workingDirectory: spec.workingDirectory)
+        options.detached = true
+        // Stores that are up now belong to somebody else (a previous instance whose close is not processed yet).
+        worker.staleOwners = Set(spec.stores.compactMap { daemon.storeStatus($0).owner })
+        do {
+            worker.child = try ChildProcess.spawn(loop: loop, options: options, delegate: worker)
+        } catch {
+            worker.state = .failed
+            worker.lastError = "cannot start \(spec.command): \(describe(error))"
+            logger.error("worker cannot be started; not retrying (fix the config and reload, or fluxctl restart)",
+                         metadata: ["worker": "\(spec.name)", "command": "\(spec.executable)", "error": "\(describe(error))"])
+            return
+        }
+        worker.startedAt = loop.now
+        worker.lastError = nil
+        worker.terminating = nil
+        logger.info("worker started", metadata: ["worker": "\(spec.name)", "pid": "\(worker.child!.pid)",
+                                                 "command": "\(spec.executable)"])
+        if spec.stores.isEmpty {
+            worker.state = .running
+            worker.runningSince = loop.now
+        } else {
+            worker.state = .starting
+            worker.timer.start(after: spec.startTimeout)
+        }
+    }
+
+    private func describe(_ error: TransportError) -> String {
+        if case .uv(let uv) = error { return "\(uv.message) (\(uv.name))" }
+        return "\(error)"
+    }
+
+    /// Timer of a worker fired: start timeout, backoff over, or stop timeout.
+    fileprivate func timerFired(_ worker: Worker) {
+        switch worker.state {
+        case .starting where worker.child != nil && worker.terminating == nil:
+            logger.warning("worker did not register its stores within the start timeout; killing it",
+                           metadata: ["worker": "\(worker.spec.name)", "timeout_ms": "\(worker.spec.startTimeout)"])
+            terminate(worker, because: "did not register \(worker.spec.stores.joined(separator: ", ")) within \(worker.spec.startTimeout) ms")
+        case .backingOff:
+            worker.state = .starting
+            poll()
+        default:
+            if let child = worker.child {
+                logger.warning("worker did not exit within the stop timeout; sending SIGKILL",
+                               metadata: ["worker": "\(worker.spec.name)", "pid": "\(child.pid)"])
+                child.kill(SIGKILL)
+            }
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the stop timeout; the exit then counts as a failure (restart per policy).
+    private func terminate(_ worker: Worker, because reason: String) {
+        worker.terminating = reason
+        worker.child?.kill(SIGTERM)
+        worker.timer.start(after: worker.spec.stopTimeout)
+    }
+
+    /// Stops a worker on purpose (no restart unless `restartAfterStop` or a pending `desired` spec says so).
+    private func stop(_ worker: Worker, reason: String) {
+        guard let child = worker.child else { return }
+        if worker.state != .stopping {
+            logger.info("stopping worker", metadata: ["worker": "\(worker.spec.name)", "pid": "\(child.pid)", "reason": "\(reason)"])
+            worker.state = .stopping
+            child.kill(SIGTERM)
+            worker.timer.start(after: worker.spec.stopTimeout)
+        }
+    }
+
+    fileprivate func exited(_ worker: Worker, how: ProcessExit) {
+        let name = worker.spec.name
+        worker.child = nil
+        worker.lastExit = how
+        worker.timer.stop()
+        let uptime = loop.now - worker.startedAt
+        if worker.state == .stopping {
+            logger.info("worker stopped", metadata: ["worker": "\(name)", "exit": "\(how)"])
+            worker.state = .stopped
+            if worker.desired == nil {
+                forget(worker)
+            } else if let desired = worker.desired, desired != worker.spec {
+                worker.spec = desired
+                worker.state = .starting
+            } else if worker.restartAfterStop {
+                worker.restartAfterStop = false
+                worker.state = .starting
+            }
+            if stoppingAll != nil { continueStoppingAll() } else { poll() }
+            return
+        }
+        let reason = worker.terminating ?? "\(how)"
+        worker.terminating = nil
+        let failure = !how.isSuccess || reason != "\(how)"
+        if stoppingAll != nil || worker.held {
+            worker.state = .stopped
+            if stoppingAll != nil { continueStoppingAll() }
+            return
+        }
+        let restart: Bool
+        switch worker.spec.restart {
+        case .always: restart = true
+        case .onFailure: restart = failure
+        case .never: restart = false
+        }
+        guard restart else {
+            worker.state = failure ? .failed : .stopped
+            if failure { worker.lastError = reason }
+            logger.log(level: failure ? .error : .info, "worker ended; not restarting (restart = \(worker.spec.restart.rawValue))",
+                       metadata: ["worker": "\(name)", "exit": "\(how)", "reason": "\(reason)"])
+            return
+        }
+        let now = loop.now
+        worker.recentRestarts.removeAll { now - $0 >= worker.spec.intensity.window }
+        if worker.recentRestarts.count >= worker.spec.intensity.maxRestarts {
+            worker.state = .failed
+            worker.lastError = "gave up: more than \(worker.spec.intensity.maxRestarts) restarts within \(Double(worker.spec.intensity.window) / 1000) s (last: \(reason))"
+            logger.error("worker restarted too often; giving up",
+                         metadata: ["worker": "\(name)", "restarts": "\(worker.recentRestarts.count)",
+                                    "within_ms": "\(worker.spec.intensity.window)", "exit": "\(how)"])
+            return
+        }
+        // A worker that ran for longer than the backoff cap starts its backoff over.
+        if let since = worker.runningSince, now - since >= max(worker.spec.backoff.cap, 1000) { worker.consecutiveFailures = 0 }
+        worker.runningSince = nil
+        worker.consecutiveFailures += 1
+        worker.recentRestarts.append(now)
+        worker.restarts += 1
+        let delay = worker.spec.backoff.delay(attempt: worker.consecutiveFailures)
+        worker.state = .backingOff
+        worker.lastError = reason
+        logger.warning("worker ended; restarting after backoff",
+                       metadata: ["worker": "\(name)", "exit": "\(how)", "reason": "\(reason)",
+                                  "uptime_ms": "\(uptime)", "delay_ms": "\(delay)"])
+        worker.timer.start(after: delay)
+    }
+
+    fileprivate func output(_ worker: Worker, line: String, stream: FluxTransport.OutputStream) {
+        logger.info("\(worker.spec.name)| \(line)", metadata: ["worker": "\(worker.spec.name)", "stream": "\(stream.rawValue)"])
+    }
+
+    private func continueStoppingAll() {
+        let alive = workers.values.filter { $0.child != nil }
+        if alive.isEmpty {
+            guard let completion = stoppingAll else { return }
+            pollTimer?.close()
+            pollTimer = nil
+            for worker in workers.values { worker.timer.close() }
+            logger.info("every worker stopped")
+            completion()
+            return
+        }
+        let aliveDependencies = Set(alive.flatMap(\.spec.after))
+        for worker in alive where worker.state != .stopping {
+            // Stop a worker only once nothing alive waits for one of its stores.
+            if worker.spec.stores.allSatisfy({ !aliveDependencies.contains($0) }) {
+                stop(worker, reason: "fluxd is shutting down")
+            }
+        }
+    }
+}
+
+/// One supervised worker's bookkeeping (loop thread only).
+private final class Worker: ChildProcessDelegate {
+    var spec: WorkerSpec
+    /// The spec it should run with; nil once removed from the config.
+    var desired: WorkerSpec?
+    unowned let supervisor: Supervisor
+    var state = WorkerState.starting
+    var child: ChildProcess?
+    var startedAt: Millis = 0
+    var runningSince: Millis?
+    var restarts = 0
+    var recentRestarts: [Millis] = []
+    var consecutiveFailures = 0
+    var lastExit: ProcessExit?
+    var lastError: String?
+    /// Why it is being killed (start timeout, lost connection); nil when it is not.
+    var terminating: String?
+    /// Stopped by request: not started again until restarted.
+    var held = false
+    var restartAfterStop = false
+    var staleOwners: Set<PeerID> = []
+    /// Start timeout, backoff delay or stop timeout (one at a time).
+    var timer: LoopTimer!
+
+    init(spec: WorkerSpec, supervisor: Supervisor, loop: EventLoop) {
+        self.spec = spec
+        self.desired = spec
+        self.supervisor = supervisor
+        timer = LoopTimer(loop: loop) { [unowned self] in self.supervisor.timerFired(self) }
+    }
+
+    func resetFailures() {
+        recentRestarts = []
+        consecutiveFailures = 0
+    }
+
+    func childProcess(_ child: ChildProcess, wrote line: String, to stream: FluxTransport.OutputStream) {
+        supervisor.output(self, line: line, stream: stream)
+    }
+
+    func childProcess(_ child: ChildProcess, exited: ProcessExit) {
+        guard self.child === child else { return }
+        supervisor.exited(self, how: exited)
+    }
+}
+
+/// fluxd's environment, as `NAME=value` pairs.
+enum ProcessEnvironment {
+    static func current() -> [(String, String)] {
+        var result: [(String, String)] = []
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if let equals = text.firstIndex(of: "=") {
+                result.append((String(text[..<equals]), String(text[text.index(after: equals)...])))
+            }
+            pointer += 1
+        }
+        return result
+    }
+}

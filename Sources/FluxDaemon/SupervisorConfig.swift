@@ -1,0 +1,411 @@
+import FluxRouter
+import Foundation
+import TOMLKit
+
+/// When a worker that ended is started again.
+public enum RestartPolicy: String, Sendable, Equatable, CaseIterable {
+    /// Whatever the way it ended (also exit status 0).
+    case always
+    /// Unless it exited with status 0 (a crash, a signal, a missed start timeout or a lost connection restart it).
+    case onFailure = "on-failure"
+    /// Never: it stays stopped (exit 0) or failed.
+    case never
+}
+
+/// Delay before restart number n (counted since the worker last ran long enough): `initial * factor^(n-1)`, at most
+/// `cap`.
+public struct Backoff: Sendable, Equatable {
+    public var initial: Millis = 200
+    public var factor: Double = 2
+    public var cap: Millis = 10_000
+
+    public init() {}
+
+    /// The delay before the `attempt`-th consecutive restart (1-based).
+    public func delay(attempt: Int) -> Millis {
+        var delay = Double(initial)
+        if attempt > 1 { delay *= pow(factor, Double(min(attempt - 1, 64))) }
+        return Millis(min(delay, Double(cap)))
+    }
+}
+
+/// The restart intensity limit: more than `maxRestarts` restarts within `window` ms make the supervisor give up on
+/// the worker (state `failed`) and report it.
+public struct RestartIntensity: Sendable, Equatable {
+    public var maxRestarts: Int = 5
+    public var window: Millis = 60_000
+
+    public init() {}
+}
+
+/// One supervised worker as the config file describes it (compared as a whole on reload: any difference restarts it).
+public struct WorkerSpec: Sendable, Equatable {
+    /// The worker's name (the table name in `[workers.NAME]`).
+    public var name: String
+    /// The command as written in the file.
+    public var command: String
+    /// What is executed: a path for commands with a slash (relative ones taken from the config file's directory),
+    /// a file of that name next to the fluxd executable if there is one, else the bare name (looked up in PATH).
+    public var executable: String
+    /// Arguments (fluxd appends `--socket PATH` unless `socketArgument` is false).
+    public var arguments: [String] = []
+    /// Working directory (relative ones taken from the config file's directory); nil: fluxd's.
+    public var workingDirectory: String?
+    /// Added to (or overriding) fluxd's environment; `FLUXBUS_SOCKET` is always set.
+    public var environment: [String: String] = [:]
+    /// The stores the worker must register (it counts as running once they are all up).
+    public var stores: [String] = []
+    /// Stores that must be up before the worker is started (dependencies).
+    public var after: [String] = []
+    public var restart: RestartPolicy = .onFailure
+    public var backoff = Backoff()
+    public var intensity = RestartIntensity()
+    /// How long the worker has to register its stores after it was started; then it is killed.
+    public var startTimeout: Millis = 10_000
+    /// How long a worker has to exit after SIGTERM; then SIGKILL.
+    public var stopTimeout: Millis = 5_000
+    /// Whether `--socket PATH` is appended to the arguments.
+    public var socketArgument = true
+
+    public init(name: String, command: String, executable: String) {
+        self.name = name
+        self.command = command
+        self.executable = executable
+    }
+}
+
+/// The whole config file: daemon settings and the workers in start (dependency) order.
+public struct SupervisorConfig: Sendable, Equatable {
+    /// The file it was read from.
+    public var path: String
+    /// The workers, every worker after the workers that provide the stores it depends on.
+    public var workers: [WorkerSpec] = []
+    /// How long a SIGTERM/SIGINT shutdown waits for in-flight actions to settle.
+    public var drainTimeout: Millis = 5_000
+
+    public init(path: String) {
+        self.path = path
+    }
+}
+
+/// A config file fluxd cannot use: which file, where (line and/or key) and what is wrong.
+public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var line: Int?
+    public var column: Int?
+    /// The dotted key path, e.g. `workers.todo.restart`.
+    public var key: String?
+    public var problem: String
+
+    public var description: String {
+        var location = file
+        if let line {
+            location += ":\(line)"
+            if let column { location += ":\(column)" }
+        }
+        if let key { return "\(location): \(key): \(problem)" }
+        return "\(location): \(problem)"
+    }
+}
+
+extension SupervisorConfig {
+    /// Reads and checks a config file. `executableDirectory` is where bare command names are looked for first
+    /// (fluxd's own directory, where `swift build` puts the example stores).
+    public static func load(path: String, executableDirectory: String?) throws(ConfigError) -> SupervisorConfig {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigError(file: path, problem: "cannot read the file: \((error as NSError).localizedDescription)")
+        }
+        return try parse(text: text, path: path, executableDirectory: executableDirectory)
+    }
+
+    /// Parses config text (`path` names it in errors and anchors relative paths).
+    public static func parse(text: String, path: String, executableDirectory: String?) throws(ConfigError) -> SupervisorConfig {
+        let table: TOMLTable
+        do {
+            table = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw ConfigError(file: path, line: error.source.begin.line, column: error.source.begin.column,
+                              problem: "not valid TOML: \(error.description)")
+        } catch {
+            throw ConfigError(file: path, problem: "not valid TOML: \(error)")
+        }
+        var parser = ConfigParser(path: path, lines: text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init),
+                                  executableDirectory: executableDirectory)
+        return try parser.config(table)
+    }
+}
+
+/// Turns the TOML tree into a `SupervisorConfig`, with errors that point at the key (and its line).
+private struct ConfigParser {
+    let path: String
+    let lines: [String]
+    let executableDirectory: String?
+    var baseDirectory: String { (absolute(path) as NSString).deletingLastPathComponent }
+
+    func fail(_ key: [String], _ problem: String) -> ConfigError {
+        ConfigError(file: path, line: line(of: key), key: key.joined(separator: "."), problem: problem)
+    }
+
+    mutating func config(_ root: TOMLTable) throws(ConfigError) -> SupervisorConfig {
+        var config = SupervisorConfig(path: path)
+        try onlyKeys(root, [], ["fluxd", "workers"])
+        if let fluxd = root["fluxd"] {
+            let table = try self.table(fluxd, ["fluxd"])
+            try onlyKeys(table, ["fluxd"], ["drain_timeout"])
+            if let value = table["drain_timeout"] { config.drainTimeout = try duration(value, ["fluxd", "drain_timeout"]) }
+        }
+        guard let workersValue = root["workers"] else {
+            throw ConfigError(file: path, key: "workers", problem: "no workers: add at least one [workers.NAME] table")
+        }
+        let workers = try table(workersValue, ["workers"])
+        var specs: [WorkerSpec] = []
+        for name in workers.keys.sorted() {
+            specs.append(try worker(name: name, workers[name]!))
+        }
+        config.workers = try ordered(specs)
+        return config
+    }
+
+    static let workerKeys = ["command", "args", "cwd", "env", "stores", "after", "restart", "backoff", "intensity",
+                             "start_timeout", "stop_timeout", "socket_arg"]
+
+    func worker(name: String, _ value: any TOMLValueConvertible) throws(ConfigError) -> WorkerSpec {
+        let at = ["workers", name]
+        guard isName(name) else {
+            throw fail(at, "a worker name is 1 to 64 letters, digits, '-', '_' or '.'")
+        }
+        let table = try self.table(value, at)
+        try onlyKeys(table, at, Self.workerKeys)
+        guard let commandValue = table["command"] else { throw fail(at, "missing key 'command' (the executable to run)") }
+        let command = try string(commandValue, at + ["command"])
+        guard !command.isEmpty else { throw fail(at + ["command"], "must not be empty") }
+        var spec = WorkerSpec(name: name, command: command, executable: resolve(command: command))
+        if let v = table["args"] { spec.arguments = try strings(v, at + ["args"]) }
+        if let v = table["cwd"] {
+            let cwd = try string(v, at + ["cwd"])
+            spec.workingDirectory = cwd.hasPrefix("/") ? cwd : baseDirectory + "/" + cwd
+        }
+        if let v = table["env"] {
+            let env = try self.table(v, at + ["env"])
+            for key in env.keys.sorted() {
+                guard !key.isEmpty, !key.contains("=") else { throw fail(at + ["env", key], "not a valid variable name") }
+                spec.environment[key] = try string(env[key]!, at + ["env", key])
+            }
+        }
+        if let v = table["stores"] {
+            spec.stores = try strings(v, at + ["stores"])
+            for store in spec.stores where !isName(store) {
+                throw fail(at + ["stores"], "'\(store)' is not a valid store name")
+            }
+            if Set(spec.stores).count != spec.stores.count { throw fail(at + ["stores"], "lists a store twice") }
+        }
+        if let v = table["after"] { spec.after = try strings(v, at + ["after"]) }
+        if let v = table["restart"] {
+            let text = try string(v, at + ["restart"])
+            guard let policy = RestartPolicy(rawValue: text) else {
+                throw fail(at + ["restart"], "must be one of always, on-failure, never (got \"\(text)\")")
+            }
+            spec.restart = policy
+        }
+        if let v = table["backoff"] {
+            let b = try self.table(v, at + ["backoff"])
+            try onlyKeys(b, at + ["backoff"], ["initial", "factor", "max"])
+            if let x = b["initial"] { spec.backoff.initial = try duration(x, at + ["backoff", "initial"]) }
+            if let x = b["factor"] {
+                spec.backoff.factor = try number(x, at + ["backoff", "factor"])
+                guard spec.backoff.factor >= 1, spec.backoff.factor <= 100 else {
+                    throw fail(at + ["backoff", "factor"], "must be between 1 and 100")
+                }
+            }
+            if let x = b["max"] { spec.backoff.cap = try duration(x, at + ["backoff", "max"]) }
+            guard spec.backoff.cap >= spec.backoff.initial else {
+                throw fail(at + ["backoff", "max"], "must not be below backoff.initial")
+            }
+        }
+        if let v = table["intensity"] {
+            let t = try self.table(v, at + ["intensity"])
+            try onlyKeys(t, at + ["intensity"], ["restarts", "within"])
+            if let x = t["restarts"] {
+                guard let n = x.int, x.type == .int, n >= 0 else {
+                    throw fail(at + ["intensity", "restarts"], "must be a whole number of restarts, 0 or more")
+                }
+                spec.intensity.maxRestarts = n
+            }
+            if let x = t["within"] {
+                spec.intensity.window = try duration(x, at + ["intensity", "within"])
+                guard spec.intensity.window > 0 else { throw fail(at + ["intensity", "within"], "must be above 0") }
+            }
+        }
+        if let v = table["start_timeout"] {
+            spec.startTimeout = try duration(v, at + ["start_timeout"])
+            guard spec.startTimeout > 0 else { throw fail(at + ["start_timeout"], "must be above 0") }
+        }
+        if let v = table["stop_timeout"] { spec.stopTimeout = try duration(v, at + ["stop_timeout"]) }
+        if let v = table["socket_arg"] {
+            guard let b = v.bool, v.type == .bool else { throw fail(at + ["socket_arg"], "must be true or false") }
+            spec.socketArgument = b
+        }
+        return spec
+    }
+
+    /// Dependency order (providers first, else by name); rejects a store provided twice, an unknown dependency and
+    /// cycles.
+    func ordered(_ specs: [WorkerSpec]) throws(ConfigError) -> [WorkerSpec] {
+        var provider: [String: String] = [:]
+        for spec in specs {
+            for store in spec.stores {
+                if let other = provider[store] {
+                    throw fail(["workers", spec.name, "stores"], "store '\(store)' is already provided by worker '\(other)'")
+                }
+                provider[store] = spec.name
+            }
+        }
+        var dependsOn: [String: Set<String>] = [:]
+        for spec in specs {
+            var workers = Set<String>()
+            for store in spec.after {
+                guard let name = provider[store] else {
+                    throw fail(["workers", spec.name, "after"],
+                               "store '\(store)' is not provided by any worker (list it under some worker's stores)")
+                }
+                if name == spec.name { throw fail(["workers", spec.name, "after"], "the worker waits for its own store '\(store)'") }
+                workers.insert(name)
+            }
+            dependsOn[spec.name] = workers
+        }
+        var result: [WorkerSpec] = []
+        var placed = Set<String>()
+        var remaining = specs
+        while !remaining.isEmpty {
+            guard let index = remaining.firstIndex(where: { dependsOn[$0.name]!.isSubset(of: placed) }) else {
+                let names = remaining.map(\.name).sorted().joined(separator: ", ")
+                throw fail(["workers", remaining.map(\.name).sorted()[0], "after"],
+                           "dependency cycle among workers \(names)")
+            }
+            placed.insert(remaining[index].name)
+            result.append(remaining.remove(at: index))
+        }
+        return result
+    }
+
+    // MARK: - Values
+
+    func table(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> TOMLTable {
+        guard value.type == .table, let table = value.table else { throw fail(key, "must be a table, not \(describe(value))") }
+        return table
+    }
+
+    func string(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> String {
+        guard value.type == .string, let string = value.string else { throw fail(key, "must be a string, not \(describe(value))") }
+        return string
+    }
+
+    func strings(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> [String] {
+        guard value.type == .array, let array = value.array else {
+            throw fail(key, "must be an array of strings, not \(describe(value))")
+        }
+        var result: [String] = []
+        for element in array {
+            guard element.type == .string, let string = element.string else {
+                throw fail(key, "must be an array of strings; element \(result.count + 1) is \(describe(element))")
+            }
+            result.append(string)
+        }
+        return result
+    }
+
+    func number(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> Double {
+        switch value.type {
+        case .int: return Double(value.int!)
+        case .double: return value.double!
+        default: throw fail(key, "must be a number, not \(describe(value))")
+        }
+    }
+
+    /// Seconds (integer or fraction) to milliseconds.
+    func duration(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> Millis {
+        let seconds = try number(value, key)
+        guard seconds.isFinite, seconds >= 0, seconds <= 86_400 * 365 else {
+            throw fail(key, "must be a number of seconds between 0 and one year (got \(seconds))")
+        }
+        return Millis((seconds * 1000).rounded())
+    }
+
+    func onlyKeys(_ table: TOMLTable, _ at: [String], _ known: [String]) throws(ConfigError) {
+        for key in table.keys.sorted() where !known.contains(key) {
+            throw fail(at + [key], "unknown key (known here: \(known.joined(separator: ", ")))")
+        }
+    }
+
+    func describe(_ value: any TOMLValueConvertible) -> String {
+        switch value.type {
+        case .table: return "a table"
+        case .array: return "an array"
+        case .string: return "a string"
+        case .int: return "an integer"
+        case .double: return "a number"
+        case .bool: return "a boolean"
+        default: return "a date or time"
+        }
+    }
+
+    func isName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+        }
+    }
+
+    func resolve(command: String) -> String {
+        if command.contains("/") { return command.hasPrefix("/") ? command : baseDirectory + "/" + command }
+        if let executableDirectory {
+            let candidate = executableDirectory + "/" + command
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return command
+    }
+
+    // MARK: - Lines
+
+    /// The line where `key` (or, failing that, its closest parent) is written, 1-based; nil when not found.
+    func line(of key: [String]) -> Int? {
+        var path = key
+        while !path.isEmpty {
+            if let line = findLine(path) { return line }
+            path.removeLast()
+        }
+        return nil
+    }
+
+    private func findLine(_ key: [String]) -> Int? {
+        var table: [String] = []
+        for (index, raw) in lines.enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("#") || line.isEmpty { continue }
+            if line.hasPrefix("[") {
+                let inner = line.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).split(separator: "#")[0]
+                table = splitKey(String(inner))
+                if table == key { return index + 1 }
+                continue
+            }
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            let lhs = splitKey(String(line[..<equals]))
+            if table + lhs == key { return index + 1 }
+        }
+        return nil
+    }
+
+    private func splitKey(_ text: String) -> [String] {
+        text.split(separator: ".").map {
+            $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'"))
+        }
+    }
+}
+
+private func absolute(_ path: String) -> String {
+    if path.hasPrefix("/") { return path }
+    return FileManager.default.currentDirectoryPath + "/" + path
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""A Python store worker for the polyglot demo: store "audit" counts every todo action by type."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from fluxbus import Reject, Store, on  # noqa: E402
+
+
+class Audit(Store):
+    name = "audit"
+    handles = ["todo/*"]
+    initial_state = {"byType": {}, "lastSeq": 0}
+
+    @on("todo/*")
+    def count(self, state, payload, ctx):
+        if ctx.type == "todo/create" and not (isinstance(payload, dict) and payload.get("title")):
+            raise Reject("audit/untitled", "todo/create needs a title")
+        state["byType"][ctx.type] = state["byType"].get(ctx.type, 0) + 1
+        state["lastSeq"] = ctx.seq
+        return state
+
+    def on_registered(self, resumed):
+        print("audit-store ready", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        Audit(socket_path=os.environ.get("FLUXBUS_SOCKET")).run()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,22 @@
+"""FluxBus for Python: clients and store workers for fluxd (wire protocol 1, ``protocol/SPEC.md``).
+
+Standard library only, Python 3.9+.
+
+- :class:`Client` (``fluxbus.client``): synchronous client.
+- :class:`AsyncClient` (``fluxbus.aio``): asyncio client.
+- :class:`Store`, :func:`on`, :class:`Reject` (``fluxbus.store``): write a store worker.
+- ``fluxbus.wire``: frames, the strict envelope check, message types, :class:`FluxError`.
+"""
+from .aio import AsyncClient, AsyncQueryReceipt, AsyncSubscription
+from .client import Client, QueryReceipt, Subscription, connect
+from .store import ActionContext, Reject, Store, on
+from .wire import (ActiveQuery, Disconnected, Envelope, EnvelopeError, FluxError, FrameDecoder, Settlement,
+                   Snapshot, StoreResult, SubscriptionEvent, Welcome, check_envelope, default_socket_path)
+
+__all__ = [
+    "ActionContext", "ActiveQuery", "AsyncClient", "AsyncQueryReceipt", "AsyncSubscription", "Client",
+    "Disconnected", "Envelope", "EnvelopeError", "FluxError", "FrameDecoder", "QueryReceipt", "Reject",
+    "Settlement", "Snapshot", "Store", "StoreResult", "Subscription", "SubscriptionEvent", "Welcome",
+    "check_envelope", "connect", "default_socket_path", "on",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,406 @@
+"""The synchronous FluxBus client: one Unix-socket connection to fluxd, driven by the calling thread."""
+from __future__ import annotations
+
+import collections
+import itertools
+import select
+import socket
+import threading
+import time
+from typing import Any, Deque, Dict, Iterator, List, Optional, Union
+
+from .wire import (DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Disconnected, FluxError, FrameDecoder, Settlement,
+                   Snapshot, SubscriptionEvent, Welcome, default_socket_path, dumps, encode_frame,
+                   is_valid_action_type, is_valid_store_name, loads, route_key)
+
+Message = Dict[str, Any]
+
+
+class Client:
+    """A connection to fluxd speaking protocol 1 (see ``protocol/SPEC.md``).
+
+    Create one with :meth:`connect`. The client has no thread of its own: every call reads the socket until its
+    answer arrives, and keeps what else arrived (snapshots, settlements, store messages) for whoever asks for it.
+    Use a client from one thread at a time (sends are locked, so a store may publish from a worker thread).
+
+    Errors from fluxd become :class:`FluxError` raised by the call they answer. Errors that answer no call
+    (e.g. ``no-handler`` for a fire-and-forget :meth:`dispatch`) are kept in :attr:`errors` (``ref`` = the id
+    ``dispatch`` returned). Calls take an optional ``timeout`` in seconds (``None`` = the client's default).
+    """
+
+    def __init__(self, sock: socket.socket, name: str, role: str, timeout: Optional[float]):
+        self._sock = sock
+        self.name = name
+        self.role = role
+        self.timeout = timeout
+        self._decoder = FrameDecoder()
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._replies: Dict[str, Message] = {}
+        self._awaited: set = set()
+        self._subscriptions: Dict[str, "Subscription"] = {}
+        self._store_inbox: Dict[str, Deque[Message]] = {}
+        self.errors: Deque[FluxError] = collections.deque(maxlen=256)
+        self._closed: Optional[Disconnected] = None
+        self.welcome: Welcome
+
+    # -- connection ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, socket_path: Optional[str] = None, name: str = "", role: str = "client",
+                timeout: Optional[float] = 30.0) -> "Client":
+        """Connects to fluxd (``socket_path`` or :func:`default_socket_path`) and does the handshake.
+        ``role`` is ``client``, ``store`` or ``monitor``. Raises :class:`FluxError` if fluxd refuses."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(socket_path or default_socket_path())
+        except OSError:
+            sock.close()
+            raise
+        client = cls(sock, name, role, timeout)
+        client._send({"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name})
+        msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
+        client.welcome = Welcome(msg["peer"], msg.get("server", ""), dict(msg.get("limits", {})), msg["protocol"])
+        return client
+
+    _welcome_msg: Optional[Message] = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended."""
+        return self._closed is not None
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Says ``bye``, waits (at most ``timeout`` s) for fluxd to close the connection, then closes it."""
+        if self._closed is None:
+            try:
+                self._send({"op": "bye"})
+                deadline = time.monotonic() + timeout
+                while self._closed is None and time.monotonic() < deadline:
+                    self._pump(deadline - time.monotonic())
+            except (OSError, FluxError):
+                pass
+        self._finish(Disconnected("closed locally"))
+
+    def abort(self) -> None:
+        """Closes the socket at once, without ``bye`` (to fluxd this looks like a crash)."""
+        self._finish(Disconnected("aborted"))
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- actions ------------------------------------------------------------------------------------------------
+
+    def dispatch(self, type: str, payload: Any = None, cause: Optional[int] = None) -> str:
+        """Dispatches an action without waiting for it; returns the id it was sent with. A refusal (e.g.
+        ``no-handler``) arrives later in :attr:`errors` with that id as ``ref``."""
+        ident = self._check_action(type)
+        self._send_raw(self._dispatch_frame(ident, type, payload, cause, False))
+        return ident
+
+    def dispatch_and_settle(self, type: str, payload: Any = None, cause: Optional[int] = None,
+                            timeout: Optional[float] = None) -> Settlement:
+        """Dispatches an action and waits for its settlement: every target store's result (SPEC §8.3). When it
+        returns, every subscription of this client on a store that answered ``done`` already holds the snapshot
+        it produced (read your writes). Raises :class:`FluxError` if fluxd refused the action."""
+        ident = self._check_action(type)
+        self._awaited.add(ident)
+        self._send_raw(self._dispatch_frame(ident, type, payload, cause, True))
+        return Settlement.from_frame(self._reply(ident, timeout))
+
+    # -- subscriptions ------------------------------------------------------------------------------------------
+
+    def subscribe(self, store: str, timeout: Optional[float] = None) -> "Subscription":
+        """Subscribes to a store's snapshots. The returned :class:`Subscription` iterates the retained snapshot
+        (if any) and then every newer one; it is also a context manager (``close()`` unsubscribes)."""
+        if not is_valid_store_name(store):
+            raise ValueError(f"invalid store name {store!r}")
+        sub = self._subscriptions.get(store)
+        if sub is None:
+            sub = Subscription(self, store)
+            self._subscriptions[store] = sub
+        self._send({"op": "subscribe", "store": store})
+        msg = self._reply(f"subscribed:{store}", timeout)
+        sub.status = msg.get("status")
+        return sub
+
+    def _unsubscribe(self, store: str, timeout: Optional[float]) -> None:
+        self._subscriptions.pop(store, None)
+        if self._closed is None:
+            self._send({"op": "unsubscribe", "store": store})
+            self._reply(f"unsubscribed:{store}", timeout)
+
+    # -- queries ------------------------------------------------------------------------------------------------
+
+    def query(self, store: str, query: Any, timeout: Optional[float] = None) -> "QueryReceipt":
+        """Declares a query on a store (encoded canonically, so equal queries are deduplicated by fluxd). It
+        stays active until the returned :class:`QueryReceipt` is closed (or used as a context manager) or the
+        connection ends. Subscribe separately to see the data the store fetches."""
+        if not is_valid_store_name(store):
+            raise ValueError(f"invalid store name {store!r}")
+        ident = self._next_id("q")
+        self._awaited.add(ident)
+        self._send_raw(self._frame_with_raw({"op": "query", "id": ident, "store": store}, "query", dumps(query)))
+        self._reply(ident, timeout)
+        return QueryReceipt(self, ident, store, query)
+
+    def _unquery(self, ident: str, timeout: Optional[float]) -> None:
+        if self._closed is None:
+            self._awaited.add(ident)
+            self._send({"op": "unquery", "id": ident})
+            self._reply(ident, timeout)
+
+    # -- introspection ------------------------------------------------------------------------------------------
+
+    def info(self, timeout: Optional[float] = None) -> Message:
+        """fluxd's introspection data (SPEC §8.7 ``info``): stores, peers, counters."""
+        ident = self._request({"op": "info"})
+        return self._reply(ident, timeout)
+
+    def get(self, store: str, timeout: Optional[float] = None) -> Snapshot:
+        """Reads a store's retained snapshot once. Raises ``FluxError`` ``unknown-store`` if there is none."""
+        ident = self._request({"op": "get", "store": store})
+        msg = self._reply(ident, timeout)
+        return Snapshot(msg["store"], msg["version"], msg["seq"], msg["state"])
+
+    def ping(self, timeout: Optional[float] = None) -> float:
+        """Round trip to fluxd; returns the seconds it took. Also a barrier: every reply to an earlier request
+        has arrived when it returns (SPEC §8.7)."""
+        start = time.monotonic()
+        self._reply(self._request({"op": "ping"}), timeout)
+        return time.monotonic() - start
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Reads and routes whatever arrives within ``timeout`` seconds (subscriptions' ``status`` and
+        ``events``, :attr:`errors`), without waiting for anything in particular."""
+        self._pump(timeout)
+
+    def send_raw(self, body: bytes) -> None:
+        """Sends ``body`` as one frame, as it is (for tests and tools)."""
+        self._send_raw(encode_frame(body))
+
+    # -- internals ----------------------------------------------------------------------------------------------
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def _check_action(self, type: str) -> str:
+        if not is_valid_action_type(type):
+            raise ValueError(f"invalid action type {type!r}")
+        return self._next_id("d")
+
+    def _dispatch_frame(self, ident: str, type: str, payload: Any, cause: Optional[int], settle: bool) -> bytes:
+        fields: Message = {"op": "dispatch", "id": ident, "type": type}
+        if settle:
+            fields["settle"] = True
+        if cause is not None:
+            fields["cause"] = cause
+        return self._frame_with_raw(fields, "payload", dumps(payload))
+
+    @staticmethod
+    def _frame_with_raw(fields: Message, key: str, raw: bytes) -> bytes:
+        head = dumps(fields)[:-1]  # canonical envelope without its closing brace
+        return encode_frame(head + b',"' + key.encode() + b'":' + raw + b"}")
+
+    def _request(self, fields: Message) -> str:
+        ident = self._next_id("r")
+        fields["id"] = ident
+        self._awaited.add(ident)
+        self._send(fields)
+        return ident
+
+    def _send(self, fields: Message) -> None:
+        self._send_raw(encode_frame(dumps(fields)))
+
+    def _send_raw(self, frame: bytes) -> None:
+        if self._closed is not None:
+            raise self._closed
+        with self._send_lock:
+            try:
+                self._sock.sendall(frame)
+            except OSError as error:
+                self._finish(Disconnected(f"send failed: {error}"))
+                raise self._closed from None  # type: ignore[misc]
+
+    def _reply(self, key: str, timeout: Optional[float]) -> Message:
+        self._awaited.add(key)
+        try:
+            msg = self._wait(lambda: self._replies.pop(key, None), timeout, key)
+        finally:
+            self._awaited.discard(key)
+        if msg.get("op") == "error":
+            raise FluxError.from_frame(msg)
+        return msg
+
+    def _wait(self, ready: Any, timeout: Optional[float], what: str) -> Any:
+        """Pumps frames until ``ready()`` returns something, the deadline passes or the connection ends."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            value = ready()
+            if value is not None:
+                return value
+            if self._closed is not None:
+                raise self._closed
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"timed out waiting for {what}")
+            self._pump(remaining)
+
+    def _pump(self, timeout: Optional[float]) -> None:
+        """Reads what is available (waiting at most ``timeout``) and routes every complete frame."""
+        if self._closed is not None:
+            return
+        try:
+            readable = select.select([self._sock], [], [], timeout)[0]
+            if not readable:
+                return
+            data = self._sock.recv(262144)
+        except (OSError, ValueError) as error:
+            self._finish(Disconnected(f"receive failed: {error}"))
+            return
+        if not data:
+            self._finish(Disconnected("fluxd closed the connection"))
+            return
+        for kind, value in self._decoder.feed(data):
+            if kind == "frame":
+                self._route(value)  # type: ignore[arg-type]
+
+    def _route(self, body: bytes) -> None:
+        try:
+            msg = loads(body)
+        except ValueError:
+            self.errors.append(FluxError("bad-json", f"unreadable frame from fluxd: {body[:80]!r}"))
+            return
+        if not isinstance(msg, dict):
+            return
+        if msg.get("op") == "welcome":
+            self._welcome_msg = msg
+            return
+        kind, key = route_key(msg)
+        if kind == "reply" and key is not None:
+            self._replies[key] = msg
+        elif kind == "subscription":
+            sub = self._subscriptions.get(key)  # type: ignore[arg-type]
+            if sub is not None:
+                sub._deliver(msg)
+            if msg.get("op") == "snapshot" and key in self._store_inbox:
+                self._store_inbox[key].append(msg)  # type: ignore[index]
+        elif kind == "store":
+            self._store_inbox.setdefault(key, collections.deque()).append(msg)  # type: ignore[arg-type]
+        elif kind == "error":
+            error = FluxError.from_frame(msg)
+            if key is not None and key in self._awaited:
+                self._replies[key] = msg
+            elif key is not None and key in self._store_inbox:
+                self._store_inbox[key].append(msg)
+            elif key is not None and f"subscribed:{key}" in self._awaited:
+                self._replies[f"subscribed:{key}"] = msg
+            else:
+                self.errors.append(error)
+            if error.fatal:
+                self._finish(Disconnected(f"fluxd closed the connection: {error}"))
+        elif kind == "bye":
+            self._finish(Disconnected(f"fluxd said bye ({msg.get('reason')})"))
+
+    def _finish(self, reason: Disconnected) -> None:
+        if self._closed is None:
+            self._closed = reason
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
+
+class Subscription:
+    """A subscription to one store: iterate it for :class:`Snapshot` objects (the retained one first, then each
+    newer version; never an older one). ``status`` is ``up``/``down``/``unknown`` and follows
+    ``store-down``/``store-up``; :attr:`events` keeps those events. Iteration ends when the connection ends."""
+
+    def __init__(self, client: Client, store: str):
+        self.client = client
+        self.store = store
+        self.status: Optional[str] = None
+        self.latest: Optional[Snapshot] = None
+        self.events: List[SubscriptionEvent] = []
+        self._queue: Deque[Snapshot] = collections.deque()
+        self._open = True
+
+    def _deliver(self, msg: Message) -> None:
+        op = msg["op"]
+        if op == "snapshot":
+            snap = Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state"))
+            if self.latest is None or snap.version > self.latest.version:
+                self.latest = snap
+                self._queue.append(snap)
+        elif op == "store-down":
+            self.status = "down"
+            self.events.append(SubscriptionEvent("store-down", self.store, reason=msg.get("reason")))
+        elif op == "store-up":
+            self.status = "up"
+            self.events.append(SubscriptionEvent("store-up", self.store, version=msg.get("version")))
+
+    def next(self, timeout: Optional[float] = None) -> Snapshot:
+        """The next snapshot (waits up to ``timeout`` s; raises ``TimeoutError``, or ``Disconnected`` when the
+        connection ended and nothing is left)."""
+        return self.client._wait(lambda: self._queue.popleft() if self._queue else None, timeout,
+                                 f"a snapshot of {self.store}")
+
+    def until(self, predicate: Any, timeout: Optional[float] = None) -> Snapshot:
+        """Reads snapshots until one satisfies ``predicate(snapshot)`` and returns it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            snap = self.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if predicate(snap):
+                return snap
+
+    def __iter__(self) -> Iterator[Snapshot]:
+        while self._open:
+            try:
+                yield self.next(timeout=None if self.client.timeout is None else 1e9)
+            except Disconnected:
+                return
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Unsubscribes (idempotent)."""
+        if self._open:
+            self._open = False
+            self.client._unsubscribe(self.store, timeout)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class QueryReceipt:
+    """An active query (WordPressFlux's Receipt). ``close()`` (or leaving the ``with`` block) withdraws it."""
+
+    def __init__(self, client: Client, ident: str, store: str, query: Any):
+        self.client = client
+        self.id = ident
+        self.store = store
+        self.query = query
+        self.active = True
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Withdraws the query (``unquery``); idempotent."""
+        if self.active:
+            self.active = False
+            self.client._unquery(self.id, timeout)
+
+    def __enter__(self) -> "QueryReceipt":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connect(socket_path: Optional[str] = None, name: str = "", role: str = "client",
+            timeout: Optional[float] = 30.0) -> Client:
+    """Shorthand for :meth:`Client.connect`."""
+    return Client.connect(socket_path, name, role, timeout)

@@ -1,0 +1,424 @@
+"""FluxBus protocol 1 wire layer (SPEC.md §3): length-prefixed frames, the strict JSON/envelope check, and the
+message types shared by the clients. No I/O here."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+PROTOCOL_VERSION = 1
+#: The largest frame body fluxd accepts by default; the real value is ``Welcome.limits["maxFrame"]``.
+DEFAULT_MAX_FRAME = 1_048_576
+MAX_DEPTH = 64
+_NAME = re.compile(r"[A-Za-z0-9._:/-]+\Z")
+
+
+class FluxError(Exception):
+    """An ``error`` from fluxd (SPEC §8.9, codes in §11), or a local failure with a code of its own.
+
+    Attributes: ``code`` (stable string), ``message`` (human text), ``fatal`` (fluxd closes the connection),
+    ``ref`` (the offending request's id or store, if any). Unknown codes are valid: treat them generically.
+    """
+
+    def __init__(self, code: str, message: str = "", fatal: bool = False, ref: Optional[str] = None):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+        self.ref = ref
+
+    @classmethod
+    def from_frame(cls, msg: Dict[str, Any]) -> "FluxError":
+        return cls(str(msg.get("code", "")), str(msg.get("message", "")), msg.get("fatal") is True,
+                   msg.get("ref") if isinstance(msg.get("ref"), str) else None)
+
+
+class Disconnected(FluxError):
+    """The connection to fluxd ended (closed locally, fluxd said ``bye``, or the socket dropped)."""
+
+    def __init__(self, message: str = "connection closed"):
+        super().__init__("disconnected", message, True)
+
+
+def default_socket_path() -> str:
+    """fluxd's socket: ``$FLUXBUS_SOCKET``, else ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock``, else
+    ``/tmp/fluxbus-<uid>/fluxd.sock`` (the same rule as fluxd and the Swift SDK)."""
+    if os.environ.get("FLUXBUS_SOCKET"):
+        return os.environ["FLUXBUS_SOCKET"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "fluxbus", "fluxd.sock")
+    return f"/tmp/fluxbus-{os.getuid()}/fluxd.sock"
+
+
+def is_valid_store_name(name: str) -> bool:
+    """SPEC §4.1: ``[A-Za-z0-9._:/-]+``, 1–128 bytes."""
+    return isinstance(name, str) and 1 <= len(name) <= 128 and bool(_NAME.match(name))
+
+
+def is_valid_action_type(name: str) -> bool:
+    """SPEC §4.1: ``[A-Za-z0-9._:/-]+``, 1–256 bytes."""
+    return isinstance(name, str) and 1 <= len(name) <= 256 and bool(_NAME.match(name))
+
+
+def pattern_matches(pattern: str, action_type: str) -> bool:
+    """SPEC §5: an exact type, or a prefix followed by one trailing ``*``."""
+    if pattern.endswith("*"):
+        return action_type.startswith(pattern[:-1])
+    return pattern == action_type
+
+
+def dumps(value: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys, no whitespace, UTF-8): what the clients send for payloads, states and
+    queries, so equal values are byte-equal (queries are deduplicated and states compared byte for byte)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(body: bytes) -> Any:
+    """Decodes a frame body (rejects NaN/Infinity, which are not JSON)."""
+    return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+
+
+def encode_frame(body: bytes) -> bytes:
+    """A frame: the 4-byte big-endian length, then the body."""
+    return struct.pack(">I", len(body)) + body
+
+
+def encode_message(fields: Dict[str, Any]) -> bytes:
+    """A frame holding ``fields`` as one JSON object (``op`` first)."""
+    ordered = {"op": fields["op"], **{k: v for k, v in fields.items() if k != "op"}}
+    return encode_frame(json.dumps(ordered, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Frame decoder (SPEC §3.1, vectors/framing.json)
+
+FrameEvent = Tuple[str, Union[bytes, int, None]]
+
+
+class FrameDecoder:
+    """Reassembles frames from a byte stream split or coalesced in any way.
+
+    ``feed(data)`` returns the events completed so far: ``("frame", body)``, ``("empty", None)`` for a zero-length
+    frame (``bad-frame``; decoding continues) and ``("too-large", length)`` as soon as a length above
+    ``max_frame`` is read; after that the decoder produces nothing and keeps nothing (the stream is lost).
+    """
+
+    def __init__(self, max_frame: int = 0xFFFFFFFF):
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+        self._failed = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held that are not yet a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> List[FrameEvent]:
+        if self._failed:
+            return []
+        self._buffer += data
+        events: List[FrameEvent] = []
+        while len(self._buffer) >= 4:
+            length = struct.unpack_from(">I", self._buffer)[0]
+            if length > self.max_frame:
+                self._failed = True
+                self._buffer.clear()
+                events.append(("too-large", length))
+                break
+            if len(self._buffer) < 4 + length:
+                break
+            if length == 0:
+                events.append(("empty", None))
+            else:
+                events.append(("frame", bytes(self._buffer[4:4 + length])))
+            del self._buffer[:4 + length]
+        return events
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Strict JSON and envelope check (SPEC §3.2, vectors/envelope.json)
+
+class EnvelopeError(ValueError):
+    """The body is not valid protocol JSON (``code == "bad-json"``) or not an envelope (``"bad-message"``)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@dataclass
+class Envelope:
+    """A checked frame body: its top-level keys in order and the exact source text of each top-level value."""
+    keys: List[str] = field(default_factory=list)
+    raw: Dict[str, str] = field(default_factory=dict)
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_WS = " \t\r\n"
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class _Scanner:
+    def __init__(self, text: str):
+        self.s = text
+        self.i = 0
+
+    def fail(self, what: str) -> EnvelopeError:
+        return EnvelopeError("bad-json", f"{what} at offset {self.i}")
+
+    def ws(self) -> None:
+        s, i = self.s, self.i
+        while i < len(s) and s[i] in _WS:
+            i += 1
+        self.i = i
+
+    def value(self, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise self.fail("nesting deeper than 64")
+        if self.i >= len(self.s):
+            raise self.fail("unexpected end")
+        c = self.s[self.i]
+        if c == "{":
+            self.obj(depth, None)
+        elif c == "[":
+            self.i += 1
+            self.ws()
+            if self.peek() == "]":
+                self.i += 1
+                return
+            while True:
+                self.ws()
+                self.value(depth + 1)
+                self.ws()
+                c = self.take()
+                if c == "]":
+                    return
+                if c != ",":
+                    raise self.fail("expected , or ]")
+        elif c == '"':
+            self.string()
+        elif c == "-" or "0" <= c <= "9":
+            m = _NUMBER.match(self.s, self.i)
+            if not m:
+                raise self.fail("bad number")
+            self.i = m.end()
+            if self.i < len(self.s) and (self.s[self.i] in "0123456789.eE+-"):
+                raise self.fail("bad number")
+        else:
+            for lit in ("true", "false", "null"):
+                if self.s.startswith(lit, self.i):
+                    self.i += len(lit)
+                    return
+            raise self.fail("unexpected character")
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < len(self.s) else ""
+
+    def take(self) -> str:
+        c = self.peek()
+        if not c:
+            raise self.fail("unexpected end")
+        self.i += 1
+        return c
+
+    def obj(self, depth: int, top: Optional[List[Tuple[str, int, int]]]) -> None:
+        self.i += 1  # {
+        self.ws()
+        if self.peek() == "}":
+            self.i += 1
+            return
+        while True:
+            self.ws()
+            if self.peek() != '"':
+                raise self.fail("expected a key")
+            key = self.string()
+            self.ws()
+            if self.take() != ":":
+                raise self.fail("expected :")
+            self.ws()
+            start = self.i
+            self.value(depth + 1)
+            if top is not None:
+                top.append((key, start, self.i))
+            self.ws()
+            c = self.take()
+            if c == "}":
+                return
+            if c != ",":
+                raise self.fail("expected , or }")
+
+    def string(self) -> str:
+        self.i += 1  # opening quote
+        out: List[str] = []
+        s = self.s
+        while True:
+            if self.i >= len(s):
+                raise self.fail("unterminated string")
+            c = s[self.i]
+            self.i += 1
+            if c == '"':
+                return "".join(out)
+            if c < " ":
+                raise self.fail("raw control character in string")
+            if c != "\\":
+                out.append(c)
+                continue
+            e = self.take()
+            if e in _ESCAPES:
+                out.append(_ESCAPES[e])
+                continue
+            if e != "u":
+                raise self.fail("bad escape")
+            code = self.hex4()
+            if 0xDC00 <= code <= 0xDFFF:
+                raise self.fail("unpaired low surrogate escape")
+            if 0xD800 <= code <= 0xDBFF:
+                if not s.startswith("\\u", self.i):
+                    raise self.fail("unpaired high surrogate escape")
+                self.i += 2
+                low = self.hex4()
+                if not 0xDC00 <= low <= 0xDFFF:
+                    raise self.fail("high surrogate not followed by a low one")
+                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+            out.append(chr(code))
+
+    def hex4(self) -> int:
+        digits = self.s[self.i:self.i + 4]
+        if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+            raise self.fail("bad \\u escape")
+        self.i += 4
+        return int(digits, 16)
+
+
+def check_envelope(body: bytes) -> Envelope:
+    """Checks a frame body as fluxd does (SPEC §3.2): the whole body must be valid protocol JSON (``bad-json``),
+    then a JSON object with no repeated top-level key (``bad-message``). Returns its keys and raw value texts."""
+    if body.startswith(b"\xef\xbb\xbf"):
+        raise EnvelopeError("bad-json", "byte order mark")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise EnvelopeError("bad-json", f"invalid UTF-8: {error}") from None
+    scanner = _Scanner(text)
+    scanner.ws()
+    top: List[Tuple[str, int, int]] = []
+    is_object = scanner.peek() == "{"
+    if is_object:
+        scanner.obj(1, top)
+    else:
+        scanner.value(1)
+    scanner.ws()
+    if scanner.i != len(text):
+        raise scanner.fail("bytes after the value")
+    if not is_object:
+        raise EnvelopeError("bad-message", "the top-level value is not an object")
+    envelope = Envelope()
+    for key, start, end in top:
+        if key in envelope.raw:
+            raise EnvelopeError("bad-message", f"duplicate top-level key {key!r}")
+        envelope.keys.append(key)
+        envelope.raw[key] = text[start:end]
+    return envelope
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Message types
+
+@dataclass(frozen=True)
+class Welcome:
+    """fluxd's ``welcome`` (SPEC §8.1): this connection's peer id and the limits in force."""
+    peer: int
+    server: str
+    limits: Dict[str, int]
+    protocol: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A store's full ``state`` at ``version`` (≥1), made after the action ``seq`` (0 = before any)."""
+    store: str
+    version: int
+    seq: int
+    state: Any
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    """One target store's result in a settlement: ``status`` is ``done`` (with ``version``), ``rejected`` or
+    ``unavailable`` (with ``error``: the store's error object, or ``{"code":"store-unavailable",...}``)."""
+    store: str
+    status: str
+    version: Optional[int] = None
+    error: Optional[Dict[str, Any]] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "done"
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """Every target store's result for one action (SPEC §8.3 ``settled``), sorted by store name."""
+    id: str
+    seq: int
+    results: List[StoreResult]
+
+    @property
+    def ok(self) -> bool:
+        """True when every target answered ``done``."""
+        return all(r.ok for r in self.results)
+
+    def __getitem__(self, store: str) -> StoreResult:
+        for r in self.results:
+            if r.store == store:
+                return r
+        raise KeyError(store)
+
+    @classmethod
+    def from_frame(cls, msg: Dict[str, Any]) -> "Settlement":
+        return cls(msg["id"], msg["seq"], [StoreResult(r["store"], r["status"], r.get("version"), r.get("error"))
+                                           for r in msg.get("results", [])])
+
+
+@dataclass(frozen=True)
+class SubscriptionEvent:
+    """A non-snapshot event of a subscription: ``kind`` is ``subscribed`` (``status`` up/down/unknown),
+    ``store-down`` (``reason``) or ``store-up`` (``version``)."""
+    kind: str
+    store: str
+    status: Optional[str] = None
+    reason: Optional[str] = None
+    version: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ActiveQuery:
+    """One distinct active query of a store and how many live queries (over all connections) carry it."""
+    query: Any
+    count: int
+
+
+def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
+    """Where a message from fluxd goes: ``("reply", id)``, ``("subscription", store)``, ``("store", store)``,
+    ``("error", ref)``, ``("bye", None)`` or ``("ignore", None)`` for ops this library does not know (§13)."""
+    op = msg.get("op")
+    if op in ("pong", "info", "got", "query-ok", "unquery-ok", "settled"):
+        return ("reply", msg.get("id") if isinstance(msg.get("id"), str) else None)
+    if op in ("subscribed", "unsubscribed"):
+        return ("reply", f"{op}:{msg.get('store')}")
+    if op in ("snapshot", "store-down", "store-up"):
+        return ("subscription", msg.get("store"))
+    if op in ("registered", "queries", "action"):
+        return ("store", msg.get("store"))
+    if op == "error":
+        return ("error", msg.get("ref") if isinstance(msg.get("ref"), str) else None)
+    if op == "bye":
+        return ("bye", None)
+    return ("ignore", None)

@@ -3,7 +3,8 @@
 #   1. a clean `swift build` that must have no warnings in FluxBus's own sources;
 #   2. `swift test`: unit tests of the core and router, SDK tests, and integration tests that start the real
 #      fluxd and real store/client processes on temporary sockets;
-#   3. the protocol checks: every JSON Schema and every example message in protocol/vectors.
+#   3. the protocol checks: every JSON Schema and every example message in protocol/vectors, and real traffic of
+#      every implementation through protocol/tools/schema_proxy.py validated against the schemas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-deps.sh
@@ -46,6 +47,8 @@ run_suite "pytest examples/python (sync + asyncio clients, Store, vectors, polyg
     python3 -m pytest -q -p no:cacheprovider examples/python/tests
 run_suite "pytest protocol/conformance (scenarios against fluxd) + protocol/tools" \
     python3 -m pytest -q -p no:cacheprovider protocol/conformance protocol/tools/test_check_frozen.py
+run_suite "schema proxy (every frame of fluxd, fluxctl, Swift/Python/Node clients and stores validates)" \
+    python3 -m pytest -q -p no:cacheprovider protocol/tools/test_schema_proxy.py
 run_suite "node --test examples/node (client, Store, vectors, conformance scenarios)" \
     node --test examples/node/test/*.test.mjs
 run_suite "check_frozen.py (schemas compatible with protocol/frozen/v1)" \

@@ -91,6 +91,8 @@ public final class ChildProcess: HandleOwner {
 
     /// The process id (valid from a successful `spawn` on; the kernel may reuse it once `exited` was reported).
     public private(set) var pid: Int32 = 0
+    /// Whether the child leads a process group of its own (spawned detached, so `setsid`).
+    public private(set) var leadsProcessGroup = false
     /// Who hears lines and the exit. Held strongly until the exit was reported and both pipes closed.
     public var delegate: (any ChildProcessDelegate)?
     /// How it ended, once it did.
@@ -140,11 +142,13 @@ public final class ChildProcess: HandleOwner {
     /// Whether the process is known to be running (started and not yet reaped).
     public var isRunning: Bool { exit == nil && !closeStarted }
 
-    /// Sends `signal` to the process (`uv_process_kill`). Does nothing once it was reaped (the pid may be reused).
-    /// Returns false when the kernel refused (for example `ESRCH` during the exit race).
+    /// Sends `signal` to the process — to its whole process group when it leads one, so that a worker that is a
+    /// shell script takes its own children down with it instead of leaving them orphaned. Does nothing once it
+    /// was reaped (the pid may be reused). Returns false when the kernel refused (e.g. `ESRCH` during the exit race).
     @discardableResult
     public func kill(_ signal: Int32) -> Bool {
         guard isRunning else { return false }
+        if leadsProcessGroup && Glibc.kill(-pid, signal) == 0 { return true }
         return uv_process_kill(typed(uv_process_t.self), signal) == 0
     }
 
@@ -181,7 +185,10 @@ public final class ChildProcess: HandleOwner {
                         let process = typed(uv_process_t.self)
                         let rc = uv_spawn(eventLoop.loop, process, &uvOptions)
                         adopt()
-                        if rc == 0 { pid = process.pointee.pid }
+                        if rc == 0 {
+                            pid = process.pointee.pid
+                            leadsProcessGroup = options.detached
+                        }
                         return rc
                     }
                 }

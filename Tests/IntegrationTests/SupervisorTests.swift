@@ -106,6 +106,33 @@ struct SupervisorTests {
         }
     }
 
+    @Test("stopping a worker that is a shell script stops the processes it started too (its whole process group)")
+    func stoppingAShellWorkerLeavesNoGrandchild() throws {
+        let config = """
+            [workers.shell]
+            command = "/bin/sh"
+            args = ["-c", "sleep 300 & echo grandchild $!; wait"]
+            socket_arg = false
+            stores = ["shell-store"]
+            start_timeout = 60
+            stop_timeout = 5
+            """
+        try withSupervisedFluxd(config: config) { host in
+            let log = try host.waitForLog("shell| grandchild ")
+            let line = try #require(log.components(separatedBy: "\n").first { $0.contains("shell| grandchild ") })
+            let pid = try #require(Int32(line.components(separatedBy: "shell| grandchild ").last!
+                .prefix { $0.isNumber }))
+            #expect(processExists(pid), "the worker's own child is running")
+            let status = host.fluxd.stop(timeout: .seconds(20))
+            #expect(status == 0)
+            // The grandchild may take a moment to be reaped by init after the group's SIGTERM: wait with a deadline.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while processExists(pid) && ContinuousClock.now < deadline { usleep(10_000) }
+            #expect(!processExists(pid), "the shell worker's child outlived fluxd")
+            if processExists(pid) { kill(pid, SIGKILL) }
+        }
+    }
+
     @Test("a worker that keeps crashing is restarted with backoff until the intensity limit, then given up on and reported")
     func intensityLimitGivesUp() throws {
         let config = """

@@ -333,21 +333,30 @@ extension LogLevel {
 /// Throws when the daemon cannot start (nothing is left open).
 public func runDaemon(config: DaemonConfig, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
-    let loop: EventLoop
+    let loop = try makeDaemonLoop(logger: logger)
+    let daemon = Daemon(loop: loop, config: config, logger: logger)
+    try startDaemon(daemon, on: loop)
+    ready(config.socketPath)
+    withExtendedLifetime(daemon) { loop.run() }
+}
+
+/// A new event loop for a daemon; a transport failure becomes `DaemonError.transport`.
+func makeDaemonLoop(logger: Logger) throws(DaemonError) -> EventLoop {
     do {
-        loop = try EventLoop(logger: logger)
+        return try EventLoop(logger: logger)
     } catch {
         throw .transport(error)
     }
-    let daemon = Daemon(loop: loop, config: config, logger: logger)
+}
+
+/// Starts `daemon`; when it cannot start, lets `loop` run the close callbacks of whatever was opened, then close
+/// it, and rethrows.
+func startDaemon(_ daemon: Daemon, on loop: EventLoop) throws(DaemonError) {
     do {
         try daemon.start()
     } catch {
-        // Let the loop run the close callbacks of whatever was opened, then close it.
         loop.stop()
         loop.run()
         throw error
     }
-    ready(config.socketPath)
-    withExtendedLifetime(daemon) { loop.run() }
 }

@@ -94,24 +94,13 @@ public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConf
                           logger: Logger, ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
-    let loop: EventLoop
-    do {
-        loop = try EventLoop(logger: logger)
-    } catch {
-        throw .transport(error)
-    }
+    let loop = try makeDaemonLoop(logger: logger)
     var config = config
     if supervisorConfig != nil { config.router.hostOps.formUnion(Supervisor.hostOps) }
     let daemon = Daemon(loop: loop, config: config, logger: logger)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
                           executableDirectory: executableDirectory, logger: logger)
-    do {
-        try daemon.start()
-    } catch {
-        loop.stop()
-        loop.run()
-        throw error
-    }
+    try startDaemon(daemon, on: loop)
     ready(config.socketPath)
     host.start()
     withExtendedLifetime((daemon, host)) { loop.run() }

@@ -96,15 +96,7 @@ struct Watch: AsyncParsableCommand {
         try? client.sendRaw(body: Array(#"{"op":"subscribe","store":"\#(store)"}"#.utf8))
         let store = self.store, count = self.count, socket = options.socketPath, json = options.json, full = self.full
         do {
-            try await withTimeout(options.timeout, "watching \(store)") {
-                var printer = SnapshotPrinter(store: store, json: json, full: full)
-                var seen = 0
-                while let env = await reader.next() {
-                    if try printer.handle(env) { seen += 1 }
-                    if let count, seen >= count { return }
-                }
-                throw FluxError.disconnected("fluxd closed the connection")
-            }
+            try await printSnapshots(from: reader, store: store, json: json, full: full, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
@@ -139,18 +131,25 @@ struct Query: AsyncParsableCommand {
             if reply.str("op") == "error" { throw reply.serverError }
             if !json { emit(Style.dim("query \(store) \(query) active")) }
             try client.sendRaw(body: Array(#"{"op":"subscribe","store":"\#(store)"}"#.utf8))
-            try await withTimeout(options.timeout, "watching \(store)") {
-                var printer = SnapshotPrinter(store: store, json: json, full: true)
-                var seen = 0
-                while let env = await reader.next() {
-                    if try printer.handle(env) { seen += 1 }
-                    if let count, seen >= count { return }
-                }
-                throw FluxError.disconnected("fluxd closed the connection")
-            }
+            try await printSnapshots(from: reader, store: store, json: json, full: true, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
+    }
+}
+
+/// Prints `store`'s subscription frames from `reader` with a `SnapshotPrinter` (watch and query) until `count`
+/// snapshots have printed, within `timeout` seconds; throws `disconnected` if fluxd closes the connection first.
+private func printSnapshots(from reader: FrameReader, store: String, json: Bool, full: Bool, count: Int?,
+                            timeout: Double?) async throws {
+    try await withTimeout(timeout, "watching \(store)") {
+        var printer = SnapshotPrinter(store: store, json: json, full: full)
+        var seen = 0
+        while let env = await reader.next() {
+            if try printer.handle(env) { seen += 1 }
+            if let count, seen >= count { return }
+        }
+        throw FluxError.disconnected("fluxd closed the connection")
     }
 }
 

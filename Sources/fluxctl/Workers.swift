@@ -62,6 +62,16 @@ private func printWorker(_ worker: JSONValue?, json: Bool) {
     if json { emit(worker.compact) } else { for line in table(["WORKER", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT", "STORES", "PROBLEM"], [workerRow(worker)]) { emit(line) } }
 }
 
+/// Sends the host request `op` (restart-worker, stop-worker) for the worker `name` and prints the worker fluxd
+/// answers with.
+private func workerRequest(_ options: GlobalOptions, op: String, id: String, name: String, _ what: String) async throws {
+    var body: [UInt8] = []
+    appendEscaped(name, to: &body)
+    let reply = try await hostRequest(options, #"{"op":"\#(op)","id":"\#(id)","name":\#(String(decoding: body, as: UTF8.self))}"#,
+                                      id: id, what)
+    printWorker(reply["worker"], json: options.json)
+}
+
 /// `fluxctl workers`: the workers fluxd supervises (fluxd --config).
 struct Workers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -94,11 +104,7 @@ struct Restart: AsyncParsableCommand {
     @Argument(help: "The worker's name (as in the config file).") var name: String
 
     func run() async throws {
-        var body: [UInt8] = []
-        appendEscaped(name, to: &body)
-        let reply = try await hostRequest(options, #"{"op":"restart-worker","id":"r","name":\#(String(decoding: body, as: UTF8.self))}"#,
-                                          id: "r", "waiting for fluxd to restart \(name)")
-        printWorker(reply["worker"], json: options.json)
+        try await workerRequest(options, op: "restart-worker", id: "r", name: name, "waiting for fluxd to restart \(name)")
     }
 }
 
@@ -110,10 +116,6 @@ struct Stop: AsyncParsableCommand {
     @Argument(help: "The worker's name (as in the config file).") var name: String
 
     func run() async throws {
-        var body: [UInt8] = []
-        appendEscaped(name, to: &body)
-        let reply = try await hostRequest(options, #"{"op":"stop-worker","id":"s","name":\#(String(decoding: body, as: UTF8.self))}"#,
-                                          id: "s", "waiting for fluxd to stop \(name)")
-        printWorker(reply["worker"], json: options.json)
+        try await workerRequest(options, op: "stop-worker", id: "s", name: name, "waiting for fluxd to stop \(name)")
     }
 }

@@ -79,17 +79,7 @@ final class Fluxd: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxd"))
             process.arguments = (passSocket ? ["--socket", self.socketPath] : []) + arguments
             if let environment { process.environment = environment }
-            guard FileManager.default.createFile(atPath: stderrPath, contents: nil),
-                  let stderrHandle = FileHandle(forWritingAtPath: stderrPath) else {
-                throw HarnessError.system("create \(stderrPath)", errno)
-            }
-            process.standardOutput = stdout
-            process.standardError = stderrHandle
-            process.standardInput = FileHandle.nullDevice
-            let semaphore = exited
-            process.terminationHandler = { _ in semaphore.signal() }
-            try process.run()
-            try? stderrHandle.close()
+            try launchProcess(process, stdout: stdout, stderrPath: stderrPath, exited: exited)
         } catch {
             directory.remove()
             throw error
@@ -108,24 +98,16 @@ final class Fluxd: @unchecked Sendable {
     func waitForReady(timeout: Duration = .seconds(20)) throws -> String {
         if let readyLine { return readyLine }
         let deadline = ContinuousClock.now + timeout
-        let fd = stdout.fileHandleForReading.fileDescriptor
-        while true {
-            if let newline = stdoutBuffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: stdoutBuffer[..<newline], as: UTF8.self)
-                stdoutBuffer.removeSubrange(...newline)
-                readyLine = line
-                return line
-            }
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            switch try readWithDeadline(fd: fd, into: &chunk, deadline: deadline) {
-            case .bytes(let n):
-                stdoutBuffer.append(contentsOf: chunk[..<n])
-            case .eof:
-                let status = waitForExit(timeout: .seconds(5)) ?? -1
-                throw HarnessError.exitedBeforeReady(status: status, stderr: stderr)
-            case .timeout:
-                throw HarnessError.timedOut("fluxd ready line (stderr so far:\n\(stderr))")
-            }
+        switch try nextLine(fd: stdout.fileHandleForReading.fileDescriptor, buffer: &stdoutBuffer, deadline: deadline,
+                            where: { _ in true }) {
+        case .line(let line):
+            readyLine = line
+            return line
+        case .eof:
+            let status = waitForExit(timeout: .seconds(5)) ?? -1
+            throw HarnessError.exitedBeforeReady(status: status, stderr: stderr)
+        case .timeout:
+            throw HarnessError.timedOut("fluxd ready line (stderr so far:\n\(stderr))")
         }
     }
 
@@ -178,6 +160,42 @@ func withFluxd<T>(
     defer { fluxd.cleanup() }
     try fluxd.waitForReady()
     return try body(fluxd)
+}
+
+/// Points `process`'s stdout at `stdout`, its stderr at a new file `stderrPath` and its stdin at /dev/null, has
+/// `exited` signalled when it terminates, and runs it.
+func launchProcess(_ process: Process, stdout: Pipe, stderrPath: String, exited: DispatchSemaphore) throws {
+    guard FileManager.default.createFile(atPath: stderrPath, contents: nil),
+          let stderrHandle = FileHandle(forWritingAtPath: stderrPath) else {
+        throw HarnessError.system("create \(stderrPath)", errno)
+    }
+    process.standardOutput = stdout
+    process.standardError = stderrHandle
+    process.standardInput = FileHandle.nullDevice
+    process.terminationHandler = { _ in exited.signal() }
+    try process.run()
+    try? stderrHandle.close()
+}
+
+enum LineOutcome { case line(String), eof, timeout }
+
+/// Reads lines from `fd` (bytes after the last newline stay in `buffer`) until one satisfies `accept`, skipping the
+/// others; `.eof` when the stream ends first, `.timeout` when `deadline` passes.
+func nextLine(fd: Int32, buffer: inout [UInt8], deadline: ContinuousClock.Instant,
+              where accept: (String) -> Bool) throws -> LineOutcome {
+    while true {
+        while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+            let line = String(decoding: buffer[..<newline], as: UTF8.self)
+            buffer.removeSubrange(...newline)
+            if accept(line) { return .line(line) }
+        }
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        switch try readWithDeadline(fd: fd, into: &chunk, deadline: deadline) {
+        case .bytes(let n): buffer.append(contentsOf: chunk[..<n])
+        case .eof: return .eof
+        case .timeout: return .timeout
+        }
+    }
 }
 
 enum ReadOutcome { case bytes(Int), eof, timeout }

@@ -23,17 +23,7 @@ final class StoreProcess: @unchecked Sendable {
         stderrPath = logDirectory + "/\(executable)-\(UInt32.random(in: 0...UInt32.max)).stderr"
         process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: executable))
         process.arguments = ["--socket", socketPath] + arguments
-        guard FileManager.default.createFile(atPath: stderrPath, contents: nil),
-              let stderrHandle = FileHandle(forWritingAtPath: stderrPath) else {
-            throw HarnessError.system("create \(stderrPath)", errno)
-        }
-        process.standardOutput = stdout
-        process.standardError = stderrHandle
-        process.standardInput = FileHandle.nullDevice
-        let semaphore = exited
-        process.terminationHandler = { _ in semaphore.signal() }
-        try process.run()
-        try? stderrHandle.close()
+        try launchProcess(process, stdout: stdout, stderrPath: stderrPath, exited: exited)
     }
 
     deinit { cleanup() }
@@ -47,23 +37,15 @@ final class StoreProcess: @unchecked Sendable {
     @discardableResult
     func waitForLine(containing text: String, timeout: Duration = .seconds(20)) throws -> String {
         let deadline = ContinuousClock.now + timeout
-        let fd = stdout.fileHandleForReading.fileDescriptor
-        while true {
-            while let newline = stdoutBuffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: stdoutBuffer[..<newline], as: UTF8.self)
-                stdoutBuffer.removeSubrange(...newline)
-                if line.contains(text) { return line }
-            }
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            switch try readWithDeadline(fd: fd, into: &chunk, deadline: deadline) {
-            case .bytes(let n):
-                stdoutBuffer.append(contentsOf: chunk[..<n])
-            case .eof:
-                let status = waitForExit(timeout: .seconds(5)) ?? -1
-                throw HarnessError.unexpectedOutput("\(executable) exited (\(status)) before printing \"\(text)\"; stderr:\n\(stderr)")
-            case .timeout:
-                throw HarnessError.timedOut("\(executable): line \"\(text)\" (stderr so far:\n\(stderr))")
-            }
+        switch try nextLine(fd: stdout.fileHandleForReading.fileDescriptor, buffer: &stdoutBuffer, deadline: deadline,
+                            where: { $0.contains(text) }) {
+        case .line(let line):
+            return line
+        case .eof:
+            let status = waitForExit(timeout: .seconds(5)) ?? -1
+            throw HarnessError.unexpectedOutput("\(executable) exited (\(status)) before printing \"\(text)\"; stderr:\n\(stderr)")
+        case .timeout:
+            throw HarnessError.timedOut("\(executable): line \"\(text)\" (stderr so far:\n\(stderr))")
         }
     }
 

@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, Optional
 
-from .wire import (PROTOCOL_VERSION, Disconnected, FluxError, FrameDecoder, Settlement, Snapshot,
-                   SubscriptionEvent, Welcome, default_socket_path, dumps, encode_frame, is_valid_action_type,
-                   is_valid_store_name, loads, route_key)
-
-Message = Dict[str, Any]
+from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
+from .wire import Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, default_socket_path
 
 
-class AsyncClient:
+class AsyncClient(ClientCore):
     """An asyncio connection to fluxd (protocol 1). Create one with ``await AsyncClient.connect(...)``.
 
     A reader task routes every frame: replies resolve the awaiting call (matched by the id the client generated),
@@ -22,15 +18,14 @@ class AsyncClient:
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str, role: str):
+        super().__init__()
         self._reader = reader
         self._writer = writer
         self.name = name
         self.role = role
-        self._ids = itertools.count(1)
         self._pending: Dict[str, asyncio.Future] = {}
         self._subscriptions: Dict[str, "AsyncSubscription"] = {}
         self.errors: "asyncio.Queue[FluxError]" = asyncio.Queue()
-        self._closed: Optional[Disconnected] = None
         self._welcome: "asyncio.Future[Message]" = asyncio.get_running_loop().create_future()
         self._task: Optional[asyncio.Task] = None
         self.welcome: Welcome
@@ -42,9 +37,9 @@ class AsyncClient:
         reader, writer = await asyncio.open_unix_connection(socket_path or default_socket_path(), limit=1 << 26)
         client = cls(reader, writer, name, role)
         client._task = asyncio.ensure_future(client._read_loop())
-        client._send({"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name})
+        client._send_hello(role, name)
         msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
-        client.welcome = Welcome(msg["peer"], msg.get("server", ""), dict(msg.get("limits", {})), msg["protocol"])
+        client.welcome = client._welcome_from(msg)
         return client
 
     async def __aenter__(self) -> "AsyncClient":
@@ -52,11 +47,6 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection has ended."""
-        return self._closed is not None
 
     async def close(self, timeout: float = 2.0) -> None:
         """Says ``bye``, waits (at most ``timeout`` s) for fluxd to close, then closes."""
@@ -94,8 +84,7 @@ class AsyncClient:
     async def subscribe(self, store: str, timeout: Optional[float] = None) -> "AsyncSubscription":
         """Subscribes to a store; ``async for snapshot in subscription`` yields the retained snapshot, then every
         newer one. ``await subscription.close()`` (or ``async with``) unsubscribes."""
-        if not is_valid_store_name(store):
-            raise ValueError(f"invalid store name {store!r}")
+        self._check_store(store)
         sub = self._subscriptions.get(store)
         if sub is None:
             sub = AsyncSubscription(self, store)
@@ -115,12 +104,10 @@ class AsyncClient:
     async def query(self, store: str, query: Any, timeout: Optional[float] = None) -> "AsyncQueryReceipt":
         """Declares a query; withdrawn by ``await receipt.close()`` (or ``async with``) or when the connection
         ends."""
-        if not is_valid_store_name(store):
-            raise ValueError(f"invalid store name {store!r}")
-        ident = f"q-{next(self._ids)}"
+        self._check_store(store)
+        ident = self._next_id("q")
         future = self._expect(ident)
-        head = dumps({"op": "query", "id": ident, "store": store})[:-1]
-        self._send_raw(encode_frame(head + b',"query":' + dumps(query) + b"}"))
+        self._send_raw(self._query_frame(ident, store, query))
         await self._await(future, timeout)
         return AsyncQueryReceipt(self, ident, store, query)
 
@@ -136,8 +123,7 @@ class AsyncClient:
 
     async def get(self, store: str, timeout: Optional[float] = None) -> Snapshot:
         """Reads a store's retained snapshot once (``unknown-store`` if none)."""
-        msg = await self._request({"op": "get", "store": store}, timeout)
-        return Snapshot(msg["store"], msg["version"], msg["seq"], msg["state"])
+        return self._snapshot_from(await self._request({"op": "get", "store": store}, timeout))
 
     async def ping(self, timeout: Optional[float] = None) -> float:
         """Round trip in seconds; a barrier for earlier replies."""
@@ -147,22 +133,8 @@ class AsyncClient:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _check_action(self, type: str) -> str:
-        if not is_valid_action_type(type):
-            raise ValueError(f"invalid action type {type!r}")
-        return f"d-{next(self._ids)}"
-
-    @staticmethod
-    def _dispatch_frame(ident: str, type: str, payload: Any, cause: Optional[int], settle: bool) -> bytes:
-        fields: Message = {"op": "dispatch", "id": ident, "type": type}
-        if settle:
-            fields["settle"] = True
-        if cause is not None:
-            fields["cause"] = cause
-        return encode_frame(dumps(fields)[:-1] + b',"payload":' + dumps(payload) + b"}")
-
     async def _request(self, fields: Message, timeout: Optional[float]) -> Message:
-        ident = f"r-{next(self._ids)}"
+        ident = self._next_id("r")
         fields["id"] = ident
         future = self._expect(ident)
         self._send(fields)
@@ -180,9 +152,6 @@ class AsyncClient:
         if msg.get("op") == "error":
             raise FluxError.from_frame(msg)
         return msg
-
-    def _send(self, fields: Message) -> None:
-        self._send_raw(encode_frame(dumps(fields)))
 
     def _send_raw(self, frame: bytes) -> None:
         if self._closed is not None:
@@ -203,42 +172,33 @@ class AsyncClient:
         except (OSError, asyncio.IncompleteReadError) as error:
             self._finish(Disconnected(f"receive failed: {error}"))
 
-    def _route(self, body: bytes) -> None:
-        try:
-            msg = loads(body)
-        except ValueError:
-            self.errors.put_nowait(FluxError("bad-json", f"unreadable frame from fluxd: {body[:80]!r}"))
-            return
-        if not isinstance(msg, dict):
-            return
-        if msg.get("op") == "welcome":
-            if not self._welcome.done():
-                self._welcome.set_result(msg)
-            return
-        kind, key = route_key(msg)
-        if kind == "reply" and key is not None:
-            future = self._pending.pop(key, None)
-            if future is not None and not future.done():
-                future.set_result(msg)
-        elif kind == "subscription":
-            sub = self._subscriptions.get(key)  # type: ignore[arg-type]
-            if sub is not None:
-                sub._deliver(msg)
-        elif kind == "error":
-            error = FluxError.from_frame(msg)
-            future = None
-            if key is not None:
-                future = self._pending.pop(key, None) or self._pending.pop(f"subscribed:{key}", None)
-            if future is not None and not future.done():
-                future.set_result(msg)
-            else:
-                self.errors.put_nowait(error)
-            if not self._welcome.done():
-                self._welcome.set_exception(error)
-            if error.fatal:
-                self._finish(Disconnected(f"fluxd closed the connection: {error}"))
-        elif kind == "bye":
-            self._finish(Disconnected(f"fluxd said bye ({msg.get('reason')})"))
+    def _keep_error(self, error: FluxError) -> None:
+        self.errors.put_nowait(error)
+
+    def _on_welcome(self, msg: Message) -> None:
+        if not self._welcome.done():
+            self._welcome.set_result(msg)
+
+    def _on_reply(self, key: str, msg: Message) -> None:
+        future = self._pending.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+    def _on_subscription(self, key: Optional[str], msg: Message) -> None:
+        sub = self._subscriptions.get(key)  # type: ignore[arg-type]
+        if sub is not None:
+            sub._deliver(msg)
+
+    def _on_error(self, key: Optional[str], msg: Message, error: FluxError) -> None:
+        future = None
+        if key is not None:
+            future = self._pending.pop(key, None) or self._pending.pop(f"subscribed:{key}", None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+        else:
+            self.errors.put_nowait(error)
+        if not self._welcome.done():
+            self._welcome.set_exception(error)
 
     def _finish(self, reason: Disconnected) -> None:
         if self._closed is not None:
@@ -258,31 +218,18 @@ class AsyncClient:
             pass
 
 
-class AsyncSubscription:
+class AsyncSubscription(SubscriptionCore):
     """An async iterator of a store's :class:`Snapshot` objects (retained first, then every newer version);
     ``status`` follows ``store-down``/``store-up`` (kept in :attr:`events`). Ends when the connection ends."""
 
+    client: AsyncClient
+
     def __init__(self, client: AsyncClient, store: str):
-        self.client = client
-        self.store = store
-        self.status: Optional[str] = None
-        self.latest: Optional[Snapshot] = None
-        self.events: List[SubscriptionEvent] = []
+        super().__init__(client, store)
         self._queue: "asyncio.Queue[Optional[Snapshot]]" = asyncio.Queue()
 
-    def _deliver(self, msg: Message) -> None:
-        op = msg["op"]
-        if op == "snapshot":
-            snap = Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state"))
-            if self.latest is None or snap.version > self.latest.version:
-                self.latest = snap
-                self._queue.put_nowait(snap)
-        elif op == "store-down":
-            self.status = "down"
-            self.events.append(SubscriptionEvent("store-down", self.store, reason=msg.get("reason")))
-        elif op == "store-up":
-            self.status = "up"
-            self.events.append(SubscriptionEvent("store-up", self.store, version=msg.get("version")))
+    def _enqueue(self, snap: Snapshot) -> None:
+        self._queue.put_nowait(snap)
 
     def __aiter__(self) -> AsyncIterator[Snapshot]:
         return self
@@ -311,15 +258,10 @@ class AsyncSubscription:
         await self.close()
 
 
-class AsyncQueryReceipt:
+class AsyncQueryReceipt(QueryReceiptCore):
     """An active query; ``await close()`` (or leaving ``async with``) withdraws it."""
 
-    def __init__(self, client: AsyncClient, ident: str, store: str, query: Any):
-        self.client = client
-        self.id = ident
-        self.store = store
-        self.query = query
-        self.active = True
+    client: AsyncClient
 
     async def close(self) -> None:
         """Withdraws the query; idempotent."""

@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import collections
-import itertools
 import select
 import socket
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional, Union
+from typing import Any, Deque, Dict, Iterator, Optional
 
-from .wire import (DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Disconnected, FluxError, FrameDecoder, Settlement,
-                   Snapshot, SubscriptionEvent, Welcome, default_socket_path, dumps, encode_frame,
-                   is_valid_action_type, is_valid_store_name, loads, route_key)
-
-Message = Dict[str, Any]
+from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
+from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, default_socket_path,
+                   encode_frame)
 
 
-class Client:
+class Client(ClientCore):
     """A connection to fluxd speaking protocol 1 (see ``protocol/SPEC.md``).
 
     Create one with :meth:`connect`. The client has no thread of its own: every call reads the socket until its
@@ -29,19 +26,18 @@ class Client:
     """
 
     def __init__(self, sock: socket.socket, name: str, role: str, timeout: Optional[float]):
+        super().__init__()
         self._sock = sock
         self.name = name
         self.role = role
         self.timeout = timeout
         self._decoder = FrameDecoder()
-        self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._replies: Dict[str, Message] = {}
         self._awaited: set = set()
         self._subscriptions: Dict[str, "Subscription"] = {}
         self._store_inbox: Dict[str, Deque[Message]] = {}
         self.errors: Deque[FluxError] = collections.deque(maxlen=256)
-        self._closed: Optional[Disconnected] = None
         self.welcome: Welcome
 
     # -- connection ---------------------------------------------------------------------------------------------
@@ -58,17 +54,12 @@ class Client:
             sock.close()
             raise
         client = cls(sock, name, role, timeout)
-        client._send({"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name})
+        client._send_hello(role, name)
         msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
-        client.welcome = Welcome(msg["peer"], msg.get("server", ""), dict(msg.get("limits", {})), msg["protocol"])
+        client.welcome = client._welcome_from(msg)
         return client
 
     _welcome_msg: Optional[Message] = None
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection has ended."""
-        return self._closed is not None
 
     def close(self, timeout: float = 2.0) -> None:
         """Says ``bye``, waits (at most ``timeout`` s) for fluxd to close the connection, then closes it."""
@@ -116,8 +107,7 @@ class Client:
     def subscribe(self, store: str, timeout: Optional[float] = None) -> "Subscription":
         """Subscribes to a store's snapshots. The returned :class:`Subscription` iterates the retained snapshot
         (if any) and then every newer one; it is also a context manager (``close()`` unsubscribes)."""
-        if not is_valid_store_name(store):
-            raise ValueError(f"invalid store name {store!r}")
+        self._check_store(store)
         sub = self._subscriptions.get(store)
         if sub is None:
             sub = Subscription(self, store)
@@ -139,11 +129,10 @@ class Client:
         """Declares a query on a store (encoded canonically, so equal queries are deduplicated by fluxd). It
         stays active until the returned :class:`QueryReceipt` is closed (or used as a context manager) or the
         connection ends. Subscribe separately to see the data the store fetches."""
-        if not is_valid_store_name(store):
-            raise ValueError(f"invalid store name {store!r}")
+        self._check_store(store)
         ident = self._next_id("q")
         self._awaited.add(ident)
-        self._send_raw(self._frame_with_raw({"op": "query", "id": ident, "store": store}, "query", dumps(query)))
+        self._send_raw(self._query_frame(ident, store, query))
         self._reply(ident, timeout)
         return QueryReceipt(self, ident, store, query)
 
@@ -163,8 +152,7 @@ class Client:
     def get(self, store: str, timeout: Optional[float] = None) -> Snapshot:
         """Reads a store's retained snapshot once. Raises ``FluxError`` ``unknown-store`` if there is none."""
         ident = self._request({"op": "get", "store": store})
-        msg = self._reply(ident, timeout)
-        return Snapshot(msg["store"], msg["version"], msg["seq"], msg["state"])
+        return self._snapshot_from(self._reply(ident, timeout))
 
     def ping(self, timeout: Optional[float] = None) -> float:
         """Round trip to fluxd; returns the seconds it took. Also a barrier: every reply to an earlier request
@@ -184,36 +172,12 @@ class Client:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _next_id(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._ids)}"
-
-    def _check_action(self, type: str) -> str:
-        if not is_valid_action_type(type):
-            raise ValueError(f"invalid action type {type!r}")
-        return self._next_id("d")
-
-    def _dispatch_frame(self, ident: str, type: str, payload: Any, cause: Optional[int], settle: bool) -> bytes:
-        fields: Message = {"op": "dispatch", "id": ident, "type": type}
-        if settle:
-            fields["settle"] = True
-        if cause is not None:
-            fields["cause"] = cause
-        return self._frame_with_raw(fields, "payload", dumps(payload))
-
-    @staticmethod
-    def _frame_with_raw(fields: Message, key: str, raw: bytes) -> bytes:
-        head = dumps(fields)[:-1]  # canonical envelope without its closing brace
-        return encode_frame(head + b',"' + key.encode() + b'":' + raw + b"}")
-
     def _request(self, fields: Message) -> str:
         ident = self._next_id("r")
         fields["id"] = ident
         self._awaited.add(ident)
         self._send(fields)
         return ident
-
-    def _send(self, fields: Message) -> None:
-        self._send_raw(encode_frame(dumps(fields)))
 
     def _send_raw(self, frame: bytes) -> None:
         if self._closed is not None:
@@ -269,42 +233,34 @@ class Client:
             if kind == "frame":
                 self._route(value)  # type: ignore[arg-type]
 
-    def _route(self, body: bytes) -> None:
-        try:
-            msg = loads(body)
-        except ValueError:
-            self.errors.append(FluxError("bad-json", f"unreadable frame from fluxd: {body[:80]!r}"))
-            return
-        if not isinstance(msg, dict):
-            return
-        if msg.get("op") == "welcome":
-            self._welcome_msg = msg
-            return
-        kind, key = route_key(msg)
-        if kind == "reply" and key is not None:
+    def _keep_error(self, error: FluxError) -> None:
+        self.errors.append(error)
+
+    def _on_welcome(self, msg: Message) -> None:
+        self._welcome_msg = msg
+
+    def _on_reply(self, key: str, msg: Message) -> None:
+        self._replies[key] = msg
+
+    def _on_subscription(self, key: Optional[str], msg: Message) -> None:
+        sub = self._subscriptions.get(key)  # type: ignore[arg-type]
+        if sub is not None:
+            sub._deliver(msg)
+        if msg.get("op") == "snapshot" and key in self._store_inbox:
+            self._store_inbox[key].append(msg)  # type: ignore[index]
+
+    def _on_store(self, key: Optional[str], msg: Message) -> None:
+        self._store_inbox.setdefault(key, collections.deque()).append(msg)  # type: ignore[arg-type]
+
+    def _on_error(self, key: Optional[str], msg: Message, error: FluxError) -> None:
+        if key is not None and key in self._awaited:
             self._replies[key] = msg
-        elif kind == "subscription":
-            sub = self._subscriptions.get(key)  # type: ignore[arg-type]
-            if sub is not None:
-                sub._deliver(msg)
-            if msg.get("op") == "snapshot" and key in self._store_inbox:
-                self._store_inbox[key].append(msg)  # type: ignore[index]
-        elif kind == "store":
-            self._store_inbox.setdefault(key, collections.deque()).append(msg)  # type: ignore[arg-type]
-        elif kind == "error":
-            error = FluxError.from_frame(msg)
-            if key is not None and key in self._awaited:
-                self._replies[key] = msg
-            elif key is not None and key in self._store_inbox:
-                self._store_inbox[key].append(msg)
-            elif key is not None and f"subscribed:{key}" in self._awaited:
-                self._replies[f"subscribed:{key}"] = msg
-            else:
-                self.errors.append(error)
-            if error.fatal:
-                self._finish(Disconnected(f"fluxd closed the connection: {error}"))
-        elif kind == "bye":
-            self._finish(Disconnected(f"fluxd said bye ({msg.get('reason')})"))
+        elif key is not None and key in self._store_inbox:
+            self._store_inbox[key].append(msg)
+        elif key is not None and f"subscribed:{key}" in self._awaited:
+            self._replies[f"subscribed:{key}"] = msg
+        else:
+            self.errors.append(error)
 
     def _finish(self, reason: Disconnected) -> None:
         if self._closed is None:
@@ -315,33 +271,20 @@ class Client:
                 pass
 
 
-class Subscription:
+class Subscription(SubscriptionCore):
     """A subscription to one store: iterate it for :class:`Snapshot` objects (the retained one first, then each
     newer version; never an older one). ``status`` is ``up``/``down``/``unknown`` and follows
     ``store-down``/``store-up``; :attr:`events` keeps those events. Iteration ends when the connection ends."""
 
+    client: Client
+
     def __init__(self, client: Client, store: str):
-        self.client = client
-        self.store = store
-        self.status: Optional[str] = None
-        self.latest: Optional[Snapshot] = None
-        self.events: List[SubscriptionEvent] = []
+        super().__init__(client, store)
         self._queue: Deque[Snapshot] = collections.deque()
         self._open = True
 
-    def _deliver(self, msg: Message) -> None:
-        op = msg["op"]
-        if op == "snapshot":
-            snap = Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state"))
-            if self.latest is None or snap.version > self.latest.version:
-                self.latest = snap
-                self._queue.append(snap)
-        elif op == "store-down":
-            self.status = "down"
-            self.events.append(SubscriptionEvent("store-down", self.store, reason=msg.get("reason")))
-        elif op == "store-up":
-            self.status = "up"
-            self.events.append(SubscriptionEvent("store-up", self.store, version=msg.get("version")))
+    def _enqueue(self, snap: Snapshot) -> None:
+        self._queue.append(snap)
 
     def next(self, timeout: Optional[float] = None) -> Snapshot:
         """The next snapshot (waits up to ``timeout`` s; raises ``TimeoutError``, or ``Disconnected`` when the
@@ -377,15 +320,10 @@ class Subscription:
         self.close()
 
 
-class QueryReceipt:
+class QueryReceipt(QueryReceiptCore):
     """An active query (WordPressFlux's Receipt). ``close()`` (or leaving the ``with`` block) withdraws it."""
 
-    def __init__(self, client: Client, ident: str, store: str, query: Any):
-        self.client = client
-        self.id = ident
-        self.store = store
-        self.query = query
-        self.active = True
+    client: Client
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Withdraws the query (``unquery``); idempotent."""

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Regenerates Benchmarks/RESULTS.md: every workload of issue 6 against fluxd, the bare Unix-socket relay (the
+# floor) and the peer brokers (Redis, Mosquitto, NATS, D-Bus), in one run (~10-15 minutes on 2 cores).
+#
+#   scripts/bench.sh                 full run
+#   scripts/bench.sh --scale 0.1     quick run (every count x0.1)
+#   scripts/bench.sh --only 1,2      some workloads only
+#   FLUXD=/path/to/fluxd scripts/bench.sh   use that fluxd instead of building one
+#
+# Installs the peers from Debian packages when missing (needs root and apt-get), builds a release fluxd with its
+# own scratch folder (.build-bench), raises the open-file limit for workload 5. Never run by CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+[ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null || need+=(mosquitto)
+[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || need+=(nats-server)
+command -v dbus-daemon >/dev/null || need+=(dbus-daemon)
+pkg-config --exists dbus-1 2>/dev/null || need+=(libdbus-1-dev)
+command -v gcc >/dev/null || need+=(gcc)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "bench: installing ${need[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+    else
+        echo "bench: missing ${need[*]}; those baselines are skipped" >&2
+    fi
+fi
+# Debian starts the services it installs where systemd runs; the benchmark runs its own on private sockets only.
+
+if [ -z "${FLUXD:-}" ]; then
+    swift build -c release --scratch-path .build-bench --product fluxd >&2
+    FLUXD="$(swift build -c release --scratch-path .build-bench --show-bin-path)/fluxd"
+fi
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+exec python3 Benchmarks/run.py --fluxd "$FLUXD" --command "scripts/bench.sh $*" "$@"

@@ -38,8 +38,11 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     private var epoch: Millis?
     private var now: Millis = 0
-    /// The `ref` of errors about the message being handled: its `id` if a string, else its `store` (SPEC §8.9).
-    private var currentRef: String?
+    /// The message being handled: errors about it carry its `id` if a string, else its `store` as `ref`
+    /// (SPEC §8.9), decoded only when an error is actually sent.
+    private var currentMessage: Envelope?
+    /// Stores that are down: the only ones whose queues can expire (`nextDeadline`, `tick`).
+    private var downStores: Set<String> = []
     /// Traffic and error counters, reported by `info`.
     public private(set) var counters = Counters()
 
@@ -106,8 +109,8 @@ public final class Router {
         if let first = handshakes.first, let peer = peers[first] {
             next = peer.connectedAt + config.handshakeTimeout
         }
-        for store in stores.values where store.status == .down {
-            if let head = store.queue.first, let d = head.deadline {
+        for name in downStores {
+            if let head = stores[name]?.queue.first, let d = head.deadline {
                 next = min(next ?? d, d)
             }
         }
@@ -254,8 +257,8 @@ public final class Router {
             if peer.role == nil { return fail(peer, .handshakeRequired, "the first frame must be hello", &out) }
             return fail(peer, .badMessage, "a message needs a string \"op\"", &out)
         }
-        currentRef = env.string("id").value ?? env.string("store").value
-        defer { currentRef = nil }
+        currentMessage = env
+        defer { currentMessage = nil }
         guard let role = peer.role else {
             if op == "hello" { return hello(peer, env, &out) }
             return fail(peer, .handshakeRequired, "the first frame must be hello, not \(op)", &out)
@@ -321,6 +324,7 @@ public final class Router {
         let resumed = store.version > 0
         store.owner = peer.id
         store.status = .up
+        downStores.remove(name)
         store.handles = handles
         store.waitFor = waitFor
         store.wasRegistered = true
@@ -369,6 +373,7 @@ public final class Router {
         if let owner = store.owner { peers[owner]?.owned.remove(store.name) }
         store.owner = nil
         store.status = .down
+        downStores.insert(store.name)
         let back = store.inflight
         store.inflight.removeAll()
         for item in back { item.redelivered = true }
@@ -815,9 +820,8 @@ public final class Router {
             handshakes.removeFirst()
             fail(peer, .timeout, "no hello within \(config.handshakeTimeout) ms", &out)
         }
-        for name in stores.keys.sorted() {
-            let store = stores[name]!
-            guard store.status == .down else { continue }
+        for name in downStores.sorted() {
+            guard let store = stores[name] else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
                 record(head.action, store: name, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
@@ -871,7 +875,9 @@ public final class Router {
         var b = FrameBuilder(op: "error")
         b.string("code", code.rawValue)
         b.string("message", message)
-        if let ref = ref ?? currentRef { b.string("ref", ref) }
+        if let ref = ref ?? currentMessage.flatMap({ $0.string("id").value ?? $0.string("store").value }) {
+            b.string("ref", ref)
+        }
         b.bool("fatal", closes)
         out.counters.count(code)
         out.send(peer, b.finish())

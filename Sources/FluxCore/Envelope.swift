@@ -45,14 +45,19 @@ public struct JSONSpan: Sendable, Equatable {
 public struct Envelope: Sendable {
     /// The frame body the spans point into.
     public let body: [UInt8]
+    /// Top-level fields, by key byte range, in the order they appear (keys are decoded only on demand).
+    private var entries: [TopLevelField]
+
     /// Top-level fields in the order they appear.
-    public private(set) var fields: [(key: String, value: JSONSpan)]
+    public var fields: [(key: String, value: JSONSpan)] {
+        body.withUnsafeBufferPointer { buf in entries.map { (key: $0.decodedKey(buf), value: $0.value) } }
+    }
 
     /// Scans `body`. Throws when it is not valid JSON, not an object, or repeats a top-level key.
     public init(body: [UInt8], maxDepth: Int = 64) throws(EnvelopeError) {
         self.body = body
-        self.fields = []
-        var collected: [(key: String, value: JSONSpan)] = []
+        var collected: [TopLevelField] = []
+        collected.reserveCapacity(8)
         let result: EnvelopeError? = body.withUnsafeBufferPointer { buf -> EnvelopeError? in
             var scanner = JSONScanner(buf, maxDepth: maxDepth)
             do {
@@ -65,13 +70,18 @@ public struct Envelope: Sendable {
             }
         }
         if let result { throw result }
-        self.fields = collected
+        self.entries = collected
     }
 
-    /// The span of a top-level field.
+    /// The span of a top-level field (keys compare by their decoded UTF-8 bytes, with no Unicode normalisation).
     public func span(_ key: String) -> JSONSpan? {
-        for field in fields where field.key.utf8.elementsEqual(key.utf8) { return field.value }
-        return nil
+        var key = key
+        return key.withUTF8 { wanted in
+            body.withUnsafeBufferPointer { buf -> JSONSpan? in
+                for entry in entries where entry.keyEquals(wanted, in: buf) { return entry.value }
+                return nil
+            }
+        }
     }
 
     /// Whether a field is present (with any value, including null).
@@ -87,7 +97,7 @@ public struct Envelope: Sendable {
     public func string(_ key: String) -> FieldResult<String> {
         guard let s = span(key) else { return .absent }
         guard s.kind == .string else { return .wrongType }
-        return .value(decodeJSONString(body[s.range]))
+        return .value(body.withUnsafeBufferPointer { decodeJSONToken(UnsafeBufferPointer(rebasing: $0[s.range])) })
     }
 
     /// An integer field (JSON number without fraction or exponent, fitting in Int64).
@@ -122,7 +132,7 @@ public struct Envelope: Sendable {
                     ok = false
                     return
                 }
-                items.append(decodeJSONString(body[begin..<scanner.pos]))
+                items.append(decodeJSONToken(UnsafeBufferPointer(rebasing: buf[begin..<scanner.pos])))
                 scanner.skipWhitespace()
                 if scanner.peek() == UInt8(ascii: ",") { scanner.pos += 1; continue }
                 return
@@ -166,12 +176,66 @@ public func parseJSONInteger(_ bytes: ArraySlice<UInt8>) -> Int64? {
     return negative ? -value : value
 }
 
+/// One top-level field as the scanner found it: the key's bytes (between the quotes) and the value's span.
+struct TopLevelField {
+    /// Byte range of the key's raw (still escaped) bytes, without the quotes.
+    var key: Range<Int>
+    /// Whether the key contains a backslash escape (its decoded bytes differ from its raw bytes).
+    var escaped: Bool
+    var value: JSONSpan
+
+    /// The key as a `String`.
+    func decodedKey(_ body: UnsafeBufferPointer<UInt8>) -> String {
+        decodeJSONToken(UnsafeBufferPointer(rebasing: body[(key.lowerBound - 1)..<(key.upperBound + 1)]))
+    }
+
+    /// Whether the decoded key equals `wanted` byte for byte.
+    @inline(__always)
+    func keyEquals(_ wanted: UnsafeBufferPointer<UInt8>, in body: UnsafeBufferPointer<UInt8>) -> Bool {
+        if escaped { return decodedKey(body).utf8.elementsEqual(wanted) }
+        return bytesEqual(body, key, wanted)
+    }
+
+    /// Whether two keys of the same body decode to the same bytes.
+    func keyEquals(_ other: TopLevelField, in body: UnsafeBufferPointer<UInt8>) -> Bool {
+        if !escaped && !other.escaped {
+            return bytesEqual(body, key, UnsafeBufferPointer(rebasing: body[other.key]))
+        }
+        return decodedKey(body).utf8.elementsEqual(other.decodedKey(body).utf8)
+    }
+}
+
+@inline(__always)
+private func bytesEqual(_ body: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ other: UnsafeBufferPointer<UInt8>) -> Bool {
+    let n = range.count
+    guard n == other.count else { return false }
+    var i = 0
+    var j = range.lowerBound
+    while i < n {
+        if body[j] != other[i] { return false }
+        i += 1
+        j += 1
+    }
+    return true
+}
+
+/// Decodes a JSON string token (with its quotes) that the scanner has already validated.
+func decodeJSONToken(_ token: UnsafeBufferPointer<UInt8>) -> String {
+    guard token.count >= 2 else { return "" }
+    let inner = UnsafeBufferPointer(rebasing: token[1..<(token.count - 1)])
+    var i = 0
+    while i < inner.count && inner[i] != UInt8(ascii: "\\") { i += 1 }
+    if i == inner.count { return String(decoding: inner, as: UTF8.self) }
+    return decodeEscaped(ArraySlice(inner))
+}
+
 /// Decodes a JSON string token (with its quotes) that the scanner has already validated.
 public func decodeJSONString(_ token: ArraySlice<UInt8>) -> String {
-    let inner = token.dropFirst().dropLast()
-    if !inner.contains(UInt8(ascii: "\\")) {
-        return String(decoding: inner, as: UTF8.self)
-    }
+    token.withUnsafeBufferPointer { decodeJSONToken($0) }
+}
+
+/// Decodes the inside of a validated JSON string that contains escapes.
+private func decodeEscaped(_ inner: ArraySlice<UInt8>) -> String {
     var out: [UInt8] = []
     out.reserveCapacity(inner.count)
     var i = inner.startIndex
@@ -250,7 +314,7 @@ struct JSONScanner {
     }
 
     /// Scans a whole document whose top level must be an object; collects top-level fields.
-    mutating func scanDocument(topLevel: inout [(key: String, value: JSONSpan)]) throws(EnvelopeError) {
+    mutating func scanDocument(topLevel: inout [TopLevelField]) throws(EnvelopeError) {
         skipWhitespace()
         guard let c = peek() else { throw fail("empty document") }
         if c != UInt8(ascii: "{") {
@@ -260,7 +324,7 @@ struct JSONScanner {
             throw .notAnObject
         }
         pos += 1
-        var duplicate: String? = nil
+        var duplicate: TopLevelField? = nil
         skipWhitespace()
         if peek() == UInt8(ascii: "}") {
             pos += 1
@@ -269,18 +333,21 @@ struct JSONScanner {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
                 let keyStart = pos
-                try scanString()
-                let keyToken = UnsafeBufferPointer(rebasing: buf[keyStart..<pos])
+                let escaped = try scanString()
+                let keyRange = (keyStart + 1)..<(pos - 1)
                 skipWhitespace()
                 guard peek() == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 pos += 1
                 skipWhitespace()
                 let span = try scanValue(depth: 2)
-                let key = decodeJSONString(ArraySlice(keyToken))
+                let field = TopLevelField(key: keyRange, escaped: escaped, value: span)
                 if duplicate == nil {
-                    for existing in topLevel where existing.key.utf8.elementsEqual(key.utf8) { duplicate = key }
+                    for existing in topLevel where existing.keyEquals(field, in: buf) {
+                        duplicate = field
+                        break
+                    }
                 }
-                topLevel.append((key, span))
+                topLevel.append(field)
                 skipWhitespace()
                 guard let sep = peek() else { throw fail("unterminated object") }
                 if sep == UInt8(ascii: ",") { pos += 1; continue }
@@ -290,7 +357,7 @@ struct JSONScanner {
         }
         skipWhitespace()
         guard pos == buf.count else { throw fail("trailing bytes after the object") }
-        if let duplicate { throw .duplicateKey(duplicate) }
+        if let duplicate { throw .duplicateKey(duplicate.decodedKey(buf)) }
     }
 
     mutating func scanValue(depth: Int) throws(EnvelopeError) -> JSONSpan {
@@ -376,13 +443,42 @@ struct JSONScanner {
         }
     }
 
-    /// Scans a string token starting at the opening quote; validates escapes and UTF-8.
-    mutating func scanString() throws(EnvelopeError) {
+    /// Scans a string token starting at the opening quote; validates escapes and UTF-8. Returns whether the
+    /// string contains a backslash escape.
+    @discardableResult
+    mutating func scanString() throws(EnvelopeError) -> Bool {
+        var escaped = false
         pos += 1
-        while pos < buf.count {
-            let c = buf[pos]
-            if c == UInt8(ascii: "\"") { pos += 1; return }
+        let count = buf.count
+        while pos < count {
+            // Runs of plain printable ASCII (no quote, no backslash): the common case, in a tight local loop.
+            var p = pos
+            // Eight bytes at a time while none of them is a quote, a backslash, a control byte or non-ASCII.
+            if let base = buf.baseAddress {
+                let raw = UnsafeRawPointer(base)
+                let ones: UInt64 = 0x0101_0101_0101_0101
+                let highs: UInt64 = 0x8080_8080_8080_8080
+                while p &+ 8 <= count {
+                    let w = raw.loadUnaligned(fromByteOffset: p, as: UInt64.self)
+                    let quote = w ^ (ones &* 0x22)
+                    let backslash = w ^ (ones &* 0x5C)
+                    let control = (w &- ones &* 0x20) & ~w
+                    let special = (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | w) & highs
+                    if special != 0 { break }
+                    p &+= 8
+                }
+            }
+            while p < count {
+                let b = buf[p]
+                guard b &- 0x20 < 0x60, b != UInt8(ascii: "\""), b != UInt8(ascii: "\\") else { break }
+                p += 1
+            }
+            pos = p
+            guard p < count else { break }
+            let c = buf[p]
+            if c == UInt8(ascii: "\"") { pos += 1; return escaped }
             if c == UInt8(ascii: "\\") {
+                escaped = true
                 pos += 1
                 guard let e = peek() else { break }
                 switch e {

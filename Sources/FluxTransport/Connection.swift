@@ -42,8 +42,9 @@ public struct SocketCredentials: Equatable, Sendable {
 }
 
 /// One accepted Unix-socket connection (`uv_pipe_t`): reads bytes into a `FrameDecoder` and reports frames to its
-/// delegate; queues outgoing `Frame`s and writes everything queued in one loop iteration with a single `uv_write`,
-/// straight from the frames' memory.
+/// delegate; queues outgoing `Frame`s and writes everything queued in one loop iteration at once, straight from
+/// the frames' memory: first with `uv_try_write` (one `writev`, no request, no poll watcher change) when no write is
+/// in flight, and whatever the kernel did not take with a single `uv_write`.
 ///
 /// Handle lifecycle: created and accepted by `PipeListener` (the handle holds a retain on this object), reading
 /// from then on; `close(afterFlush: true)` stops reading and closes once every queued write completed;
@@ -157,32 +158,65 @@ public final class Connection: HandleOwner {
         }
     }
 
-    /// Writes every pending frame with one `uv_write` (called by the loop once per iteration).
+    /// Writes every pending frame (called by the loop once per iteration). With no write in flight, tries one
+    /// synchronous `uv_try_write` of all of them first; if the kernel took everything the write is done (no request,
+    /// no watcher re-arm). The rest (everything, if the socket is full or a write is in flight: never ahead of an
+    /// earlier write) goes out with one `uv_write`, whose request keeps the frames alive until its callback.
     func flush() {
         isDirty = false
         guard phase != .closing, !pending.isEmpty else { return }
         let count = pending.count
-        let bytes = pendingBytes
-        let request = WriteRequest.make(frames: pending, byteCount: bytes)
-        pending.removeAll(keepingCapacity: true)
-        pendingBytes = 0
-        let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int32 in
-            for (i, frame) in request.header.frames.enumerated() {
+        let total = pendingBytes
+        let tryFirst = writesInFlight == 0
+        var request: WriteRequest?
+        // > 0: bytes left for `uv_write` (request made); 0: all written by `uv_try_write`; < 0: a libuv error.
+        let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int in
+            for (i, frame) in pending.enumerated() {
                 let base = UnsafeMutableRawPointer(mutating: frame.bytes.baseAddress!)
                 bufs[i] = uv_buf_init(base.assumingMemoryBound(to: CChar.self), UInt32(frame.bytes.count))
             }
+            var first = 0
+            var remaining = total
+            if tryFirst {
+                let written = uv_try_write(stream, bufs.baseAddress, UInt32(count))
+                if written < 0 {
+                    if written != Int32(UV_EAGAIN.rawValue) { return Int(written) }
+                } else {
+                    remaining -= Int(written)
+                    if remaining == 0 { return 0 }
+                    // Skip what the kernel took: whole frames, then a prefix of the first one left.
+                    var skip = Int(written)
+                    while skip >= Int(bufs[first].len) {
+                        skip -= Int(bufs[first].len)
+                        first += 1
+                    }
+                    bufs[first].base = bufs[first].base! + skip
+                    bufs[first].len -= skip
+                }
+            }
+            let made = WriteRequest.make(frames: pending, byteCount: remaining)
+            request = made
             // libuv copies the uv_buf_t array; the frames themselves stay alive in the request.
-            return uv_write(request.uvRequest, stream, bufs.baseAddress, UInt32(count), connectionWritten)
+            let status = uv_write(made.uvRequest, stream, bufs.baseAddress! + first, UInt32(count - first),
+                                  connectionWritten)
+            return status < 0 ? Int(status) : remaining
         }
+        pending.removeAll(keepingCapacity: true)
+        pendingBytes = 0
         if rc < 0 {
-            // The callback will not run: release the request here.
-            Unmanaged.passUnretained(request).release()
-            if closeReason == nil { closeReason = .error(UVError(code: rc, operation: "uv_write")) }
+            if let request {
+                // The callback will not run: release the request here.
+                Unmanaged.passUnretained(request).release()
+            }
+            let operation = request == nil ? "write" : "uv_write"
+            if closeReason == nil { closeReason = .error(UVError(code: Int32(rc), operation: operation)) }
             closeNow()
-            return
+        } else if rc == 0 {
+            if phase == .draining { closeIfDrained() }
+        } else {
+            writesInFlight += 1
+            inFlightBytes += rc
         }
-        writesInFlight += 1
-        inFlightBytes += bytes
     }
 
     fileprivate func written(byteCount: Int, status: Int32) {

@@ -36,11 +36,14 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     case shuttingDown = "shutting-down"
     /// `restart-worker` / `stop-worker` naming no worker of fluxd's running config (fluxd as a plugin host). Survives.
     case unknownWorker = "unknown-worker"
+    /// More than `maxBacklog` bytes waited in fluxd for the connection (it does not read fast enough). The
+    /// connection is closed.
+    case slowConsumer = "slow-consumer"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {
         switch self {
-        case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout: return true
+        case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout, .slowConsumer: return true
         default: return false
         }
     }

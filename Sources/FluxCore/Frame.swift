@@ -12,9 +12,13 @@ public final class Frame: @unchecked Sendable {
     /// never `Array(someTemporary().bytes)`, where Swift may release the frame before the copy is made.
     public let bytes: UnsafeRawBufferPointer
 
+    /// Whether a later frame may take this one's place while it waits, unwritten, in a connection's queue.
+    public let coalescing: Coalescing
+
     /// Takes ownership of `storage`, which must hold a length prefix and a body (see `FrameBuilder`).
-    init(adopting storage: UnsafeMutableRawBufferPointer) {
+    init(adopting storage: UnsafeMutableRawBufferPointer, coalescing: Coalescing = .none) {
         self.bytes = UnsafeRawBufferPointer(storage)
+        self.coalescing = coalescing
     }
 
     /// Frames `body` (a JSON object's bytes) by copying it behind a length prefix.
@@ -38,6 +42,22 @@ public final class Frame: @unchecked Sendable {
 
     /// The body as a string (for tests, logs and tools).
     public var text: String { withExtendedLifetime(self) { String(decoding: body, as: UTF8.self) } }
+}
+
+/// How a queued frame relates to frames queued after it on the same connection ("newest wins", SPEC §8.5).
+///
+/// A transport that cannot write to a connection as fast as frames are produced for it keeps them queued; a frame
+/// marked `.newestWins(key)` then replaces the queued, still unwritten frame with the same key in place (same
+/// position, so the order relative to every other frame is kept), unless a `.fence(key)` frame was queued after
+/// it. fluxd keys a store's snapshots by the store, and fences them with the frames that change what a
+/// subscription means (`subscribed`, `unsubscribed`, `store-up`, `store-down`).
+public enum Coalescing: Sendable, Equatable {
+    /// Always written.
+    case none
+    /// Supersedes the queued, unwritten frame with the same key (when there is one and no fence since).
+    case newestWins(key: UInt32)
+    /// Always written; frames with this key queued before it can no longer be superseded.
+    case fence(key: UInt32)
 }
 
 @inline(__always)

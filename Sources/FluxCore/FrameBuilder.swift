@@ -103,14 +103,14 @@ public struct FrameBuilder {
     /// which the next byte will stand.
     public var byteCount: Int { out.count }
 
-    /// Closes the object and returns the frame (length prefix filled in).
-    public consuming func finish() -> Frame {
+    /// Closes the object and returns the frame (length prefix filled in), marked for coalescing as given.
+    public consuming func finish(coalescing: Coalescing = .none) -> Frame {
         out.append(UInt8(ascii: "}"))
         let length = UInt32(out.count - 4)
         let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: out.count, alignment: 1)
         out.withUnsafeBytes { storage.copyMemory(from: $0) }
         storeBigEndianLength(length, into: storage)
-        return Frame(adopting: storage)
+        return Frame(adopting: storage, coalescing: coalescing)
     }
 }
 

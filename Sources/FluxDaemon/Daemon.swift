@@ -16,6 +16,9 @@ public struct DaemonConfig: Sendable {
     public var router = RouterConfig()
     /// How long shutdown waits for peers' queued frames to be written before it closes them anyway.
     public var shutdownGrace: Millis = 2000
+    /// How long a connection closed as a slow consumer (`router.maxBacklog`) has to read its `slow-consumer`
+    /// error before it is cut off.
+    public var slowConsumerGrace: Millis = 1000
 
     public init(socketPath: String) {
         self.socketPath = socketPath
@@ -77,6 +80,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     private var feeding = false
     /// Monitor events dropped per monitor since its last delivered one.
     private var missedEvents: [PeerID: Int] = [:]
+    /// Peers found over `maxBacklog` while carrying out effects, told `.backlogged` once the effects are done.
+    private var backlogged: [PeerID] = []
+    /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.
+    /// Lifecycle: created and started in `cutOffLater`, closed when it fires, when the connection closes, or in
+    /// `closeAll`.
+    private var cutOffTimers: [PeerID: LoopTimer] = [:]
 
     private enum Phase { case created, running, shuttingDown, stopped }
 
@@ -194,6 +203,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         guard connections.removeValue(forKey: id) != nil else { return }
         logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
         missedEvents.removeValue(forKey: id)
+        cutOffTimers.removeValue(forKey: id)?.close()
         feed(.closed(id))
         if phase == .shuttingDown { finishIfDrained() }
     }
@@ -208,7 +218,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         for effect in effects {
             switch effect {
             case .send(let peer, let frame):
-                connections[peer]?.send(frame)
+                if let connection = connections[peer] {
+                    connection.send(frame)
+                    if connection.queuedBytes > config.router.maxBacklog { overBacklog(peer, connection) }
+                }
             case .monitor(let peer, let frame):
                 deliverMonitorEvent(frame, to: peer)
             case .host(let peer, let request):
@@ -230,7 +243,36 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         }
         effects.removeAll(keepingCapacity: true)
         feeding = false
+        if !backlogged.isEmpty {
+            let peers = backlogged
+            backlogged = []
+            for peer in peers {
+                feed(.backlogged(peer))
+                cutOffLater(peer)
+            }
+        }
         armDeadlineTimer()
+    }
+
+    /// A peer does not read fast enough: drop what is queued and unwritten (it is about to be closed with
+    /// `slow-consumer`, which then follows the write in flight) and tell the router once this feed is done.
+    private func overBacklog(_ peer: PeerID, _ connection: Connection) {
+        guard !backlogged.contains(peer), cutOffTimers[peer] == nil else { return }
+        logger.warning("slow consumer", metadata: ["peer": "\(peer)", "queued": "\(connection.queuedBytes)"])
+        connection.discardQueued()
+        backlogged.append(peer)
+    }
+
+    /// Closes a slow consumer's connection without waiting for its writes if it has not read them within
+    /// `slowConsumerGrace`.
+    private func cutOffLater(_ peer: PeerID) {
+        guard connections[peer] != nil, cutOffTimers[peer] == nil else { return }
+        let timer = LoopTimer(loop: loop) { [unowned self] in
+            self.cutOffTimers.removeValue(forKey: peer)?.close()
+            self.connections[peer]?.close(afterFlush: false)
+        }
+        cutOffTimers[peer] = timer
+        timer.start(after: config.slowConsumerGrace)
     }
 
     /// A monitor must never slow routing: while its connection is backlogged, events for it are dropped and
@@ -311,6 +353,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         tickTimer = nil
         graceTimer?.close()
         graceTimer = nil
+        for timer in cutOffTimers.values { timer.close() }
+        cutOffTimers = [:]
         loop.onStopRequest = nil
     }
 }

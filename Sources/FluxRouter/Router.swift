@@ -91,6 +91,10 @@ public final class Router {
             }
         case .closed(let id):
             closed(id, now: now, &out)
+        case .backlogged(let id):
+            if let peer = peers[id], !peer.closing {
+                fail(peer, .slowConsumer, "more than \(config.maxBacklog) bytes queued to this connection and not read", &out, fatal: true)
+            }
         case .tick:
             tick(now: now, &out)
         case .drain:
@@ -197,7 +201,8 @@ public final class Router {
         var limits: [UInt8] = []
         limits.append(contentsOf: "{\"maxFrame\":\(config.maxFrame),\"storeWindow\":\(config.storeWindow),".utf8)
         limits.append(contentsOf: "\"queueLimit\":\(config.queueLimit),\"queueTimeout\":\(config.queueTimeout),".utf8)
-        limits.append(contentsOf: "\"handshakeTimeout\":\(config.handshakeTimeout),\"maxPending\":\(config.maxPending)}".utf8)
+        limits.append(contentsOf: "\"handshakeTimeout\":\(config.handshakeTimeout),\"maxPending\":\(config.maxPending),".utf8)
+        limits.append(contentsOf: "\"maxBacklog\":\(config.maxBacklog)}".utf8)
         b.raw("limits", limits)
         out.send(peer, b.finish())
         out.log(.debug, "peer \(peer.id) hello: role \(role.rawValue), name \"\(name)\"")
@@ -342,7 +347,7 @@ public final class Router {
         var up = FrameBuilder(op: "store-up")
         up.string("store", name)
         up.int("version", store.version + (initial == nil ? 0 : 1))
-        let upFrame = up.finish()
+        let upFrame = up.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribers where sub != peer.id { if let p = peers[sub] { out.send(p, upFrame) } }
         emit("store-up", &out) { e in
             e.string("store", name)
@@ -383,7 +388,7 @@ public final class Router {
         var b = FrameBuilder(op: "store-down")
         b.string("store", store.name)
         b.constant("reason", reason)
-        let frame = b.finish()
+        let frame = b.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
         emit("store-down", &out) { e in
             e.string("store", store.name)
@@ -410,7 +415,7 @@ public final class Router {
 
     private func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
-        let s = StoreEntry(name: name)
+        let s = StoreEntry(name: name, key: UInt32(truncatingIfNeeded: stores.count + 1))
         stores[name] = s
         return s
     }
@@ -632,7 +637,8 @@ public final class Router {
         b.key("state")
         let stateStart = b.byteCount
         b.rawBytes(state)
-        let frame = b.finish()
+        // A subscriber that cannot keep up is sent only the newest of its unwritten snapshots of this store.
+        let frame = b.finish(coalescing: .newestWins(key: store.key))
         store.snapshot = frame
         store.snapshotSeq = seq
         store.stateRange = stateStart..<(stateStart + state.count)
@@ -670,7 +676,7 @@ public final class Router {
         b.string("store", name)
         b.string("status", store.status.rawValue)
         b.int("version", store.version)
-        out.send(peer, b.finish())
+        out.send(peer, b.finish(coalescing: .fence(key: store.key)))
         if peer.subscriptions.insert(name).inserted {
             store.subscribers.append(peer.id)
         }
@@ -686,7 +692,7 @@ public final class Router {
         }
         var b = FrameBuilder(op: "unsubscribed")
         b.string("store", name)
-        out.send(peer, b.finish())
+        out.send(peer, b.finish(coalescing: stores[name].map { .fence(key: $0.key) } ?? .none))
     }
 
     private func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -848,7 +854,7 @@ public final class Router {
             var b = FrameBuilder(op: "store-down")
             b.string("store", name)
             b.constant("reason", "shutdown")
-            let frame = b.finish()
+            let frame = b.finish(coalescing: .fence(key: store.key))
             for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
         }
         let bye = byeFrame(reason: "shutdown")
@@ -928,6 +934,9 @@ enum StoreStatus: String {
 /// One store as the dispatcher knows it.
 final class StoreEntry {
     let name: String
+    /// A number of its own (1, 2, 3 … in order of first mention; never reused within a run): the coalescing key
+    /// of its snapshots.
+    let key: UInt32
     var status = StoreStatus.unknown
     var wasRegistered = false
     var owner: PeerID?
@@ -948,7 +957,10 @@ final class StoreEntry {
     var queryOrder: [[UInt8]] = []
     var queryCounts: [[UInt8]: Int] = [:]
 
-    init(name: String) { self.name = name }
+    init(name: String, key: UInt32) {
+        self.name = name
+        self.key = key
+    }
 
     func addQuery(_ q: [UInt8]) {
         if queryCounts[q] == nil {

@@ -35,6 +35,10 @@ public struct RouterConfig: Sendable {
     public var handshakeTimeout: Millis = 5000
     /// Unsettled dispatches one connection may have at once (`overloaded` above it).
     public var maxPending: Int = 65_536
+    /// Bytes that may wait in fluxd for one connection (queued, not yet taken by the kernel) before it is closed
+    /// as a slow consumer (`slow-consumer`). Snapshots for a connection that is behind are coalesced (newest
+    /// wins), so only frames that cannot be dropped count towards this in practice.
+    public var maxBacklog: Int = 64 << 20
     /// The server name in `welcome.server`.
     public var serverName: String = "fluxd/0.1.0"
     /// Ops the router does not handle itself but hands to its host (e.g. fluxd's worker supervisor) as a
@@ -56,6 +60,9 @@ public enum RouterEvent: Sendable {
     case oversizedFrame(PeerID, length: UInt32)
     /// The connection is gone (peer closed, error, or after a `close` effect). Reported exactly once per peer.
     case closed(PeerID)
+    /// More than `maxBacklog` bytes wait to be written to the peer (it does not read fast enough): the router
+    /// sends it `slow-consumer` and closes it. The host has already dropped what was queued and not yet written.
+    case backlogged(PeerID)
     /// Time passed; the router expires handshakes and queued actions whose deadline is at or before `now`.
     case tick
     /// fluxd is about to shut down: refuse new dispatches (`shutting-down`) but keep routing answers, so actions

@@ -43,8 +43,13 @@ public struct SocketCredentials: Equatable, Sendable {
 
 /// One accepted Unix-socket connection (`uv_pipe_t`): reads bytes into a `FrameDecoder` and reports frames to its
 /// delegate; queues outgoing `Frame`s and writes everything queued in one loop iteration at once, straight from
-/// the frames' memory: first with `uv_try_write` (one `writev`, no request, no poll watcher change) when no write is
-/// in flight, and whatever the kernel did not take with a single `uv_write`.
+/// the frames' memory: first with `uv_try_write` (one `writev`, no request, no poll watcher change), and whatever
+/// the kernel did not take with a single `uv_write`.
+///
+/// Backpressure: while that `uv_write` is in flight (the peer is not reading as fast as frames come), new frames
+/// stay queued here, and a frame marked `Coalescing.newestWins(key)` replaces the queued one with the same key in
+/// place (newest wins, SPEC §8.5): a subscriber that falls behind costs one snapshot per store, not a growing
+/// queue. `queuedBytes` tells the owner how far behind the peer is (fluxd closes it above `maxBacklog`).
 ///
 /// Handle lifecycle: created and accepted by `PipeListener` (the handle holds a retain on this object), reading
 /// from then on; `close(afterFlush: true)` stops reading and closes once every queued write completed;
@@ -61,6 +66,8 @@ public final class Connection: HandleOwner {
 
     private var decoder: FrameDecoder
     private var pending: [Frame] = []
+    /// Coalescing key -> index in `pending` of the queued frame a newer one with that key replaces.
+    private var replaceable: [UInt32: Int] = [:]
     private var pendingBytes = 0
     private var inFlightBytes = 0
     private var writesInFlight = 0
@@ -92,18 +99,45 @@ public final class Connection: HandleOwner {
     /// Whether a close was requested or happened (no more frames are delivered; sends are dropped).
     public var isClosing: Bool { phase != .open }
 
-    /// Queues `frame`; it goes out with everything else queued for this connection in this loop iteration.
-    /// Returns false (and drops the frame) when the connection is closing.
+    /// Queues `frame`; it goes out with everything else queued for this connection in this loop iteration, or
+    /// once the write in flight completes. Returns false (and drops the frame) when the connection is closing.
+    ///
+    /// While a write is in flight, a `.newestWins(key)` frame takes the place of the queued frame with the same
+    /// key, if any (and no `.fence(key)` frame was queued since).
     @discardableResult
     public func send(_ frame: Frame) -> Bool {
         guard phase == .open else { return false }
+        switch frame.coalescing {
+        case .none:
+            break
+        case .newestWins(let key):
+            // Only a connection that is behind keeps frames queued past this iteration; the others skip the map.
+            if writesInFlight > 0 {
+                if let index = replaceable[key] {
+                    pendingBytes += frame.bytes.count - pending[index].bytes.count
+                    pending[index] = frame
+                    return true
+                }
+                replaceable[key] = pending.count
+            }
+        case .fence(let key):
+            if !replaceable.isEmpty { replaceable.removeValue(forKey: key) }
+        }
         pending.append(frame)
         pendingBytes += frame.bytes.count
-        if !isDirty {
+        if !isDirty && writesInFlight == 0 {
             isDirty = true
             eventLoop.markDirty(self)
         }
         return true
+    }
+
+    /// Drops every queued frame not yet handed to the kernel (a write in flight completes). For a peer about to
+    /// be closed as a slow consumer: what is sent after this goes out right after the write in flight.
+    public func discardQueued() {
+        pending.removeAll()
+        replaceable.removeAll()
+        pendingBytes = 0
     }
 
     /// Closes the connection. With `afterFlush`, stops reading and closes once every frame queued so far has been
@@ -158,16 +192,15 @@ public final class Connection: HandleOwner {
         }
     }
 
-    /// Writes every pending frame (called by the loop once per iteration). With no write in flight, tries one
-    /// synchronous `uv_try_write` of all of them first; if the kernel took everything the write is done (no request,
-    /// no watcher re-arm). The rest (everything, if the socket is full or a write is in flight: never ahead of an
-    /// earlier write) goes out with one `uv_write`, whose request keeps the frames alive until its callback.
+    /// Writes every pending frame (called by the loop once per iteration, and again after a write in flight
+    /// completed). Tries one synchronous `uv_try_write` of all of them first; if the kernel took everything the
+    /// write is done (no request, no watcher re-arm). The rest goes out with one `uv_write`, whose request keeps
+    /// the frames alive until its callback; until then further frames stay queued (and may be coalesced).
     func flush() {
         isDirty = false
-        guard phase != .closing, !pending.isEmpty else { return }
+        guard phase != .closing, !pending.isEmpty, writesInFlight == 0 else { return }
         let count = pending.count
         let total = pendingBytes
-        let tryFirst = writesInFlight == 0
         var request: WriteRequest?
         // > 0: bytes left for `uv_write` (request made); 0: all written by `uv_try_write`; < 0: a libuv error.
         let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int in
@@ -177,22 +210,20 @@ public final class Connection: HandleOwner {
             }
             var first = 0
             var remaining = total
-            if tryFirst {
-                let written = uv_try_write(stream, bufs.baseAddress, UInt32(count))
-                if written < 0 {
-                    if written != Int32(UV_EAGAIN.rawValue) { return Int(written) }
-                } else {
-                    remaining -= Int(written)
-                    if remaining == 0 { return 0 }
-                    // Skip what the kernel took: whole frames, then a prefix of the first one left.
-                    var skip = Int(written)
-                    while skip >= Int(bufs[first].len) {
-                        skip -= Int(bufs[first].len)
-                        first += 1
-                    }
-                    bufs[first].base = bufs[first].base! + skip
-                    bufs[first].len -= skip
+            let written = uv_try_write(stream, bufs.baseAddress, UInt32(count))
+            if written < 0 {
+                if written != Int32(UV_EAGAIN.rawValue) { return Int(written) }
+            } else {
+                remaining -= Int(written)
+                if remaining == 0 { return 0 }
+                // Skip what the kernel took: whole frames, then a prefix of the first one left.
+                var skip = Int(written)
+                while skip >= Int(bufs[first].len) {
+                    skip -= Int(bufs[first].len)
+                    first += 1
                 }
+                bufs[first].base = bufs[first].base! + skip
+                bufs[first].len -= skip
             }
             let made = WriteRequest.make(frames: pending, byteCount: remaining)
             request = made
@@ -202,6 +233,7 @@ public final class Connection: HandleOwner {
             return status < 0 ? Int(status) : remaining
         }
         pending.removeAll(keepingCapacity: true)
+        if !replaceable.isEmpty { replaceable.removeAll(keepingCapacity: true) }
         pendingBytes = 0
         if rc < 0 {
             if let request {
@@ -225,6 +257,12 @@ public final class Connection: HandleOwner {
         if status < 0 && status != uvECANCELED {
             if closeReason == nil { closeReason = .error(UVError(code: status, operation: "write")) }
             closeNow()
+        } else if !pending.isEmpty {
+            // What queued up behind this write goes out in this iteration's flush.
+            if !isDirty && phase != .closing {
+                isDirty = true
+                eventLoop.markDirty(self)
+            }
         } else if phase == .draining {
             closeIfDrained()
         }
@@ -238,6 +276,7 @@ public final class Connection: HandleOwner {
         guard phase != .closing else { return }
         phase = .closing
         pending.removeAll()
+        replaceable.removeAll()
         pendingBytes = 0
         closeHandle()
     }

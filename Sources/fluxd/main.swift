@@ -36,6 +36,11 @@ struct Fluxd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("How long a new connection has to send hello.", valueName: "ms"))
     var handshakeTimeout: UInt64 = 5000
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Bytes that may wait unwritten for one connection before it is closed as a slow consumer (snapshots for a connection that is behind are coalesced first: newest wins).",
+        valueName: "bytes"))
+    var maxBacklog: Int = 64 << 20
+
     @Option(name: .long, help: ArgumentHelp("Permission bits of the socket file, in octal.", valueName: "octal"))
     var socketMode: String = "600"
 
@@ -51,6 +56,9 @@ struct Fluxd: ParsableCommand {
         guard maxFrame > 0 else { throw ValidationError("--max-frame must be at least 1") }
         guard queueLimit >= 0 else { throw ValidationError("--queue-limit must not be negative") }
         guard storeWindow >= 1 else { throw ValidationError("--store-window must be at least 1") }
+        guard maxBacklog >= Int(maxFrame) + 4 else {
+            throw ValidationError("--max-backlog must be at least --max-frame + 4 (one whole frame)")
+        }
         guard parsedSocketMode != nil else {
             throw ValidationError("--socket-mode must be octal permission bits (e.g. 600), got '\(socketMode)'")
         }
@@ -99,6 +107,7 @@ struct Fluxd: ParsableCommand {
         config.router.queueTimeout = queueTimeout
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
+        config.router.maxBacklog = maxBacklog
 
         do {
             try runPluginHost(config: config, supervisorConfig: supervisorConfig,

@@ -721,3 +721,74 @@ struct MonitorHostDrainTests {
         #expect(bus.router.storeStatus("c").status == "down")
     }
 }
+
+@Suite("Backpressure: newest wins and slow consumers")
+struct BackpressureTests {
+    /// Snapshots are marked so a backlogged connection keeps only the newest per store; the frames that change
+    /// what a subscription means fence them, with the same per-store key.
+    @Test func snapshotsAreNewestWinsAndSubscriptionNoticesFenceThem() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["inc"], state: #"{"n":0}"#)
+        bus.store(3, "b", handles: ["inc"], state: #"{"m":0}"#)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"a"}"#)
+        bus.send(2, #"{"op":"subscribe","store":"b"}"#)
+        bus.send(2, #"{"op":"dispatch","id":"x","type":"inc","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"a","seq":1,"state":{"n":1}}"#)
+        bus.send(3, #"{"op":"done","store":"b","seq":1,"state":{"m":1}}"#)
+        bus.disconnect(1)
+        bus.store(4, "a", handles: ["inc"])
+        bus.send(2, #"{"op":"unsubscribe","store":"a"}"#)
+        let marks = Array(bus.marks[2]!.dropFirst())  // after the welcome
+        #expect(marks.map(\.op) == ["subscribed", "snapshot", "subscribed", "snapshot", "snapshot", "snapshot",
+                                    "settled", "store-down", "store-up", "unsubscribed"])
+        guard case .fence(let a) = marks[0].coalescing, case .fence(let b) = marks[2].coalescing else {
+            Issue.record("subscribed must fence: \(marks)")
+            return
+        }
+        #expect(a != b, "each store has its own key")
+        #expect(marks[1].coalescing == .newestWins(key: a))
+        #expect(marks[3].coalescing == .newestWins(key: b))
+        #expect(marks[4].coalescing == .newestWins(key: a))
+        #expect(marks[5].coalescing == .newestWins(key: b))
+        #expect(marks[6].coalescing == .none, "a settlement is never dropped")
+        #expect(marks[7].coalescing == .fence(key: a))
+        #expect(marks[8].coalescing == .fence(key: a))
+        #expect(marks[9].coalescing == .fence(key: a))
+    }
+
+    @Test func backloggedPeerGetsSlowConsumerAndIsClosedOthersAreNot() {
+        let bus = TestBus { $0.maxBacklog = 1 << 20 }
+        bus.store(1, "a", handles: ["inc"], state: #"{"n":0}"#)
+        bus.join(2, role: "client")
+        bus.join(3, role: "client")
+        _ = bus.take(1)
+        bus.send(2, #"{"op":"dispatch","id":"x","type":"inc","settle":true}"#)
+        bus.feed(.backlogged(2))
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["error"])
+        #expect(got[0].str("code") == "slow-consumer")
+        #expect(got[0].bool("fatal").value == true)
+        #expect(got[0].raw("ref") == nil, "not about any one message")
+        #expect(got[0].str("message")?.contains("1048576") == true)
+        #expect(bus.closedPeers == [2])
+        // The action dispatched by the closed peer still completes; the store and the other client carry on.
+        bus.send(1, #"{"op":"done","store":"a","seq":1,"state":{"n":1}}"#)
+        bus.send(3, #"{"op":"dispatch","id":"y","type":"inc","settle":true}"#)
+        #expect(bus.ops(1) == ["action", "action"])
+        bus.send(1, #"{"op":"done","store":"a","seq":2,"state":{"n":2}}"#)
+        #expect(bus.ops(3) == ["settled"])
+        #expect(bus.router.counters.errors["slow-consumer"] == 1)
+        // Reported for a peer already gone: nothing happens.
+        bus.feed(.backlogged(2))
+        #expect(bus.take(2).isEmpty)
+    }
+
+    @Test func welcomeAnnouncesMaxBacklog() {
+        let bus = TestBus { $0.maxBacklog = 5_000_000 }
+        bus.connect(5)
+        bus.send(5, #"{"op":"hello","protocol":1,"role":"client"}"#)
+        let limits = try! Envelope(body: Array(bus.take(5)[0].raw("limits")!))
+        #expect(limits.num("maxBacklog") == 5_000_000)
+    }
+}

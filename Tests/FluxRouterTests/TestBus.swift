@@ -9,6 +9,8 @@ final class TestBus {
     private(set) var inbox: [PeerID: [Envelope]] = [:]
     private(set) var closedPeers: Set<PeerID> = []
     private(set) var logs: [String] = []
+    /// Every frame sent to each peer as (op, coalescing mark), in order; never cleared by `take`.
+    private(set) var marks: [PeerID: [(op: String, coalescing: Coalescing)]] = [:]
 
     init(_ configure: (inout RouterConfig) -> Void = { _ in }) {
         var config = RouterConfig()
@@ -26,6 +28,7 @@ final class TestBus {
                 precondition(!closedPeers.contains(peer), "frame sent to closed peer \(peer)")
                 let env = try! Envelope(body: frame.bodyArray)
                 inbox[peer, default: []].append(env)
+                marks[peer, default: []].append((env.op, frame.coalescing))
             case .close(let peer):
                 toClose.append(peer)
             case .log(_, let line):

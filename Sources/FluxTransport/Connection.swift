@@ -169,11 +169,25 @@ public final class Connection: HandleOwner {
         try uvCheck(uv_read_start(stream, connectionAlloc, connectionRead), "uv_read_start")
     }
 
+    /// Frames handled from one read before what they produced is written out: a long batch (a pipelining
+    /// peer's 64 actions) is routed in slices, so the receivers start working on the first frames while fluxd
+    /// routes the rest, at the cost of one `writev` per slice instead of one per batch.
+    static let framesPerFlush = 16
+    /// ... but only once those frames make writes of this many frames on average (a slice that fans out to many
+    /// connections waits for more, since every connection written costs a syscall).
+    static let framesPerWrite = 8
+
     fileprivate func received(_ bytes: UnsafeRawBufferPointer) {
         guard phase == .open else { return }
         decoder.append(bytes)
+        var handled = 0
         while phase == .open, let frame = decoder.next() {
             delegate?.connection(self, received: frame)
+            handled += 1
+            if handled >= Connection.framesPerFlush && handled >= Connection.framesPerWrite * eventLoop.dirtyCount {
+                handled = 0
+                eventLoop.flushDirty()
+            }
         }
     }
 

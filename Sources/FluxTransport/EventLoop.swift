@@ -121,6 +121,9 @@ public final class EventLoop {
         dirty.append(connection)
     }
 
+    /// Connections with frames waiting for this iteration's flush.
+    var dirtyCount: Int { dirty.count }
+
     /// Writes out every connection's pending frames (one `uv_write` per connection).
     func flushDirty() {
         guard !dirty.isEmpty else { return }

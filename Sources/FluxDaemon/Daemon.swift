@@ -49,6 +49,10 @@ public enum DaemonError: Error, CustomStringConvertible {
 /// Lifecycle: `init` -> `start()` (listen, install SIGINT/SIGTERM/SIGHUP handlers) -> ... -> `shutdown()` (on
 /// SIGINT/SIGTERM or the loop's stop request): stop accepting and unlink the socket, feed `.shutdown`, let peers
 /// drain for at most `shutdownGrace` ms, close every handle and stop the loop, so `EventLoop.run()` returns.
+///
+/// Performance: this object lives on one thread and none of its methods re-enters another while that one is
+/// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
+/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
 public final class Daemon: ListenerDelegate, ConnectionDelegate {
     /// The configuration the daemon was started with.
     public let config: DaemonConfig
@@ -69,19 +73,19 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     private let router: Router
     private var logger: Logger
     private var listener: PipeListener?
-    private var connections: [PeerID: Connection] = [:]
+    @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
     private var nextPeer: PeerID = 1
-    private var effects: [RouterEffect] = []
+    @exclusivity(unchecked) private var effects: [RouterEffect] = []
     private var signals: [SignalWatcher] = []
     private var tickTimer: LoopTimer?
-    private var armedDeadline: Millis?
+    @exclusivity(unchecked) private var armedDeadline: Millis?
     private var graceTimer: LoopTimer?
-    private var phase = Phase.created
-    private var feeding = false
+    @exclusivity(unchecked) private var phase = Phase.created
+    @exclusivity(unchecked) private var feeding = false
     /// Monitor events dropped per monitor since its last delivered one.
     private var missedEvents: [PeerID: Int] = [:]
     /// Peers found over `maxBacklog` while carrying out effects, told `.backlogged` once the effects are done.
-    private var backlogged: [PeerID] = []
+    @exclusivity(unchecked) private var backlogged: [PeerID] = []
     /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.
     /// Lifecycle: created and started in `cutOffLater`, closed when it fires, when the connection closes, or in
     /// `closeAll`.

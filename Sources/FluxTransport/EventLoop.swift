@@ -14,6 +14,10 @@ import Synchronization
 /// Lifecycle: `init` -> create handles -> `run()` (blocks) -> somebody calls `stop()` (loop thread) or
 /// `remote.requestStop()` (any thread; calls `onStopRequest`, which by default calls `stop()`) -> the owner closes
 /// its handles -> `run()` returns once no handle is left, after checking that none leaked and closing the loop.
+///
+/// Performance: this object lives on one thread and none of its methods re-enters another while that one is
+/// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
+/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
 public final class EventLoop {
     /// Size of the read buffer shared by every connection of the loop (reads are consumed synchronously).
     public static let readBufferSize = 65_536
@@ -31,9 +35,9 @@ public final class EventLoop {
     private var waker: LoopWaker?
     private var prepareFlusher: LoopFlusher?
     private var checkFlusher: LoopFlusher?
-    private var dirty: [Connection] = []
-    private var flushing: [Connection] = []
-    private var state = State.idle
+    @exclusivity(unchecked) private var dirty: [Connection] = []
+    @exclusivity(unchecked) private var flushing: [Connection] = []
+    @exclusivity(unchecked) private var state = State.idle
 
     private enum State { case idle, running, finished }
 

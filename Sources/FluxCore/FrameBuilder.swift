@@ -45,7 +45,19 @@ public struct FrameBuilder {
     /// An integer field.
     public mutating func int<I: BinaryInteger>(_ key: StaticString, _ value: I) {
         appendKey(key)
-        appendDecimal(value)
+        appendDecimal(Int64(value))
+    }
+
+    /// An integer field (non-generic: the hot path's `seq`, `version` and peer ids).
+    public mutating func int(_ key: StaticString, _ value: UInt64) {
+        appendKey(key)
+        appendDecimal(magnitude: value, negative: false)
+    }
+
+    /// An integer field.
+    public mutating func int(_ key: StaticString, _ value: Int) {
+        appendKey(key)
+        appendDecimal(Int64(value))
     }
 
     /// A boolean field.
@@ -83,19 +95,25 @@ public struct FrameBuilder {
     public mutating func stringValue(_ value: String) { appendEscaped(value, to: &out) }
 
     /// Appends an integer value at the current position.
-    public mutating func intValue<I: BinaryInteger>(_ value: I) { appendDecimal(value) }
+    public mutating func intValue<I: BinaryInteger>(_ value: I) { appendDecimal(Int64(value)) }
 
-    private mutating func appendDecimal<I: BinaryInteger>(_ value: I) {
-        if value == 0 { out.append(48); return }
-        var v = Int64(value)
-        if v < 0 { out.append(UInt8(ascii: "-")); v = -v }
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = 0
+    private mutating func appendDecimal(_ value: Int64) {
+        appendDecimal(magnitude: value.magnitude, negative: value < 0)
+    }
+
+    /// Writes the digits right to left into a 20-byte stack buffer, then appends them at once.
+    private mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
+        if negative { out.append(UInt8(ascii: "-")) }
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, enough for 20 digits
         withUnsafeMutableBytes(of: &digits) { d in
-            while v > 0 { d[n] = UInt8(48 + v % 10); v /= 10; n += 1 }
-            for k in stride(from: n - 1, through: 0, by: -1) { out.append(d[k]) }
+            var v = magnitude
+            var at = 24
+            repeat {
+                at -= 1
+                d[at] = UInt8(truncatingIfNeeded: 48 + v % 10)
+                v /= 10
+            } while v > 0
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: d[at...]))
         }
     }
 

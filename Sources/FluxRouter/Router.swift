@@ -32,8 +32,10 @@ public final class Router {
     @exclusivity(unchecked) private var stores: [String: StoreEntry] = [:]
     /// Actions accepted and not yet settled, by seq.
     @exclusivity(unchecked) private var pending: [UInt64: ActionRecord] = [:]
-    /// Action type -> names of the stores that handle it (sorted). Cleared whenever a registration changes.
-    @exclusivity(unchecked) private var routes: [String: [String]] = [:]
+    /// Action type -> the stores that handle it (sorted by name). Cleared whenever a registration changes.
+    @exclusivity(unchecked) private var routes: [String: [StoreEntry]] = [:]
+    /// The last route looked up (consecutive actions mostly have the same type): no hashing then.
+    @exclusivity(unchecked) private var lastRoute: (type: String, targets: [StoreEntry])?
     @exclusivity(unchecked) private var lastSeq: UInt64 = 0
     private var shuttingDown = false
     private var draining = false
@@ -339,6 +341,7 @@ public final class Router {
         store.wasRegistered = true
         peer.owned.insert(name)
         routes.removeAll(keepingCapacity: true)
+        lastRoute = nil
         for item in store.queue { item.deadline = nil }
 
         let initial = resumed ? nil : env.raw("state")
@@ -462,15 +465,12 @@ public final class Router {
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out, ref: refText)
         }
-        for name in targets {
-            let s = stores[name]!
-            if s.status == .up && s.queue.count >= config.queueLimit {
-                return fail(peer, .overloaded, "store \"\(name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
-            }
+        for s in targets where s.status == .up && s.queue.count >= config.queueLimit {
+            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
         }
         lastSeq += 1
         let action = ActionRecord(
-            seq: lastSeq, type: type, origin: peer.id, cause: cause,
+            seq: lastSeq, type: type, typeJSON: env.raw("type")!, origin: peer.id, cause: cause,
             payload: env.raw("payload") ?? ArraySlice("null".utf8),
             dispatcher: peer.id, id: wantsSettlement ? idRaw : nil, targets: targets)
         pending[action.seq] = action
@@ -484,30 +484,34 @@ public final class Router {
             if let cause { e.int("cause", cause) }
             e.raw("payload", action.payload)
         }
-        for name in targets {
-            let store = stores[name]!
+        for (i, store) in targets.enumerated() {
             if store.status == .down && store.queue.count >= config.queueLimit {
-                action.results[name] = .unavailable(.storeUnavailable, "store \"\(name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
+                action.setResult(at: i, .unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))"))
                 continue
             }
             store.queue.append(Delivery(action: action, deadline: store.status == .down ? now + config.queueTimeout : nil))
         }
-        for name in targets { pump(stores[name]!, &out) }
+        for store in targets { pump(store, &out) }
         if action.isComplete { settle(action, &out) }
     }
 
     /// The stores that handle `type`, sorted by name (cached until a registration changes).
-    private func route(_ type: String) -> [String] {
-        if let cached = routes[type] { return cached }
-        var names: [String] = []
-        for store in stores.values where store.wasRegistered {
-            if store.handles.contains(where: { Names.matches(pattern: $0, type: type) }) { names.append(store.name) }
+    private func route(_ type: String) -> [StoreEntry] {
+        if let last = lastRoute, last.type == type { return last.targets }
+        if let cached = routes[type] {
+            lastRoute = (type, cached)
+            return cached
         }
-        names.sort()
+        var targets: [StoreEntry] = []
+        for store in stores.values where store.wasRegistered {
+            if store.handles.contains(where: { Names.matches(pattern: $0, type: type) }) { targets.append(store) }
+        }
+        targets.sort { $0.name < $1.name }
         // Bounded: a peer dispatching endless distinct types must not grow fluxd's memory.
         if routes.count >= Router.routeCacheLimit { routes.removeAll(keepingCapacity: true) }
-        routes[type] = names
-        return names
+        routes[type] = targets
+        lastRoute = (type, targets)
+        return targets
     }
 
     /// Sends actions from the head of a live store's queue while its window has room and the head is not held
@@ -516,20 +520,20 @@ public final class Router {
         guard store.status == .up, let owner = store.owner, let peer = peers[owner] else { return }
         while store.inflight.count < config.storeWindow, let head = store.queue.first {
             let action = head.action
-            for dep in store.waitFor where action.targets.contains(dep) && action.results[dep] == nil {
-                return
+            for dep in store.waitFor {
+                if let i = action.targets.firstIndex(where: { $0.name == dep }), action.results[i] == nil { return }
             }
             store.queue.removeFirst()
             store.inflight.append(head)
-            out.send(peer, actionFrame(action, store: store.name, redelivered: head.redelivered))
+            out.send(peer, actionFrame(action, store: store, redelivered: head.redelivered))
         }
     }
 
-    private func actionFrame(_ action: ActionRecord, store: String, redelivered: Bool) -> Frame {
-        var b = FrameBuilder(op: "action", capacity: 96 + action.payload.count)
-        b.string("store", store)
+    private func actionFrame(_ action: ActionRecord, store: StoreEntry, redelivered: Bool) -> Frame {
+        var b = FrameBuilder(op: "action", capacity: 96 + store.nameJSON.count + action.typeJSON.count + action.payload.count)
+        b.raw("store", store.nameJSON)
         b.int("seq", action.seq)
-        b.string("type", action.type)
+        b.raw("type", action.typeJSON)
         b.int("origin", action.origin)
         if let cause = action.cause { b.int("cause", cause) }
         if redelivered { b.bool("redelivered", true) }
@@ -542,7 +546,7 @@ public final class Router {
         guard case .value(let name) = env.string("store") else {
             return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs \"store\"", &out)
         }
-        guard let store = stores[name], store.owner == peer.id else {
+        guard let store = ownedStore(peer, name) else {
             return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
         }
         guard case .value(let seq) = env.int("seq") else {
@@ -569,16 +573,24 @@ public final class Router {
         }
         store.inflight.removeFirst()
         store.seq = head.action.seq
-        record(head.action, store: name, result: result, &out)
+        record(head.action, store: store, result: result, &out)
         pump(store, &out)
     }
 
+    /// The store `name` if `peer` owns it (a store peer's last answered store is remembered: no hashing then).
+    private func ownedStore(_ peer: Peer, _ name: String) -> StoreEntry? {
+        if let last = peer.lastStore, last.name == name, last.owner == peer.id { return last }
+        guard let store = stores[name], store.owner == peer.id else { return nil }
+        peer.lastStore = store
+        return store
+    }
+
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
-    private func record(_ action: ActionRecord, store name: String, result: StoreResult, _ out: inout Output) {
-        action.results[name] = result
-        if case .done = result { action.versions[name] = stores[name]?.version ?? 0 }
-        for target in action.targets where target != name {
-            if let other = stores[target], other.waitFor.contains(name) { pump(other, &out) }
+    private func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
+        guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
+        action.setResult(at: i, result, version: store.version)
+        if action.targets.count > 1 {
+            for other in action.targets where other !== store && other.waitFor.contains(store.name) { pump(other, &out) }
         }
         if action.isComplete { settle(action, &out) }
     }
@@ -606,13 +618,13 @@ public final class Router {
     /// The `results` array of a settlement: one object per target store, ordered by name.
     private func resultsJSON(_ action: ActionRecord) -> [UInt8] {
         var j: [UInt8] = [UInt8(ascii: "[")]
-        for (i, name) in action.targets.enumerated() {
+        for (i, store) in action.targets.enumerated() {
             if i > 0 { j.append(UInt8(ascii: ",")) }
             j.append(contentsOf: "{\"store\":".utf8)
-            appendEscaped(name, to: &j)
-            switch action.results[name]! {
+            j.append(contentsOf: store.nameJSON)
+            switch action.results[i]! {
             case .done:
-                j.append(contentsOf: ",\"status\":\"done\",\"version\":\(action.versions[name] ?? 0)".utf8)
+                j.append(contentsOf: ",\"status\":\"done\",\"version\":\(action.versions[i])".utf8)
             case .rejected(let error):
                 j.append(contentsOf: ",\"status\":\"rejected\",\"error\":".utf8)
                 j.append(contentsOf: error)
@@ -634,8 +646,8 @@ public final class Router {
     private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) {
         if let current = store.snapshot, current.bytes[store.stateRange].elementsEqual(state) { return }
         store.version += 1
-        var b = FrameBuilder(op: "snapshot", capacity: 96 + state.count)
-        b.string("store", store.name)
+        var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
+        b.raw("store", store.nameJSON)
         b.int("version", store.version)
         b.int("seq", seq)
         b.key("state")
@@ -660,7 +672,7 @@ public final class Router {
         guard case .value(let name) = env.string("store") else {
             return fail(peer, .badMessage, "state needs \"store\"", &out)
         }
-        guard let store = stores[name], store.owner == peer.id else {
+        guard let store = ownedStore(peer, name) else {
             return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
         }
         guard let state = env.span("state"), state.kind != .null else {
@@ -834,7 +846,7 @@ public final class Router {
             guard let store = stores[name] else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
-                record(head.action, store: name, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
+                record(head.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
             }
         }
     }
@@ -845,8 +857,8 @@ public final class Router {
         out.log(.notice, "shutting down: settling \(pending.count) actions, saying goodbye to \(peers.count) peers")
         for seq in pending.keys.sorted() {
             guard let action = pending[seq] else { continue }
-            for name in action.targets where action.results[name] == nil {
-                action.results[name] = .unavailable(.shuttingDown, "fluxd is shutting down")
+            for i in action.targets.indices where action.results[i] == nil {
+                action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
             }
             settle(action, &out)
         }
@@ -922,6 +934,8 @@ final class Peer {
     var queries: [String: (store: String, bytes: [UInt8])] = [:]
     /// Accepted dispatches from this peer not yet settled.
     @exclusivity(unchecked) var unsettled = 0
+    /// The store this peer last answered or published for (a lookup cache; checked against `owner` on use).
+    @exclusivity(unchecked) var lastStore: StoreEntry?
 
     init(id: PeerID, creds: PeerCredentials, connectedAt: Millis) {
         self.id = id
@@ -941,6 +955,8 @@ final class StoreEntry {
     /// A number of its own (1, 2, 3 … in order of first mention; never reused within a run): the coalescing key
     /// of its snapshots.
     let key: UInt32
+    /// `name` as a JSON string (quoted, escaped once), spliced into every frame that names the store.
+    let nameJSON: [UInt8]
     @exclusivity(unchecked) var status = StoreStatus.unknown
     var wasRegistered = false
     @exclusivity(unchecked) var owner: PeerID?
@@ -964,6 +980,9 @@ final class StoreEntry {
     init(name: String, key: UInt32) {
         self.name = name
         self.key = key
+        var json: [UInt8] = []
+        appendEscaped(name, to: &json)
+        self.nameJSON = json
     }
 
     func addQuery(_ q: [UInt8]) {
@@ -1004,29 +1023,45 @@ final class Delivery {
 final class ActionRecord {
     let seq: UInt64
     let type: String
+    /// `type` as the dispatcher wrote it (a valid JSON string), forwarded as is.
+    let typeJSON: ArraySlice<UInt8>
     let origin: PeerID
     let cause: Int64?
     let payload: ArraySlice<UInt8>
     let dispatcher: PeerID
     /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
     let id: ArraySlice<UInt8>?
-    let targets: [String]
-    @exclusivity(unchecked) var results: [String: StoreResult] = [:]
-    @exclusivity(unchecked) var versions: [String: UInt64] = [:]
+    /// The stores it goes to, sorted by name.
+    let targets: [StoreEntry]
+    /// Each target's final result, by position in `targets` (nil: not final yet), and its version after a `done`.
+    @exclusivity(unchecked) private(set) var results: [StoreResult?]
+    @exclusivity(unchecked) private(set) var versions: [UInt64]
+    @exclusivity(unchecked) private var finalCount = 0
 
-    init(seq: UInt64, type: String, origin: PeerID, cause: Int64?, payload: ArraySlice<UInt8>,
-         dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [String]) {
+    init(seq: UInt64, type: String, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
+         payload: ArraySlice<UInt8>, dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
         self.seq = seq
         self.type = type
+        self.typeJSON = typeJSON
         self.origin = origin
         self.cause = cause
         self.payload = payload
         self.dispatcher = dispatcher
         self.id = id
         self.targets = targets
+        self.results = Array(repeating: nil, count: targets.count)
+        self.versions = Array(repeating: 0, count: targets.count)
     }
 
-    var isComplete: Bool { results.count == targets.count }
+    /// Makes target `i`'s result final (once; a later call for the same target is ignored).
+    func setResult(at i: Int, _ result: StoreResult, version: UInt64 = 0) {
+        guard results[i] == nil else { return }
+        results[i] = result
+        if case .done = result { versions[i] = version }
+        finalCount += 1
+    }
+
+    var isComplete: Bool { finalCount == targets.count }
 }
 
 /// One store's answer to one action.

@@ -72,6 +72,21 @@ public struct FrameBuilder {
         out.append(contentsOf: json)
     }
 
+    // Non-generic overloads for the hot path: a generic call across the module boundary is not specialised, and
+    // its `append(contentsOf:)` then looks up type metadata at run time on every call.
+
+    /// A field whose value is already-valid JSON bytes, copied as they are.
+    public mutating func raw(_ key: StaticString, _ json: [UInt8]) {
+        appendKey(key)
+        json.withUnsafeBytes { out.append(contentsOf: $0) }
+    }
+
+    /// A field whose value is already-valid JSON bytes, copied as they are.
+    public mutating func raw(_ key: StaticString, _ json: ArraySlice<UInt8>) {
+        appendKey(key)
+        json.withUnsafeBytes { out.append(contentsOf: $0) }
+    }
+
     /// A field whose value is an array of strings.
     public mutating func strings(_ key: StaticString, _ values: [String]) {
         appendKey(key)
@@ -89,6 +104,11 @@ public struct FrameBuilder {
     /// Appends raw JSON bytes at the current position (after `key(_:)`, or between array items).
     public mutating func rawBytes<Bytes: Collection>(_ json: Bytes) where Bytes.Element == UInt8 {
         out.append(contentsOf: json)
+    }
+
+    /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
+    public mutating func rawBytes(_ json: ArraySlice<UInt8>) {
+        json.withUnsafeBytes { out.append(contentsOf: $0) }
     }
 
     /// Appends a JSON string value at the current position.

@@ -236,7 +236,7 @@ public final class Router {
             if let store = stores[name] { storeDown(store, reason: shuttingDown ? "shutdown" : "disconnected", now: now, &out) }
         }
         for name in peer.subscriptions {
-            stores[name]?.subscribers.removeAll { $0 == id }
+            stores[name]?.subscribers.removeAll { $0 === peer }
         }
         var touched: [String] = []
         for (_, q) in peer.queries {
@@ -333,7 +333,7 @@ public final class Router {
             return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out, ref: name)
         }
         let resumed = store.version > 0
-        store.owner = peer.id
+        store.ownerPeer = peer
         store.status = .up
         downStores.remove(name)
         store.handles = handles
@@ -355,7 +355,7 @@ public final class Router {
         up.string("store", name)
         up.int("version", store.version + (initial == nil ? 0 : 1))
         let upFrame = up.finish(coalescing: .fence(key: store.key))
-        for sub in store.subscribers where sub != peer.id { if let p = peers[sub] { out.send(p, upFrame) } }
+        for sub in store.subscribers where sub !== peer { out.send(sub, upFrame) }
         emit("store-up", &out) { e in
             e.string("store", name)
             e.int("version", store.version + (initial == nil ? 0 : 1))
@@ -382,8 +382,8 @@ public final class Router {
     /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
     /// queue, to be redelivered when the store registers again; start the queue timeout; tell subscribers.
     private func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, _ out: inout Output) {
-        if let owner = store.owner { peers[owner]?.owned.remove(store.name) }
-        store.owner = nil
+        store.ownerPeer?.owned.remove(store.name)
+        store.ownerPeer = nil
         store.status = .down
         downStores.insert(store.name)
         let back = store.inflight
@@ -396,7 +396,7 @@ public final class Router {
         b.string("store", store.name)
         b.constant("reason", reason)
         let frame = b.finish(coalescing: .fence(key: store.key))
-        for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        for sub in store.subscribers { out.send(sub, frame) }
         emit("store-down", &out) { e in
             e.string("store", store.name)
             e.constant("reason", reason)
@@ -517,7 +517,7 @@ public final class Router {
     /// Sends actions from the head of a live store's queue while its window has room and the head is not held
     /// back by waitFor.
     private func pump(_ store: StoreEntry, _ out: inout Output) {
-        guard store.status == .up, let owner = store.owner, let peer = peers[owner] else { return }
+        guard store.status == .up, let peer = store.ownerPeer else { return }
         while store.inflight.count < config.storeWindow, let head = store.queue.first {
             let action = head.action
             for dep in store.waitFor {
@@ -579,7 +579,7 @@ public final class Router {
 
     /// The store `name` if `peer` owns it (a store peer's last answered store is remembered: no hashing then).
     private func ownedStore(_ peer: Peer, _ name: String) -> StoreEntry? {
-        if let last = peer.lastStore, last.name == name, last.owner == peer.id { return last }
+        if let last = peer.lastStore, last.ownerPeer === peer, last.name == name { return last }
         guard let store = stores[name], store.owner == peer.id else { return nil }
         peer.lastStore = store
         return store
@@ -659,7 +659,7 @@ public final class Router {
         store.snapshotSeq = seq
         store.stateRange = stateStart..<(stateStart + state.count)
         out.counters.snapshots += 1
-        for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+        for sub in store.subscribers { out.send(sub, frame) }
         emit("snapshot", &out) { e in
             e.string("store", store.name)
             e.int("version", store.version)
@@ -694,7 +694,7 @@ public final class Router {
         b.int("version", store.version)
         out.send(peer, b.finish(coalescing: .fence(key: store.key)))
         if peer.subscriptions.insert(name).inserted {
-            store.subscribers.append(peer.id)
+            store.subscribers.append(peer)
         }
         if let snapshot = store.snapshot { out.send(peer, snapshot) }
     }
@@ -704,7 +704,7 @@ public final class Router {
             return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
         }
         if peer.subscriptions.remove(name) != nil {
-            stores[name]?.subscribers.removeAll { $0 == peer.id }
+            stores[name]?.subscribers.removeAll { $0 === peer }
         }
         var b = FrameBuilder(op: "unsubscribed")
         b.string("store", name)
@@ -749,7 +749,7 @@ public final class Router {
 
     /// Tells a live store its current deduplicated set of active queries.
     private func sendQueries(_ store: StoreEntry, _ out: inout Output) {
-        guard let owner = store.owner, let peer = peers[owner] else { return }
+        guard let peer = store.ownerPeer else { return }
         var b = FrameBuilder(op: "queries")
         b.string("store", store.name)
         b.key("queries")
@@ -871,7 +871,7 @@ public final class Router {
             b.string("store", name)
             b.constant("reason", "shutdown")
             let frame = b.finish(coalescing: .fence(key: store.key))
-            for sub in store.subscribers { if let p = peers[sub] { out.send(p, frame) } }
+            for sub in store.subscribers { out.send(sub, frame) }
         }
         let bye = byeFrame(reason: "shutdown")
         for id in peers.keys.sorted() {
@@ -959,7 +959,9 @@ final class StoreEntry {
     let nameJSON: [UInt8]
     @exclusivity(unchecked) var status = StoreStatus.unknown
     var wasRegistered = false
-    @exclusivity(unchecked) var owner: PeerID?
+    /// The connection that owns it while it is up.
+    @exclusivity(unchecked) var ownerPeer: Peer?
+    var owner: PeerID? { ownerPeer?.id }
     var handles: [String] = []
     var waitFor: [String] = []
     /// The last version published (0: none yet) and the seq of the last action the store answered.
@@ -972,7 +974,8 @@ final class StoreEntry {
     /// Actions waiting to be sent to the store, and those sent but not answered, both in seq order.
     @exclusivity(unchecked) var queue: [Delivery] = []
     @exclusivity(unchecked) var inflight: [Delivery] = []
-    @exclusivity(unchecked) var subscribers: [PeerID] = []
+    /// Subscribed connections, in subscription order (removed when they unsubscribe or close).
+    @exclusivity(unchecked) var subscribers: [Peer] = []
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     var queryOrder: [[UInt8]] = []
     var queryCounts: [[UInt8]: Int] = [:]

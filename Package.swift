@@ -30,6 +30,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
     ],
@@ -40,7 +41,11 @@ let package = Package(
             providers: [.apt(["libuv1-dev"])]
         ),
         .target(name: "FluxCore", swiftSettings: swiftSettings),
-        .target(name: "FluxRouter", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
+        .target(
+            name: "FluxRouter",
+            dependencies: ["FluxCore", .product(name: "DequeModule", package: "swift-collections")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "FluxTransport",
             dependencies: ["CLibUV", "FluxCore", .product(name: "Logging", package: "swift-log")],

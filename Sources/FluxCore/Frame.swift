@@ -4,7 +4,7 @@
 /// from `bytes` (its address never changes) and keeps the frame alive until the write completes. This is what
 /// lets fluxd broadcast one snapshot to a thousand subscribers without copying it.
 public final class Frame: @unchecked Sendable {
-    // @unchecked: the storage is written only inside `init` and is immutable afterwards.
+    // @unchecked: the storage is written only before `init` adopts it and is immutable afterwards.
     /// The whole frame, length prefix included.
     ///
     /// The memory lives only as long as this `Frame`: keep the frame itself alive while the pointer is in use
@@ -15,9 +15,10 @@ public final class Frame: @unchecked Sendable {
     /// Whether a later frame may take this one's place while it waits, unwritten, in a connection's queue.
     public let coalescing: Coalescing
 
-    /// Takes ownership of `storage`, which must hold a length prefix and a body (see `FrameBuilder`).
-    init(adopting storage: UnsafeMutableRawBufferPointer, coalescing: Coalescing = .none) {
-        self.bytes = UnsafeRawBufferPointer(storage)
+    /// Takes ownership of `count` bytes at `storage` (allocated with `UnsafeMutableRawPointer.allocate`), which
+    /// must hold a length prefix and a body (see `FrameBuilder`, which writes them in place).
+    init(adopting storage: UnsafeMutableRawPointer, count: Int, coalescing: Coalescing = .none) {
+        self.bytes = UnsafeRawBufferPointer(start: storage, count: count)
         self.coalescing = coalescing
     }
 
@@ -26,10 +27,10 @@ public final class Frame: @unchecked Sendable {
         let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: 4 + body.count, alignment: 1)
         storeBigEndianLength(UInt32(body.count), into: storage)
         UnsafeMutableRawBufferPointer(rebasing: storage[4...]).copyBytes(from: body)
-        self.init(adopting: storage)
+        self.init(adopting: storage.baseAddress!, count: storage.count)
     }
 
-    deinit { UnsafeMutableRawBufferPointer(mutating: bytes).deallocate() }
+    deinit { UnsafeMutableRawPointer(mutating: bytes.baseAddress!).deallocate() }
 
     /// The JSON body, without the length prefix.
     public var body: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[4...]) }

@@ -4,36 +4,88 @@
 ///     var b = FrameBuilder(op: "pong")
 ///     b.string("id", "p-1")
 ///     let frame = b.finish()          // {"op":"pong","id":"p-1"}
-public struct FrameBuilder {
-    private var out: [UInt8]
+public struct FrameBuilder: ~Copyable {
+    /// The frame's storage, written in place and adopted by the `Frame` at `finish` (no copy when `capacity`
+    /// was enough; one reallocation when not).
+    private var base: UnsafeMutablePointer<UInt8>
+    private var count = 0
+    private var capacity: Int
 
-    /// Starts an object whose first field is `"op"`.
+    /// Starts an object whose first field is `"op"`. `capacity` is the expected body size: enough avoids a copy.
     public init(op: StaticString, capacity: Int = 128) {
-        out = [0, 0, 0, 0]
-        out.reserveCapacity(capacity + 4)
-        out.append(UInt8(ascii: "{"))
-        appendKey("op", first: true)
-        appendStaticString(op)
+        let want = capacity + 16 + op.utf8CodeUnitCount
+        base = UnsafeMutablePointer<UInt8>.allocate(capacity: want)
+        self.capacity = want
+        count = 4
+        append(UInt8(ascii: "{"))
+        append(static: "\"op\":\"")
+        append(static: op)
+        append(UInt8(ascii: "\""))
     }
 
-    private mutating func appendKey(_ key: StaticString, first: Bool = false) {
-        if !first { out.append(UInt8(ascii: ",")) }
-        out.append(UInt8(ascii: "\""))
-        out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-        out.append(UInt8(ascii: "\""))
-        out.append(UInt8(ascii: ":"))
+    /// Makes room for `n` more bytes.
+    @inline(__always)
+    private mutating func reserve(_ n: Int) {
+        if count &+ n > capacity { grow(count &+ n) }
+    }
+
+    private mutating func grow(_ needed: Int) {
+        let newCapacity = max(needed, capacity * 2)
+        let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        bigger.update(from: base, count: count)
+        base.deallocate()
+        base = bigger
+        capacity = newCapacity
+    }
+
+    @inline(__always)
+    private mutating func append(_ byte: UInt8) {
+        reserve(1)
+        base[count] = byte
+        count &+= 1
+    }
+
+    @inline(__always)
+    private mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        let n = bytes.count
+        guard n > 0 else { return }
+        reserve(n)
+        UnsafeMutableRawPointer(base + count).copyMemory(from: bytes.baseAddress!, byteCount: n)
+        count &+= n
+    }
+
+    @inline(__always)
+    private mutating func append(static s: StaticString) {
+        append(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+
+    private mutating func appendKey(_ key: StaticString) {
+        reserve(key.utf8CodeUnitCount + 4)
+        base[count] = UInt8(ascii: ",")
+        base[count + 1] = UInt8(ascii: "\"")
+        count &+= 2
+        append(static: key)
+        base[count] = UInt8(ascii: "\"")
+        base[count + 1] = UInt8(ascii: ":")
+        count &+= 2
     }
 
     private mutating func appendStaticString(_ s: StaticString) {
-        out.append(UInt8(ascii: "\""))
-        out.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
-        out.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
+        append(static: s)
+        append(UInt8(ascii: "\""))
+    }
+
+    private mutating func appendEscapedValue(_ value: String) {
+        var bytes: [UInt8] = []
+        appendEscaped(value, to: &bytes)
+        bytes.withUnsafeBytes { append($0) }
     }
 
     /// A string field; the value is escaped as JSON requires.
     public mutating func string(_ key: StaticString, _ value: String) {
         appendKey(key)
-        appendEscaped(value, to: &out)
+        appendEscapedValue(value)
     }
 
     /// A string field whose value is a wire constant.
@@ -63,13 +115,13 @@ public struct FrameBuilder {
     /// A boolean field.
     public mutating func bool(_ key: StaticString, _ value: Bool) {
         appendKey(key)
-        out.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
+        append(static: value ? "true" : "false")
     }
 
     /// A field whose value is already-valid JSON bytes, copied as they are.
     public mutating func raw<Bytes: Collection>(_ key: StaticString, _ json: Bytes) where Bytes.Element == UInt8 {
         appendKey(key)
-        out.append(contentsOf: json)
+        rawBytes(json)
     }
 
     // Non-generic overloads for the hot path: a generic call across the module boundary is not specialised, and
@@ -78,24 +130,30 @@ public struct FrameBuilder {
     /// A field whose value is already-valid JSON bytes, copied as they are.
     public mutating func raw(_ key: StaticString, _ json: [UInt8]) {
         appendKey(key)
-        json.withUnsafeBytes { out.append(contentsOf: $0) }
+        json.withUnsafeBytes { append($0) }
     }
 
     /// A field whose value is already-valid JSON bytes, copied as they are.
     public mutating func raw(_ key: StaticString, _ json: ArraySlice<UInt8>) {
         appendKey(key)
-        json.withUnsafeBytes { out.append(contentsOf: $0) }
+        json.withUnsafeBytes { append($0) }
+    }
+
+    /// A field whose value is already-valid JSON bytes, copied as they are.
+    public mutating func raw(_ key: StaticString, _ json: UnsafeRawBufferPointer) {
+        appendKey(key)
+        append(json)
     }
 
     /// A field whose value is an array of strings.
     public mutating func strings(_ key: StaticString, _ values: [String]) {
         appendKey(key)
-        out.append(UInt8(ascii: "["))
+        append(UInt8(ascii: "["))
         for (i, v) in values.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
-            appendEscaped(v, to: &out)
+            if i > 0 { append(UInt8(ascii: ",")) }
+            appendEscapedValue(v)
         }
-        out.append(UInt8(ascii: "]"))
+        append(UInt8(ascii: "]"))
     }
 
     /// Starts a field whose value the caller writes with `JSONWriter` calls through `rawBytes`.
@@ -103,16 +161,24 @@ public struct FrameBuilder {
 
     /// Appends raw JSON bytes at the current position (after `key(_:)`, or between array items).
     public mutating func rawBytes<Bytes: Collection>(_ json: Bytes) where Bytes.Element == UInt8 {
-        out.append(contentsOf: json)
+        if let done: Void = json.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) {
+            return done
+        }
+        Array(json).withUnsafeBytes { append($0) }
     }
 
     /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
     public mutating func rawBytes(_ json: ArraySlice<UInt8>) {
-        json.withUnsafeBytes { out.append(contentsOf: $0) }
+        json.withUnsafeBytes { append($0) }
+    }
+
+    /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
+    public mutating func rawBytes(_ json: UnsafeRawBufferPointer) {
+        append(json)
     }
 
     /// Appends a JSON string value at the current position.
-    public mutating func stringValue(_ value: String) { appendEscaped(value, to: &out) }
+    public mutating func stringValue(_ value: String) { appendEscapedValue(value) }
 
     /// Appends an integer value at the current position.
     public mutating func intValue<I: BinaryInteger>(_ value: I) { appendDecimal(Int64(value)) }
@@ -123,7 +189,7 @@ public struct FrameBuilder {
 
     /// Writes the digits right to left into a 20-byte stack buffer, then appends them at once.
     private mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
-        if negative { out.append(UInt8(ascii: "-")) }
+        if negative { append(UInt8(ascii: "-")) }
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, enough for 20 digits
         withUnsafeMutableBytes(of: &digits) { d in
             var v = magnitude
@@ -133,23 +199,25 @@ public struct FrameBuilder {
                 d[at] = UInt8(truncatingIfNeeded: 48 + v % 10)
                 v /= 10
             } while v > 0
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: d[at...]))
+            append(UnsafeRawBufferPointer(rebasing: d[at...]))
         }
     }
 
     /// Bytes written so far, counting the 4-byte length prefix: the offset in the finished frame's `bytes` at
     /// which the next byte will stand.
-    public var byteCount: Int { out.count }
+    public var byteCount: Int { count }
 
     /// Closes the object and returns the frame (length prefix filled in), marked for coalescing as given.
     public consuming func finish(coalescing: Coalescing = .none) -> Frame {
-        out.append(UInt8(ascii: "}"))
-        let length = UInt32(out.count - 4)
-        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: out.count, alignment: 1)
-        out.withUnsafeBytes { storage.copyMemory(from: $0) }
-        storeBigEndianLength(length, into: storage)
-        return Frame(adopting: storage, coalescing: coalescing)
+        append(UInt8(ascii: "}"))
+        storeBigEndianLength(UInt32(count - 4), into: UnsafeMutableRawBufferPointer(start: base, count: 4))
+        let frame = Frame(adopting: UnsafeMutableRawPointer(base), count: count, coalescing: coalescing)
+        discard self
+        return frame
     }
+
+    /// A builder dropped without `finish` frees what it wrote.
+    deinit { base.deallocate() }
 }
 
 /// Appends `value` as a JSON string literal (quotes and escapes included).

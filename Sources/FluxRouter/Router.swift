@@ -1,3 +1,4 @@
+import DequeModule
 import FluxCore
 
 /// The dispatcher as a pure state machine: the single place where FluxBus's semantics live.
@@ -30,8 +31,9 @@ public final class Router {
     private var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
     @exclusivity(unchecked) private var stores: [String: StoreEntry] = [:]
-    /// Actions accepted and not yet settled, by seq.
-    @exclusivity(unchecked) private var pending: [UInt64: ActionRecord] = [:]
+    /// How many accepted actions are not settled yet (each one sits in the queue or window of every target
+    /// store that has not answered it: `unsettledActions()` finds them).
+    @exclusivity(unchecked) private var pendingCount = 0
     /// Action type -> the stores that handle it (sorted by name). Cleared whenever a registration changes.
     @exclusivity(unchecked) private var routes: [String: [StoreEntry]] = [:]
     /// The last route looked up (consecutive actions mostly have the same type): no hashing then.
@@ -104,7 +106,7 @@ public final class Router {
         case .tick:
             tick(now: now, &out)
         case .drain:
-            if !draining { out.log(.notice, "draining: refusing new dispatches, \(pending.count) actions in flight") }
+            if !draining { out.log(.notice, "draining: refusing new dispatches, \(pendingCount) actions in flight") }
             draining = true
         case .shutdown:
             shutdown(&out)
@@ -134,7 +136,7 @@ public final class Router {
     public var peerCount: Int { peers.count }
 
     /// Accepted actions not yet settled (after `.drain`, the host waits for this to reach 0).
-    public var pendingActionCount: Int { pending.count }
+    public var pendingActionCount: Int { pendingCount }
 
     /// What the router knows of a store.
     public func storeStatus(_ name: String) -> StoreStatusInfo {
@@ -342,7 +344,7 @@ public final class Router {
         peer.owned.insert(name)
         routes.removeAll(keepingCapacity: true)
         lastRoute = nil
-        for item in store.queue { item.deadline = nil }
+        for i in store.queue.indices { store.queue[i].deadline = nil }
 
         let initial = resumed ? nil : env.raw("state")
         var b = FrameBuilder(op: "registered")
@@ -386,12 +388,12 @@ public final class Router {
         store.ownerPeer = nil
         store.status = .down
         downStores.insert(store.name)
-        let back = store.inflight
+        var back = store.inflight
         store.inflight.removeAll()
-        for item in back { item.redelivered = true }
-        store.queue.insert(contentsOf: back, at: 0)
+        for i in back.indices { back[i].redelivered = true }
+        store.queue.prepend(contentsOf: back)
         let deadline = now + config.queueTimeout
-        for item in store.queue { item.deadline = max(item.deadline ?? deadline, deadline) }
+        for i in store.queue.indices { store.queue[i].deadline = max(store.queue[i].deadline ?? deadline, deadline) }
         var b = FrameBuilder(op: "store-down")
         b.string("store", store.name)
         b.constant("reason", reason)
@@ -473,7 +475,7 @@ public final class Router {
             seq: lastSeq, type: type, typeJSON: env.raw("type")!, origin: peer.id, cause: cause,
             payload: env.raw("payload") ?? ArraySlice("null".utf8),
             dispatcher: peer.id, id: wantsSettlement ? idRaw : nil, targets: targets)
-        pending[action.seq] = action
+        pendingCount += 1
         peer.unsettled += 1
         out.counters.actions += 1
         emit("dispatch", &out) { e in
@@ -521,7 +523,7 @@ public final class Router {
         while store.inflight.count < config.storeWindow, let head = store.queue.first {
             let action = head.action
             for dep in store.waitFor {
-                if let i = action.targets.firstIndex(where: { $0.name == dep }), action.results[i] == nil { return }
+                if let i = action.targets.firstIndex(where: { $0.name == dep }), action.result(at: i) == nil { return }
             }
             store.queue.removeFirst()
             store.inflight.append(head)
@@ -596,7 +598,7 @@ public final class Router {
     }
 
     private func settle(_ action: ActionRecord, _ out: inout Output) {
-        pending.removeValue(forKey: action.seq)
+        pendingCount -= 1
         let dispatcher = peers[action.dispatcher]
         dispatcher?.unsettled -= 1
         let toDispatcher = action.id != nil && dispatcher.map { !$0.closing } == true
@@ -622,9 +624,9 @@ public final class Router {
             if i > 0 { j.append(UInt8(ascii: ",")) }
             j.append(contentsOf: "{\"store\":".utf8)
             j.append(contentsOf: store.nameJSON)
-            switch action.results[i]! {
+            switch action.result(at: i)! {
             case .done:
-                j.append(contentsOf: ",\"status\":\"done\",\"version\":\(action.versions[i])".utf8)
+                j.append(contentsOf: ",\"status\":\"done\",\"version\":\(action.version(at: i))".utf8)
             case .rejected(let error):
                 j.append(contentsOf: ",\"status\":\"rejected\",\"error\":".utf8)
                 j.append(contentsOf: error)
@@ -854,10 +856,9 @@ public final class Router {
     private func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
-        out.log(.notice, "shutting down: settling \(pending.count) actions, saying goodbye to \(peers.count) peers")
-        for seq in pending.keys.sorted() {
-            guard let action = pending[seq] else { continue }
-            for i in action.targets.indices where action.results[i] == nil {
+        out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
+        for action in unsettledActions() {
+            for i in action.targets.indices where action.result(at: i) == nil {
                 action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
             }
             settle(action, &out)
@@ -880,6 +881,18 @@ public final class Router {
             out.send(peer, bye)
             close(peer, &out)
         }
+    }
+
+    /// Every accepted, unsettled action, in seq order: each is waiting in the queue or window of at least one
+    /// target store (an action leaves a store's queues only with a final result from it, and settles when all
+    /// its targets have one).
+    private func unsettledActions() -> [ActionRecord] {
+        var found: [UInt64: ActionRecord] = [:]
+        for store in stores.values {
+            for d in store.inflight { found[d.action.seq] = d.action }
+            for d in store.queue { found[d.action.seq] = d.action }
+        }
+        return found.keys.sorted().map { found[$0]! }
     }
 
     private func byeFrame(reason: StaticString) -> Frame {
@@ -972,8 +985,8 @@ final class StoreEntry {
     @exclusivity(unchecked) var stateRange: Range<Int> = 0..<0
     @exclusivity(unchecked) var snapshotSeq: UInt64 = 0
     /// Actions waiting to be sent to the store, and those sent but not answered, both in seq order.
-    @exclusivity(unchecked) var queue: [Delivery] = []
-    @exclusivity(unchecked) var inflight: [Delivery] = []
+    @exclusivity(unchecked) var queue = Deque<Delivery>()
+    @exclusivity(unchecked) var inflight = Deque<Delivery>()
     /// Subscribed connections, in subscription order (removed when they unsubscribe or close).
     @exclusivity(unchecked) var subscribers: [Peer] = []
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
@@ -1009,12 +1022,13 @@ final class StoreEntry {
     }
 }
 
-/// One action on its way to one store.
-final class Delivery {
+/// One action on its way to one store: an element of the store's `queue` or `inflight` (a value, so a queued
+/// delivery costs no allocation of its own).
+struct Delivery {
     let action: ActionRecord
     /// While the store is down: when the action gives up waiting (`store-unavailable`).
-    @exclusivity(unchecked) var deadline: Millis?
-    @exclusivity(unchecked) var redelivered = false
+    var deadline: Millis?
+    var redelivered = false
 
     init(action: ActionRecord, deadline: Millis?) {
         self.action = action
@@ -1036,10 +1050,16 @@ final class ActionRecord {
     let id: ArraySlice<UInt8>?
     /// The stores it goes to, sorted by name.
     let targets: [StoreEntry]
-    /// Each target's final result, by position in `targets` (nil: not final yet), and its version after a `done`.
-    @exclusivity(unchecked) private(set) var results: [StoreResult?]
-    @exclusivity(unchecked) private(set) var versions: [UInt64]
+    /// Each target's final result (nil: not final yet) and its version after a `done`: the first target's
+    /// inline (most actions have one target, and then no array is allocated), the others' in `more`.
+    @exclusivity(unchecked) private var first = Outcome()
+    @exclusivity(unchecked) private var more: [Outcome]
     @exclusivity(unchecked) private var finalCount = 0
+
+    struct Outcome {
+        var result: StoreResult?
+        var version: UInt64 = 0
+    }
 
     init(seq: UInt64, type: String, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
          payload: ArraySlice<UInt8>, dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
@@ -1052,15 +1072,20 @@ final class ActionRecord {
         self.dispatcher = dispatcher
         self.id = id
         self.targets = targets
-        self.results = Array(repeating: nil, count: targets.count)
-        self.versions = Array(repeating: 0, count: targets.count)
+        self.more = targets.count > 1 ? Array(repeating: Outcome(), count: targets.count - 1) : []
     }
+
+    /// Target `i`'s final result, or nil while it has none.
+    func result(at i: Int) -> StoreResult? { i == 0 ? first.result : more[i - 1].result }
+
+    /// The version target `i`'s state had after its `done`.
+    func version(at i: Int) -> UInt64 { i == 0 ? first.version : more[i - 1].version }
 
     /// Makes target `i`'s result final (once; a later call for the same target is ignored).
     func setResult(at i: Int, _ result: StoreResult, version: UInt64 = 0) {
-        guard results[i] == nil else { return }
-        results[i] = result
-        if case .done = result { versions[i] = version }
+        guard self.result(at: i) == nil else { return }
+        let outcome = Outcome(result: result, version: version)
+        if i == 0 { first = outcome } else { more[i - 1] = outcome }
         finalCount += 1
     }
 

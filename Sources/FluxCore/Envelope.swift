@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Why a frame body could not be read as a message envelope.
 public enum EnvelopeError: Error, Equatable, Sendable {
     /// Not valid JSON: the byte offset and what was wrong there. Maps to `bad-json`.
@@ -37,6 +45,30 @@ public struct JSONSpan: Sendable, Equatable {
     public var range: Range<Int>
 }
 
+/// The top-level keys fluxd reads on its hot path. The scanner recognises them as it goes, so looking one up is
+/// an index into a table, not a search comparing key bytes (`Envelope.span(_:)` with a `String` key maps the
+/// string to one of these first, and searches only for other keys).
+public enum EnvelopeKey: Int, CaseIterable, Sendable {
+    case op, id, store, type, seq, state, payload, settle, cause, error
+
+    /// The key whose decoded bytes are `bytes`, if it is one of these.
+    @inline(__always)
+    static func lookup(_ bytes: UnsafeBufferPointer<UInt8>) -> EnvelopeKey? {
+        @inline(__always) func eq(_ s: StaticString) -> Bool {
+            memcmp(bytes.baseAddress!, s.utf8Start, s.utf8CodeUnitCount) == 0
+        }
+        switch bytes.count {
+        case 2: return eq("op") ? .op : eq("id") ? .id : nil
+        case 3: return eq("seq") ? .seq : nil
+        case 4: return eq("type") ? .type : nil
+        case 5: return eq("store") ? .store : eq("state") ? .state : eq("cause") ? .cause : eq("error") ? .error : nil
+        case 6: return eq("settle") ? .settle : nil
+        case 7: return eq("payload") ? .payload : nil
+        default: return nil
+        }
+    }
+}
+
 /// A message's top-level object, read without building a tree: every byte of the body has been validated against
 /// the JSON grammar, and each top-level field's value is known by its byte span. Nested values (payloads, states,
 /// queries) are never decoded here; they are forwarded as the exact bytes the sender wrote.
@@ -47,6 +79,8 @@ public struct Envelope: Sendable {
     public let body: [UInt8]
     /// Top-level fields, by key byte range, in the order they appear (keys are decoded only on demand).
     private var entries: [TopLevelField]
+    /// For each `EnvelopeKey` (by raw value), the index of its field in `entries`, or -1 when absent.
+    private var known: SIMD16<Int32>
 
     /// Top-level fields in the order they appear.
     public var fields: [(key: String, value: JSONSpan)] {
@@ -58,10 +92,11 @@ public struct Envelope: Sendable {
         self.body = body
         var collected: [TopLevelField] = []
         collected.reserveCapacity(8)
+        var known = SIMD16<Int32>(repeating: -1)
         let result: EnvelopeError? = body.withUnsafeBufferPointer { buf -> EnvelopeError? in
             var scanner = JSONScanner(buf, maxDepth: maxDepth)
             do {
-                try scanner.scanDocument(topLevel: &collected)
+                try scanner.scanDocument(topLevel: &collected, known: &known)
                 return nil
             } catch let error as EnvelopeError {
                 return error
@@ -71,17 +106,63 @@ public struct Envelope: Sendable {
         }
         if let result { throw result }
         self.entries = collected
+        self.known = known
     }
 
     /// The span of a top-level field (keys compare by their decoded UTF-8 bytes, with no Unicode normalisation).
     public func span(_ key: String) -> JSONSpan? {
         var key = key
         return key.withUTF8 { wanted in
-            body.withUnsafeBufferPointer { buf -> JSONSpan? in
-                for entry in entries where entry.keyEquals(wanted, in: buf) { return entry.value }
+            if let k = EnvelopeKey.lookup(wanted) { return span(k) }
+            return body.withUnsafeBufferPointer { buf -> JSONSpan? in
+                for entry in entries where entry.known < 0 && entry.keyEquals(wanted, in: buf) { return entry.value }
                 return nil
             }
         }
+    }
+
+    /// The span of a well-known top-level field (a table lookup).
+    @inline(__always)
+    public func span(_ key: EnvelopeKey) -> JSONSpan? {
+        let i = Int(known[key.rawValue])
+        return i < 0 ? nil : entries[i].value
+    }
+
+    /// The raw bytes of a well-known field's value.
+    public func raw(_ key: EnvelopeKey) -> ArraySlice<UInt8>? {
+        guard let s = span(key) else { return nil }
+        return body[s.range]
+    }
+
+    /// A well-known string field's decoded value.
+    public func string(_ key: EnvelopeKey) -> FieldResult<String> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .string else { return .wrongType }
+        return .value(body.withUnsafeBufferPointer { decodeJSONToken(UnsafeBufferPointer(rebasing: $0[s.range])) })
+    }
+
+    /// Whether a well-known field is a string whose raw (undecoded) bytes are exactly `value`: a fast test for
+    /// wire constants such as op names, which senders write without escapes. A value written with escapes does
+    /// not match; decode it with `string(_:)` instead.
+    public func isString(_ key: EnvelopeKey, _ value: StaticString) -> Bool {
+        guard let s = span(key), s.kind == .string, s.range.count == value.utf8CodeUnitCount + 2 else { return false }
+        return body.withUnsafeBufferPointer { buf in
+            memcmp(buf.baseAddress! + s.range.lowerBound + 1, value.utf8Start, value.utf8CodeUnitCount) == 0
+        }
+    }
+
+    /// A well-known integer field.
+    public func int(_ key: EnvelopeKey) -> FieldResult<Int64> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .number, let v = parseJSONInteger(body[s.range]) else { return .wrongType }
+        return .value(v)
+    }
+
+    /// A well-known boolean field.
+    public func bool(_ key: EnvelopeKey) -> FieldResult<Bool> {
+        guard let s = span(key) else { return .absent }
+        guard s.kind == .bool else { return .wrongType }
+        return .value(body[s.range.lowerBound] == UInt8(ascii: "t"))
     }
 
     /// Whether a field is present (with any value, including null).
@@ -183,6 +264,8 @@ struct TopLevelField {
     /// Whether the key contains a backslash escape (its decoded bytes differ from its raw bytes).
     var escaped: Bool
     var value: JSONSpan
+    /// The `EnvelopeKey` raw value this key decodes to, or -1 for any other key.
+    var known: Int8 = -1
 
     /// The key as a `String`.
     func decodedKey(_ body: UnsafeBufferPointer<UInt8>) -> String {
@@ -314,7 +397,7 @@ struct JSONScanner {
     }
 
     /// Scans a whole document whose top level must be an object; collects top-level fields.
-    mutating func scanDocument(topLevel: inout [TopLevelField]) throws(EnvelopeError) {
+    mutating func scanDocument(topLevel: inout [TopLevelField], known: inout SIMD16<Int32>) throws(EnvelopeError) {
         skipWhitespace()
         guard let c = peek() else { throw fail("empty document") }
         if c != UInt8(ascii: "{") {
@@ -340,9 +423,24 @@ struct JSONScanner {
                 pos += 1
                 skipWhitespace()
                 let span = try scanValue(depth: 2)
-                let field = TopLevelField(key: keyRange, escaped: escaped, value: span)
-                if duplicate == nil {
-                    for existing in topLevel where existing.keyEquals(field, in: buf) {
+                var field = TopLevelField(key: keyRange, escaped: escaped, value: span)
+                let key: EnvelopeKey?
+                if escaped {
+                    var decoded = Array(field.decodedKey(buf).utf8)
+                    key = decoded.withUnsafeMutableBufferPointer { EnvelopeKey.lookup(UnsafeBufferPointer($0)) }
+                } else {
+                    key = EnvelopeKey.lookup(UnsafeBufferPointer(rebasing: buf[keyRange]))
+                }
+                if let key {
+                    // Well-known keys: a duplicate is one whose slot is already taken.
+                    field.known = Int8(key.rawValue)
+                    if known[key.rawValue] >= 0 {
+                        if duplicate == nil { duplicate = field }
+                    } else {
+                        known[key.rawValue] = Int32(truncatingIfNeeded: topLevel.count)
+                    }
+                } else if duplicate == nil {
+                    for existing in topLevel where existing.known < 0 && existing.keyEquals(field, in: buf) {
                         duplicate = field
                         break
                     }
@@ -451,9 +549,10 @@ struct JSONScanner {
         pos += 1
         let count = buf.count
         while pos < count {
-            // Runs of plain printable ASCII (no quote, no backslash): the common case, in a tight local loop.
+            // Runs of plain printable ASCII (no quote, no backslash): the common case. Eight bytes at a time: the
+            // lowest byte flagged in `special` is the first quote, backslash, control byte or non-ASCII byte (the
+            // borrow of these tests can only flag bytes above a true hit), so it is found without a second pass.
             var p = pos
-            // Eight bytes at a time while none of them is a quote, a backslash, a control byte or non-ASCII.
             if let base = buf.baseAddress {
                 let raw = UnsafeRawPointer(base)
                 let ones: UInt64 = 0x0101_0101_0101_0101
@@ -464,14 +563,19 @@ struct JSONScanner {
                     let backslash = w ^ (ones &* 0x5C)
                     let control = (w &- ones &* 0x20) & ~w
                     let special = (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | w) & highs
-                    if special != 0 { break }
+                    if special != 0 {
+                        p &+= special.trailingZeroBitCount &>> 3  // little-endian: the lowest bits are the first byte
+                        break
+                    }
                     p &+= 8
                 }
             }
-            while p < count {
-                let b = buf[p]
-                guard b &- 0x20 < 0x60, b != UInt8(ascii: "\""), b != UInt8(ascii: "\\") else { break }
-                p += 1
+            if p &+ 8 > count {
+                while p < count {
+                    let b = buf[p]
+                    guard b &- 0x20 < 0x60, b != UInt8(ascii: "\""), b != UInt8(ascii: "\\") else { break }
+                    p += 1
+                }
             }
             pos = p
             guard p < count else { break }

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// One complete, immutable wire frame: the 4-byte big-endian length prefix followed by the JSON body.
 ///
 /// A `Frame` is encoded once and may be written to any number of connections: the transport writes straight
@@ -77,4 +85,16 @@ public func encodeFrame<Body: Collection>(_ body: Body) -> [UInt8] where Body.El
     out.reserveCapacity(4 + body.count)
     out.append(contentsOf: body)
     return out
+}
+
+/// Whether two byte sequences are equal (`memcmp`, not an element-by-element generic comparison).
+public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: ArraySlice<UInt8>) -> Bool {
+    guard a.count == b.count else { return false }
+    guard a.count > 0 else { return true }
+    return b.withUnsafeBytes { memcmp(a.baseAddress!, $0.baseAddress!, a.count) == 0 }
+}
+
+/// Whether two byte sequences are equal.
+public func sameBytes(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
+    a.withUnsafeBytes { sameBytes($0, b) }
 }

@@ -77,13 +77,13 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     private var nextPeer: PeerID = 1
     @exclusivity(unchecked) private var effects: [RouterEffect] = []
     private var signals: [SignalWatcher] = []
-    private var tickTimer: LoopTimer?
+    @exclusivity(unchecked) private var tickTimer: LoopTimer?
     @exclusivity(unchecked) private var armedDeadline: Millis?
     private var graceTimer: LoopTimer?
     @exclusivity(unchecked) private var phase = Phase.created
     @exclusivity(unchecked) private var feeding = false
     /// Monitor events dropped per monitor since its last delivered one.
-    private var missedEvents: [PeerID: Int] = [:]
+    @exclusivity(unchecked) private var missedEvents: [PeerID: Int] = [:]
     /// Peers found over `maxBacklog` while carrying out effects, told `.backlogged` once the effects are done.
     @exclusivity(unchecked) private var backlogged: [PeerID] = []
     /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.

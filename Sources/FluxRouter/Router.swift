@@ -28,7 +28,7 @@ public final class Router {
 
     @exclusivity(unchecked) private var peers: [PeerID: Peer] = [:]
     /// Peers that have not said hello yet, in connection order (so their deadlines are in order too).
-    private var handshakes: [PeerID] = []
+    @exclusivity(unchecked) private var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
     @exclusivity(unchecked) private var stores: [String: StoreEntry] = [:]
     /// How many accepted actions are not settled yet (each one sits in the queue or window of every target
@@ -36,15 +36,16 @@ public final class Router {
     @exclusivity(unchecked) private var pendingCount = 0
     /// Action type -> the stores that handle it (sorted by name). Cleared whenever a registration changes.
     @exclusivity(unchecked) private var routes: [String: [StoreEntry]] = [:]
-    /// The last route looked up (consecutive actions mostly have the same type): no hashing then.
-    @exclusivity(unchecked) private var lastRoute: (type: String, targets: [StoreEntry])?
+    /// The last route looked up, with the type as its dispatcher wrote it (consecutive actions mostly have the
+    /// same type, written the same way): no decoding or hashing then.
+    @exclusivity(unchecked) private var lastRoute: (type: String, typeJSON: [UInt8], targets: [StoreEntry])?
     @exclusivity(unchecked) private var lastSeq: UInt64 = 0
-    private var shuttingDown = false
-    private var draining = false
+    @exclusivity(unchecked) private var shuttingDown = false
+    @exclusivity(unchecked) private var draining = false
     /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.
     @exclusivity(unchecked) private var monitors: [PeerID] = []
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
-    private var epoch: Millis?
+    @exclusivity(unchecked) private var epoch: Millis?
     @exclusivity(unchecked) private var now: Millis = 0
     /// The message being handled: errors about it carry its `id` if a string, else its `store` as `ref`
     /// (SPEC §8.9), decoded only when an error is actually sent.
@@ -266,12 +267,24 @@ public final class Router {
             }
             return fail(peer, error.code, error.message, &out)
         }
-        guard case .value(let op) = env.string("op") else {
+        guard let opSpan = env.span(.op), opSpan.kind == .string else {
             if peer.role == nil { return fail(peer, .handshakeRequired, "the first frame must be hello", &out) }
             return fail(peer, .badMessage, "a message needs a string \"op\"", &out)
         }
         currentMessage = env
         defer { currentMessage = nil }
+        // The two ops of every routed action first, told apart by their bytes (no String for them).
+        if let role = peer.role {
+            if env.isString(.op, "dispatch") {
+                if permitted(peer, role.mayDispatch, "dispatch", &out) { dispatch(peer, env, now: now, &out) }
+                return
+            }
+            if env.isString(.op, "done") {
+                if permitted(peer, role == .store, "done", &out) { answer(peer, env, isDone: true, &out) }
+                return
+            }
+        }
+        let op = env.string(.op).value ?? ""
         guard let role = peer.role else {
             if op == "hello" { return hello(peer, env, &out) }
             return fail(peer, .handshakeRequired, "the first frame must be hello, not \(op)", &out)
@@ -309,7 +322,7 @@ public final class Router {
     // MARK: - Stores
 
     private func register(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
-        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
             return fail(peer, .badMessage, "register needs a valid \"store\" name", &out)
         }
         var handles: [String] = []
@@ -324,7 +337,7 @@ public final class Router {
         case .absent: break
         default: return fail(peer, .badMessage, "\"waitFor\" must be an array of other stores' names", &out, ref: name)
         }
-        if let initial = env.span("state"), initial.kind == .null {
+        if let initial = env.span(.state), initial.kind == .null {
             return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
         }
         let store = entry(name)
@@ -346,7 +359,7 @@ public final class Router {
         lastRoute = nil
         for i in store.queue.indices { store.queue[i].deadline = nil }
 
-        let initial = resumed ? nil : env.raw("state")
+        let initial = resumed ? nil : env.raw(.state)
         var b = FrameBuilder(op: "registered")
         b.string("store", name)
         b.int("version", store.version + (initial == nil ? 0 : 1))  // the initial state becomes version 1 below
@@ -372,7 +385,7 @@ public final class Router {
     }
 
     private func unregister(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
-        guard case .value(let name) = env.string("store"), let store = stores[name] else {
+        guard case .value(let name) = env.string(.store), let store = stores[name] else {
             return fail(peer, .unknownStore, "unregister needs the name of a store you own", &out)
         }
         guard store.owner == peer.id else {
@@ -433,17 +446,28 @@ public final class Router {
 
     private func dispatch(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
         var idRaw: ArraySlice<UInt8>? = nil
-        switch env.string("id") {
+        switch env.string(.id) {
         case .absent: break
-        case .value(let id) where !id.isEmpty && id.utf8.count <= 256: idRaw = env.raw("id")
+        case .value(let id) where !id.isEmpty && id.utf8.count <= 256: idRaw = env.raw(.id)
         default: return fail(peer, .badMessage, "\"id\" must be a string of 1 to 256 bytes", &out)
         }
         let refText = idRaw.map { decodeJSONString($0) }
-        guard case .value(let type) = env.string("type"), Names.isValidType(type) else {
+        // A type written exactly as the last one routed is that type, and valid (a route is looked up only for
+        // valid types): no decoding then.
+        guard let typeJSON = env.raw(.type), env.span(.type)?.kind == .string else {
             return fail(peer, .badMessage, "dispatch needs a valid action \"type\"", &out, ref: refText)
         }
+        let type: String
+        if let last = lastRoute, sameBytes(last.typeJSON, typeJSON) {
+            type = last.type
+        } else {
+            type = decodeJSONString(typeJSON)
+            guard Names.isValidType(type) else {
+                return fail(peer, .badMessage, "dispatch needs a valid action \"type\"", &out, ref: refText)
+            }
+        }
         var wantsSettlement = false
-        switch env.bool("settle") {
+        switch env.bool(.settle) {
         case .absent: break
         case .value(let s): wantsSettlement = s
         case .wrongType: return fail(peer, .badMessage, "\"settle\" must be a boolean", &out, ref: refText)
@@ -452,7 +476,7 @@ public final class Router {
             return fail(peer, .badMessage, "a dispatch with settle needs an \"id\"", &out)
         }
         var cause: Int64? = nil
-        switch env.int("cause") {
+        switch env.int(.cause) {
         case .absent: break
         case .value(let c) where c > 0: cause = c
         default: return fail(peer, .badMessage, "\"cause\" must be a positive integer (a seq)", &out, ref: refText)
@@ -460,7 +484,7 @@ public final class Router {
         if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
         }
-        let targets = route(type)
+        let targets = route(type, typeJSON: typeJSON)
         if targets.isEmpty {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out, ref: refText)
         }
@@ -472,8 +496,8 @@ public final class Router {
         }
         lastSeq += 1
         let action = ActionRecord(
-            seq: lastSeq, type: type, typeJSON: env.raw("type")!, origin: peer.id, cause: cause,
-            payload: env.raw("payload") ?? ArraySlice("null".utf8),
+            seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
+            payload: env.raw(.payload) ?? ArraySlice("null".utf8),
             dispatcher: peer.id, id: wantsSettlement ? idRaw : nil, targets: targets)
         pendingCount += 1
         peer.unsettled += 1
@@ -498,10 +522,10 @@ public final class Router {
     }
 
     /// The stores that handle `type`, sorted by name (cached until a registration changes).
-    private func route(_ type: String) -> [StoreEntry] {
+    private func route(_ type: String, typeJSON: ArraySlice<UInt8>) -> [StoreEntry] {
         if let last = lastRoute, last.type == type { return last.targets }
         if let cached = routes[type] {
-            lastRoute = (type, cached)
+            lastRoute = (type, Array(typeJSON), cached)
             return cached
         }
         var targets: [StoreEntry] = []
@@ -512,7 +536,7 @@ public final class Router {
         // Bounded: a peer dispatching endless distinct types must not grow fluxd's memory.
         if routes.count >= Router.routeCacheLimit { routes.removeAll(keepingCapacity: true) }
         routes[type] = targets
-        lastRoute = (type, targets)
+        lastRoute = (type, Array(typeJSON), targets)
         return targets
     }
 
@@ -545,13 +569,20 @@ public final class Router {
 
     /// `done` or `reject` from a store: must answer the oldest action in flight to that store.
     private func answer(_ peer: Peer, _ env: Envelope, isDone: Bool, _ out: inout Output) {
-        guard case .value(let name) = env.string("store") else {
-            return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs \"store\"", &out)
+        let store: StoreEntry
+        if let last = peer.lastStore, last.ownerPeer === peer, let raw = env.raw(.store), sameBytes(last.nameJSON, raw) {
+            store = last  // the store this peer answered for last, named the same way: no decoding or hashing
+        } else {
+            guard case .value(let name) = env.string(.store) else {
+                return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs \"store\"", &out)
+            }
+            guard let owned = ownedStore(peer, name) else {
+                return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+            }
+            store = owned
         }
-        guard let store = ownedStore(peer, name) else {
-            return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
-        }
-        guard case .value(let seq) = env.int("seq") else {
+        let name = store.name
+        guard case .value(let seq) = env.int(.seq) else {
             return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs an integer \"seq\"", &out, ref: name)
         }
         guard let head = store.inflight.first, head.action.seq == UInt64(bitPattern: seq) else {
@@ -560,7 +591,7 @@ public final class Router {
         }
         let result: StoreResult
         if isDone {
-            if let state = env.span("state") {
+            if let state = env.span(.state) {
                 guard state.kind != .null else {
                     return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
                 }
@@ -568,7 +599,7 @@ public final class Router {
             }
             result = .done
         } else {
-            guard let error = env.raw("error"), (try? Envelope(body: Array(error)))?.string("code").value != nil else {
+            guard let error = env.raw(.error), (try? Envelope(body: Array(error)))?.string("code").value != nil else {
                 return fail(peer, .badMessage, "reject needs \"error\": {\"code\": string, \"message\": string}", &out, ref: name)
             }
             result = .rejected(error)
@@ -646,7 +677,9 @@ public final class Router {
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
     /// frame goes to every subscriber.
     private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) {
-        if let current = store.snapshot, current.bytes[store.stateRange].elementsEqual(state) { return }
+        if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
+            return
+        }
         store.version += 1
         var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
         b.raw("store", store.nameJSON)
@@ -671,13 +704,13 @@ public final class Router {
     }
 
     private func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string("store") else {
+        guard case .value(let name) = env.string(.store) else {
             return fail(peer, .badMessage, "state needs \"store\"", &out)
         }
         guard let store = ownedStore(peer, name) else {
             return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
         }
-        guard let state = env.span("state"), state.kind != .null else {
+        guard let state = env.span(.state), state.kind != .null else {
             return fail(peer, .badMessage, "state needs a non-null \"state\"", &out, ref: name)
         }
         publish(store, state: env.body[state.range], seq: store.seq, &out)
@@ -686,7 +719,7 @@ public final class Router {
     // MARK: - Subscriptions and queries
 
     private func subscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
             return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
         }
         let store = entry(name)
@@ -702,7 +735,7 @@ public final class Router {
     }
 
     private func unsubscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string("store") else {
+        guard case .value(let name) = env.string(.store) else {
             return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
         }
         if peer.subscriptions.remove(name) != nil {
@@ -714,10 +747,10 @@ public final class Router {
     }
 
     private func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string("id"), !id.isEmpty, id.utf8.count <= 256 else {
+        guard case .value(let id) = env.string(.id), !id.isEmpty, id.utf8.count <= 256 else {
             return fail(peer, .badMessage, "query needs an \"id\" of 1 to 256 bytes", &out)
         }
-        guard case .value(let name) = env.string("store"), Names.isValidStore(name) else {
+        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
             return fail(peer, .badMessage, "query needs a valid \"store\" name", &out, ref: id)
         }
         guard let q = env.raw("query") else {
@@ -730,21 +763,21 @@ public final class Router {
         peer.queries[id] = (name, bytes)
         let store = entry(name)
         var b = FrameBuilder(op: "query-ok")
-        b.raw("id", env.raw("id")!)
+        b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
         store.addQuery(bytes)
         sendQueries(store, &out)
     }
 
     private func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string("id") else {
+        guard case .value(let id) = env.string(.id) else {
             return fail(peer, .badMessage, "unquery needs \"id\"", &out)
         }
         guard let q = peer.queries.removeValue(forKey: id) else {
             return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
         }
         var b = FrameBuilder(op: "unquery-ok")
-        b.raw("id", env.raw("id")!)
+        b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
         if let store = stores[q.store], store.removeQuery(q.bytes) { sendQueries(store, &out) }
     }
@@ -772,20 +805,20 @@ public final class Router {
 
     private func ping(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
         var b = FrameBuilder(op: "pong")
-        if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
+        if let id = env.raw(.id), env.span(.id)?.kind == .string { b.raw("id", id) }
         out.send(peer, b.finish())
     }
 
     private func get(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        let id = env.raw("id")
-        guard case .value(let name) = env.string("store") else {
-            return fail(peer, .badMessage, "get needs \"store\"", &out, ref: env.string("id").value)
+        let id = env.raw(.id)
+        guard case .value(let name) = env.string(.store) else {
+            return fail(peer, .badMessage, "get needs \"store\"", &out, ref: env.string(.id).value)
         }
         guard let store = stores[name], let snapshot = store.snapshot else {
-            return fail(peer, .unknownStore, "no snapshot is retained for store \"\(name)\"", &out, ref: env.string("id").value ?? name)
+            return fail(peer, .unknownStore, "no snapshot is retained for store \"\(name)\"", &out, ref: env.string(.id).value ?? name)
         }
         var b = FrameBuilder(op: "got", capacity: snapshot.bytes.count + 64)
-        if let id, env.span("id")?.kind == .string { b.raw("id", id) }
+        if let id, env.span(.id)?.kind == .string { b.raw("id", id) }
         b.string("store", name)
         b.int("version", store.version)
         b.int("seq", store.snapshotSeq)
@@ -818,7 +851,7 @@ public final class Router {
         var roles = [Role.client: 0, .store: 0, .monitor: 0]
         for p in peers.values { if let r = p.role { roles[r, default: 0] += 1 } }
         var b = FrameBuilder(op: "info", capacity: j.count + 512)
-        if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
+        if let id = env.raw(.id), env.span(.id)?.kind == .string { b.raw("id", id) }
         b.int("seq", lastSeq)
         b.raw("stores", j)
         b.raw("peers", Array("{\"client\":\(roles[.client]!),\"store\":\(roles[.store]!),\"monitor\":\(roles[.monitor]!)}".utf8))
@@ -910,7 +943,7 @@ public final class Router {
         var b = FrameBuilder(op: "error")
         b.string("code", code.rawValue)
         b.string("message", message)
-        if let ref = ref ?? currentMessage.flatMap({ $0.string("id").value ?? $0.string("store").value }) {
+        if let ref = ref ?? currentMessage.flatMap({ $0.string(.id).value ?? $0.string(.store).value }) {
             b.string("ref", ref)
         }
         b.bool("fatal", closes)
@@ -1039,8 +1072,7 @@ struct Delivery {
 /// An accepted action: what it is, where it goes, and what each target answered.
 final class ActionRecord {
     let seq: UInt64
-    let type: String
-    /// `type` as the dispatcher wrote it (a valid JSON string), forwarded as is.
+    /// The action type as the dispatcher wrote it (a valid JSON string), forwarded as is.
     let typeJSON: ArraySlice<UInt8>
     let origin: PeerID
     let cause: Int64?
@@ -1061,10 +1093,9 @@ final class ActionRecord {
         var version: UInt64 = 0
     }
 
-    init(seq: UInt64, type: String, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
+    init(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
          payload: ArraySlice<UInt8>, dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
         self.seq = seq
-        self.type = type
         self.typeJSON = typeJSON
         self.origin = origin
         self.cause = cause

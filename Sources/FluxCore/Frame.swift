@@ -23,8 +23,9 @@ public final class Frame: @unchecked Sendable {
     /// Whether a later frame may take this one's place while it waits, unwritten, in a connection's queue.
     public let coalescing: Coalescing
 
-    /// Takes ownership of `count` bytes at `storage` (allocated with `UnsafeMutableRawPointer.allocate`), which
-    /// must hold a length prefix and a body (see `FrameBuilder`, which writes them in place).
+    /// Takes ownership of `count` bytes at `storage` (allocated with `malloc`: plain `malloc`, because Swift's
+    /// `allocate` goes through `memalign` here, at several times the cost), which must hold a length prefix and a
+    /// body (see `FrameBuilder`, which writes them in place).
     init(adopting storage: UnsafeMutableRawPointer, count: Int, coalescing: Coalescing = .none) {
         self.bytes = UnsafeRawBufferPointer(start: storage, count: count)
         self.coalescing = coalescing
@@ -32,13 +33,13 @@ public final class Frame: @unchecked Sendable {
 
     /// Frames `body` (a JSON object's bytes) by copying it behind a length prefix.
     public convenience init<Body: Collection>(body: Body) where Body.Element == UInt8 {
-        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: 4 + body.count, alignment: 1)
+        let storage = UnsafeMutableRawBufferPointer(start: mallocBytes(4 + body.count), count: 4 + body.count)
         storeBigEndianLength(UInt32(body.count), into: storage)
         UnsafeMutableRawBufferPointer(rebasing: storage[4...]).copyBytes(from: body)
         self.init(adopting: storage.baseAddress!, count: storage.count)
     }
 
-    deinit { UnsafeMutableRawPointer(mutating: bytes.baseAddress!).deallocate() }
+    deinit { free(UnsafeMutableRawPointer(mutating: bytes.baseAddress!)) }
 
     /// The JSON body, without the length prefix.
     public var body: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[4...]) }
@@ -97,4 +98,10 @@ public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: ArraySlice<UInt8>) -> Bo
 /// Whether two byte sequences are equal.
 public func sameBytes(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
     a.withUnsafeBytes { sameBytes($0, b) }
+}
+
+/// `malloc`, trapping when memory is exhausted (as Swift's own allocation does).
+func mallocBytes(_ count: Int) -> UnsafeMutableRawPointer {
+    guard let p = malloc(max(count, 1)) else { fatalError("out of memory allocating \(count) bytes") }
+    return p
 }

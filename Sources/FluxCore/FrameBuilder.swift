@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Writes one JSON object into a frame without Foundation: envelope fields are written directly, and nested
 /// values (payloads, states, queries, errors) are spliced in as the exact bytes the sender wrote.
 ///
@@ -14,7 +22,7 @@ public struct FrameBuilder: ~Copyable {
     /// Starts an object whose first field is `"op"`. `capacity` is the expected body size: enough avoids a copy.
     public init(op: StaticString, capacity: Int = 128) {
         let want = capacity + 16 + op.utf8CodeUnitCount
-        base = UnsafeMutablePointer<UInt8>.allocate(capacity: want)
+        base = mallocBytes(want).assumingMemoryBound(to: UInt8.self)
         self.capacity = want
         count = 4
         append(UInt8(ascii: "{"))
@@ -31,10 +39,8 @@ public struct FrameBuilder: ~Copyable {
 
     private mutating func grow(_ needed: Int) {
         let newCapacity = max(needed, capacity * 2)
-        let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
-        bigger.update(from: base, count: count)
-        base.deallocate()
-        base = bigger
+        guard let bigger = realloc(base, newCapacity) else { fatalError("out of memory growing a frame") }
+        base = bigger.assumingMemoryBound(to: UInt8.self)
         capacity = newCapacity
     }
 
@@ -217,7 +223,7 @@ public struct FrameBuilder: ~Copyable {
     }
 
     /// A builder dropped without `finish` frees what it wrote.
-    deinit { base.deallocate() }
+    deinit { free(base) }
 }
 
 /// Appends `value` as a JSON string literal (quotes and escapes included).

@@ -57,29 +57,31 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     /// The configuration the daemon was started with.
     public let config: DaemonConfig
     /// Called on SIGHUP (configuration reload will hook in here). Default: a log line.
-    public var onHangup: (() -> Void)?
+    @exclusivity(unchecked) public var onHangup: (() -> Void)?
     /// Called on SIGINT/SIGTERM instead of `shutdown()` (fluxd's graceful stop: drain, stop workers, then
     /// `shutdown()`). Default (nil): `shutdown()` at once.
-    public var onTerminate: ((Int32) -> Void)?
+    @exclusivity(unchecked) public var onTerminate: ((Int32) -> Void)?
     /// Called once the daemon has closed everything and stopped the loop.
-    public var onStopped: (() -> Void)?
+    @exclusivity(unchecked) public var onStopped: (() -> Void)?
     /// Answers requests whose op is in `config.router.hostOps` (e.g. the worker supervisor's `workers`); reply
     /// with `send(_:to:)`. Without a handler such requests get `unknown-op`.
-    public var onHostRequest: ((PeerID, Envelope) -> Void)?
+    @exclusivity(unchecked) public var onHostRequest: ((PeerID, Envelope) -> Void)?
     /// A monitor whose connection has more than this many bytes queued misses events (and is told how many).
-    public var monitorBacklogLimit = 1 << 20
+    @exclusivity(unchecked) public var monitorBacklogLimit = 1 << 20
 
     private let loop: EventLoop
     private let router: Router
-    private var logger: Logger
-    private var listener: PipeListener?
+    @exclusivity(unchecked) private var logger: Logger
+    @exclusivity(unchecked) private var listener: PipeListener?
     @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
-    private var nextPeer: PeerID = 1
+    /// The connection of the last frame sent (frames go out in runs to one peer): no hashing then.
+    @exclusivity(unchecked) private var lastConnection: (peer: PeerID, connection: Connection)?
+    @exclusivity(unchecked) private var nextPeer: PeerID = 1
     @exclusivity(unchecked) private var effects: [RouterEffect] = []
-    private var signals: [SignalWatcher] = []
+    @exclusivity(unchecked) private var signals: [SignalWatcher] = []
     @exclusivity(unchecked) private var tickTimer: LoopTimer?
     @exclusivity(unchecked) private var armedDeadline: Millis?
-    private var graceTimer: LoopTimer?
+    @exclusivity(unchecked) private var graceTimer: LoopTimer?
     @exclusivity(unchecked) private var phase = Phase.created
     @exclusivity(unchecked) private var feeding = false
     /// Monitor events dropped per monitor since its last delivered one.
@@ -89,7 +91,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.
     /// Lifecycle: created and started in `cutOffLater`, closed when it fires, when the connection closes, or in
     /// `closeAll`.
-    private var cutOffTimers: [PeerID: LoopTimer] = [:]
+    @exclusivity(unchecked) private var cutOffTimers: [PeerID: LoopTimer] = [:]
 
     private enum Phase { case created, running, shuttingDown, stopped }
 
@@ -205,6 +207,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     public func connectionClosed(_ connection: Connection, reason: CloseReason) {
         let id = connection.tag
         guard connections.removeValue(forKey: id) != nil else { return }
+        if lastConnection?.connection === connection { lastConnection = nil }
         logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
         missedEvents.removeValue(forKey: id)
         cutOffTimers.removeValue(forKey: id)?.close()
@@ -222,7 +225,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         for effect in effects {
             switch effect {
             case .send(let peer, let frame):
-                if let connection = connections[peer] {
+                if let connection = connection(peer) {
                     connection.send(frame)
                     if connection.queuedBytes > config.router.maxBacklog { overBacklog(peer, connection) }
                 }
@@ -256,6 +259,15 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
             }
         }
         armDeadlineTimer()
+    }
+
+    /// The open connection of `peer` (a one-entry cache in front of `connections`).
+    @inline(__always)
+    private func connection(_ peer: PeerID) -> Connection? {
+        if let last = lastConnection, last.peer == peer { return last.connection }
+        guard let c = connections[peer] else { return nil }
+        lastConnection = (peer, c)
+        return c
     }
 
     /// A peer does not read fast enough: drop what is queued and unwritten (it is about to be closed with

@@ -27,6 +27,8 @@ public final class Router {
     public let config: RouterConfig
 
     @exclusivity(unchecked) private var peers: [PeerID: Peer] = [:]
+    /// The peer of the last frame (frames come in runs from one connection): no hashing then.
+    @exclusivity(unchecked) private var lastPeer: Peer?
     /// Peers that have not said hello yet, in connection order (so their deadlines are in order too).
     @exclusivity(unchecked) private var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
@@ -79,7 +81,7 @@ public final class Router {
         case .connected(let id, let creds):
             connected(id, creds, now: now, &out)
         case .frame(let id, let body):
-            if let peer = peers[id], !peer.closing {
+            if let peer = peerFrom(id), !peer.closing {
                 out.counters.framesIn += 1
                 out.counters.bytesIn += UInt64(body.count + 4)
                 receive(peer, body, now: now, &out)
@@ -114,6 +116,15 @@ public final class Router {
         }
         effects = out.effects
         counters = out.counters
+    }
+
+    /// The connected peer `id` (a one-entry cache in front of `peers`).
+    @inline(__always)
+    private func peerFrom(_ id: PeerID) -> Peer? {
+        if let p = lastPeer, p.id == id { return p }
+        guard let p = peers[id] else { return nil }
+        lastPeer = p
+        return p
     }
 
     /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any.
@@ -227,6 +238,8 @@ public final class Router {
 
     private func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
         guard let peer = peers.removeValue(forKey: id) else { return }
+        peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
+        if lastPeer === peer { lastPeer = nil }
         handshakes.removeAll { $0 == id }
         monitors.removeAll { $0 == id }
         if peer.role != nil {
@@ -498,7 +511,7 @@ public final class Router {
         let action = ActionRecord(
             seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
             payload: env.raw(.payload) ?? ArraySlice("null".utf8),
-            dispatcher: peer.id, id: wantsSettlement ? idRaw : nil, targets: targets)
+            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
         pendingCount += 1
         peer.unsettled += 1
         out.counters.actions += 1
@@ -630,12 +643,12 @@ public final class Router {
 
     private func settle(_ action: ActionRecord, _ out: inout Output) {
         pendingCount -= 1
-        let dispatcher = peers[action.dispatcher]
-        dispatcher?.unsettled -= 1
-        let toDispatcher = action.id != nil && dispatcher.map { !$0.closing } == true
+        let dispatcher = action.dispatcher
+        dispatcher.unsettled -= 1
+        let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
         guard toDispatcher || !monitors.isEmpty else { return }
         let results = resultsJSON(action)
-        if toDispatcher, let dispatcher, let id = action.id {
+        if toDispatcher, let id = action.id {
             var b = FrameBuilder(op: "settled", capacity: results.count + 64)
             b.raw("id", id)
             b.int("seq", action.seq)
@@ -972,12 +985,12 @@ final class Peer {
     let id: PeerID
     let creds: PeerCredentials
     let connectedAt: Millis
-    var role: Role?
-    var name = ""
+    @exclusivity(unchecked) var role: Role?
+    @exclusivity(unchecked) var name = ""
     @exclusivity(unchecked) var closing = false
-    var owned: Set<String> = []
-    var subscriptions: Set<String> = []
-    var queries: [String: (store: String, bytes: [UInt8])] = [:]
+    @exclusivity(unchecked) var owned: Set<String> = []
+    @exclusivity(unchecked) var subscriptions: Set<String> = []
+    @exclusivity(unchecked) var queries: [String: (store: String, bytes: [UInt8])] = [:]
     /// Accepted dispatches from this peer not yet settled.
     @exclusivity(unchecked) var unsettled = 0
     /// The store this peer last answered or published for (a lookup cache; checked against `owner` on use).
@@ -1004,12 +1017,12 @@ final class StoreEntry {
     /// `name` as a JSON string (quoted, escaped once), spliced into every frame that names the store.
     let nameJSON: [UInt8]
     @exclusivity(unchecked) var status = StoreStatus.unknown
-    var wasRegistered = false
+    @exclusivity(unchecked) var wasRegistered = false
     /// The connection that owns it while it is up.
     @exclusivity(unchecked) var ownerPeer: Peer?
     var owner: PeerID? { ownerPeer?.id }
-    var handles: [String] = []
-    var waitFor: [String] = []
+    @exclusivity(unchecked) var handles: [String] = []
+    @exclusivity(unchecked) var waitFor: [String] = []
     /// The last version published (0: none yet) and the seq of the last action the store answered.
     @exclusivity(unchecked) var version: UInt64 = 0
     @exclusivity(unchecked) var seq: UInt64 = 0
@@ -1023,8 +1036,8 @@ final class StoreEntry {
     /// Subscribed connections, in subscription order (removed when they unsubscribe or close).
     @exclusivity(unchecked) var subscribers: [Peer] = []
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
-    var queryOrder: [[UInt8]] = []
-    var queryCounts: [[UInt8]: Int] = [:]
+    @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
+    @exclusivity(unchecked) var queryCounts: [[UInt8]: Int] = [:]
 
     init(name: String, key: UInt32) {
         self.name = name
@@ -1077,7 +1090,8 @@ final class ActionRecord {
     let origin: PeerID
     let cause: Int64?
     let payload: ArraySlice<UInt8>
-    let dispatcher: PeerID
+    /// The peer that dispatched it (kept while the action is unsettled, even if that peer has gone).
+    let dispatcher: Peer
     /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
     let id: ArraySlice<UInt8>?
     /// The stores it goes to, sorted by name.
@@ -1094,7 +1108,7 @@ final class ActionRecord {
     }
 
     init(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
-         payload: ArraySlice<UInt8>, dispatcher: PeerID, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
+         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
         self.seq = seq
         self.typeJSON = typeJSON
         self.origin = origin

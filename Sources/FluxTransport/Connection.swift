@@ -62,7 +62,14 @@ public struct SocketCredentials: Equatable, Sendable {
 /// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
 public final class Connection: HandleOwner {
     /// A value for the owner's use (fluxd stores the peer id here). Not used by the transport.
-    @exclusivity(unchecked) public var tag: UInt64 = 0
+    ///
+    /// Computed over a private stored property so that other modules' reads run this module's unchecked access:
+    /// a stored property read directly from another module gets a dynamic exclusivity check on every read.
+    public var tag: UInt64 {
+        get { storedTag }
+        set { storedTag = newValue }
+    }
+    @exclusivity(unchecked) private var storedTag: UInt64 = 0
     /// Who receives frames and the close. Held strongly until the close was reported.
     @exclusivity(unchecked) public var delegate: (any ConnectionDelegate)?
     /// The peer's process credentials, read when the connection was accepted (nil if the kernel would not say).

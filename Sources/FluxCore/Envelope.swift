@@ -34,7 +34,7 @@ public enum EnvelopeError: Error, Equatable, Sendable {
 }
 
 /// The kind of a JSON value.
-public enum JSONKind: Sendable, Equatable {
+public enum JSONKind: UInt8, Sendable, Equatable {
     case object, array, string, number, bool, null
 }
 
@@ -43,6 +43,12 @@ public struct JSONSpan: Sendable, Equatable {
     public var kind: JSONKind
     /// Byte range of the value in the body (for strings: including the quotes).
     public var range: Range<Int>
+
+    @inlinable
+    public init(kind: JSONKind, range: Range<Int>) {
+        self.kind = kind
+        self.range = range
+    }
 }
 
 /// The top-level keys fluxd reads on its hot path. The scanner recognises them as it goes, so looking one up is
@@ -50,6 +56,22 @@ public struct JSONSpan: Sendable, Equatable {
 /// string to one of these first, and searches only for other keys).
 public enum EnvelopeKey: Int, CaseIterable, Sendable {
     case op, id, store, type, seq, state, payload, settle, cause, error
+
+    /// The key as it is spelled on the wire.
+    public var name: String {
+        switch self {
+        case .op: return "op"
+        case .id: return "id"
+        case .store: return "store"
+        case .type: return "type"
+        case .seq: return "seq"
+        case .state: return "state"
+        case .payload: return "payload"
+        case .settle: return "settle"
+        case .cause: return "cause"
+        case .error: return "error"
+        }
+    }
 
     /// The key whose decoded bytes are `bytes`, if it is one of these.
     @inline(__always)
@@ -77,26 +99,32 @@ public enum EnvelopeKey: Int, CaseIterable, Sendable {
 public struct Envelope: Sendable {
     /// The frame body the spans point into.
     public let body: [UInt8]
-    /// Top-level fields, by key byte range, in the order they appear (keys are decoded only on demand).
-    private var entries: [TopLevelField]
-    /// For each `EnvelopeKey` (by raw value), the index of its field in `entries`, or -1 when absent.
-    private var known: SIMD16<Int32>
+    /// Top-level fields whose keys are not `EnvelopeKey`s, by key byte range, in the order they appear (keys are
+    /// decoded only on demand). Empty, and so never allocated, for the messages of the hot path.
+    private var others: [TopLevelField]
+    /// Where each `EnvelopeKey`'s value is (by raw value), inline: no allocation per message.
+    @usableFromInline var known: KnownFields
 
     /// Top-level fields in the order they appear.
     public var fields: [(key: String, value: JSONSpan)] {
-        body.withUnsafeBufferPointer { buf in entries.map { (key: $0.decodedKey(buf), value: $0.value) } }
+        var all: [(key: String, value: JSONSpan)] = body.withUnsafeBufferPointer { buf in
+            others.map { (key: $0.decodedKey(buf), value: $0.value) }
+        }
+        for key in EnvelopeKey.allCases {
+            if let span = known[key] { all.append((key: key.name, value: span)) }
+        }
+        return all.sorted { $0.value.range.lowerBound < $1.value.range.lowerBound }
     }
 
     /// Scans `body`. Throws when it is not valid JSON, not an object, or repeats a top-level key.
     public init(body: [UInt8], maxDepth: Int = 64) throws(EnvelopeError) {
         self.body = body
-        var collected: [TopLevelField] = []
-        collected.reserveCapacity(8)
-        var known = SIMD16<Int32>(repeating: -1)
+        var others: [TopLevelField] = []
+        var known = KnownFields()
         let result: EnvelopeError? = body.withUnsafeBufferPointer { buf -> EnvelopeError? in
             var scanner = JSONScanner(buf, maxDepth: maxDepth)
             do {
-                try scanner.scanDocument(topLevel: &collected, known: &known)
+                try scanner.scanDocument(others: &others, known: &known)
                 return nil
             } catch let error as EnvelopeError {
                 return error
@@ -105,7 +133,7 @@ public struct Envelope: Sendable {
             }
         }
         if let result { throw result }
-        self.entries = collected
+        self.others = others
         self.known = known
     }
 
@@ -115,7 +143,7 @@ public struct Envelope: Sendable {
         return key.withUTF8 { wanted in
             if let k = EnvelopeKey.lookup(wanted) { return span(k) }
             return body.withUnsafeBufferPointer { buf -> JSONSpan? in
-                for entry in entries where entry.known < 0 && entry.keyEquals(wanted, in: buf) { return entry.value }
+                for entry in others where entry.keyEquals(wanted, in: buf) { return entry.value }
                 return nil
             }
         }
@@ -123,12 +151,11 @@ public struct Envelope: Sendable {
 
     /// The span of a well-known top-level field (a table lookup).
     @inline(__always)
-    public func span(_ key: EnvelopeKey) -> JSONSpan? {
-        let i = Int(known[key.rawValue])
-        return i < 0 ? nil : entries[i].value
-    }
+    @inlinable
+    public func span(_ key: EnvelopeKey) -> JSONSpan? { known[key] }
 
     /// The raw bytes of a well-known field's value.
+    @inlinable
     public func raw(_ key: EnvelopeKey) -> ArraySlice<UInt8>? {
         guard let s = span(key) else { return nil }
         return body[s.range]
@@ -257,6 +284,37 @@ public func parseJSONInteger(_ bytes: ArraySlice<UInt8>) -> Int64? {
     return negative ? -value : value
 }
 
+/// The value spans of the `EnvelopeKey` fields of one message, in a fixed inline table (lane = key's raw value).
+@usableFromInline
+struct KnownFields: Sendable {
+    @usableFromInline var starts = SIMD16<UInt32>()
+    @usableFromInline var ends = SIMD16<UInt32>()
+    /// `JSONKind.rawValue + 1`; 0 where the key is absent.
+    @usableFromInline var kinds = SIMD16<UInt8>()
+
+    init() {}
+
+    /// Whether `key` was seen.
+    @inline(__always)
+    func has(_ key: EnvelopeKey) -> Bool { kinds[key.rawValue] != 0 }
+
+    @inlinable
+    subscript(key: EnvelopeKey) -> JSONSpan? {
+        let k = kinds[key.rawValue]
+        guard k != 0 else { return nil }
+        return JSONSpan(kind: JSONKind(rawValue: k &- 1)!,
+                        range: Int(starts[key.rawValue])..<Int(ends[key.rawValue]))
+    }
+
+    /// Records `key`'s value (frame bodies are shorter than 4 GiB: `maxFrame` is a `UInt32`).
+    @inline(__always)
+    mutating func set(_ key: EnvelopeKey, _ span: JSONSpan) {
+        starts[key.rawValue] = UInt32(truncatingIfNeeded: span.range.lowerBound)
+        ends[key.rawValue] = UInt32(truncatingIfNeeded: span.range.upperBound)
+        kinds[key.rawValue] = span.kind.rawValue &+ 1
+    }
+}
+
 /// One top-level field as the scanner found it: the key's bytes (between the quotes) and the value's span.
 struct TopLevelField {
     /// Byte range of the key's raw (still escaped) bytes, without the quotes.
@@ -264,8 +322,6 @@ struct TopLevelField {
     /// Whether the key contains a backslash escape (its decoded bytes differ from its raw bytes).
     var escaped: Bool
     var value: JSONSpan
-    /// The `EnvelopeKey` raw value this key decodes to, or -1 for any other key.
-    var known: Int8 = -1
 
     /// The key as a `String`.
     func decodedKey(_ body: UnsafeBufferPointer<UInt8>) -> String {
@@ -397,7 +453,7 @@ struct JSONScanner {
     }
 
     /// Scans a whole document whose top level must be an object; collects top-level fields.
-    mutating func scanDocument(topLevel: inout [TopLevelField], known: inout SIMD16<Int32>) throws(EnvelopeError) {
+    mutating func scanDocument(others topLevel: inout [TopLevelField], known: inout KnownFields) throws(EnvelopeError) {
         skipWhitespace()
         guard let c = peek() else { throw fail("empty document") }
         if c != UInt8(ascii: "{") {
@@ -423,7 +479,7 @@ struct JSONScanner {
                 pos += 1
                 skipWhitespace()
                 let span = try scanValue(depth: 2)
-                var field = TopLevelField(key: keyRange, escaped: escaped, value: span)
+                let field = TopLevelField(key: keyRange, escaped: escaped, value: span)
                 let key: EnvelopeKey?
                 if escaped {
                     var decoded = Array(field.decodedKey(buf).utf8)
@@ -432,20 +488,21 @@ struct JSONScanner {
                     key = EnvelopeKey.lookup(UnsafeBufferPointer(rebasing: buf[keyRange]))
                 }
                 if let key {
-                    // Well-known keys: a duplicate is one whose slot is already taken.
-                    field.known = Int8(key.rawValue)
-                    if known[key.rawValue] >= 0 {
+                    // Well-known keys go to their slot; a duplicate is one whose slot is already taken.
+                    if known.has(key) {
                         if duplicate == nil { duplicate = field }
                     } else {
-                        known[key.rawValue] = Int32(truncatingIfNeeded: topLevel.count)
+                        known.set(key, span)
                     }
-                } else if duplicate == nil {
-                    for existing in topLevel where existing.known < 0 && existing.keyEquals(field, in: buf) {
-                        duplicate = field
-                        break
+                } else {
+                    if duplicate == nil {
+                        for existing in topLevel where existing.keyEquals(field, in: buf) {
+                            duplicate = field
+                            break
+                        }
                     }
+                    topLevel.append(field)
                 }
-                topLevel.append(field)
                 skipWhitespace()
                 guard let sep = peek() else { throw fail("unterminated object") }
                 if sep == UInt8(ascii: ",") { pos += 1; continue }

@@ -49,9 +49,10 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     @exclusivity(unchecked) private var epoch: Millis?
     @exclusivity(unchecked) private var now: Millis = 0
-    /// The message being handled: errors about it carry its `id` if a string, else its `store` as `ref`
-    /// (SPEC §8.9), decoded only when an error is actually sent.
-    @exclusivity(unchecked) private var currentMessage: Envelope?
+    /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
+    /// `ref` (SPEC §8.9), read only when an error is actually sent (scanning it again then is cheaper than
+    /// keeping the envelope for every message).
+    @exclusivity(unchecked) private var currentBody: [UInt8]?
     /// Stores that are down: the only ones whose queues can expire (`nextDeadline`, `tick`).
     @exclusivity(unchecked) private var downStores: Set<String> = []
     /// Traffic and error counters, reported by `info`.
@@ -284,8 +285,8 @@ public final class Router {
             if peer.role == nil { return fail(peer, .handshakeRequired, "the first frame must be hello", &out) }
             return fail(peer, .badMessage, "a message needs a string \"op\"", &out)
         }
-        currentMessage = env
-        defer { currentMessage = nil }
+        currentBody = body
+        defer { currentBody = nil }
         // The two ops of every routed action first, told apart by their bytes (no String for them).
         if let role = peer.role {
             if env.isString(.op, "dispatch") {
@@ -956,7 +957,8 @@ public final class Router {
         var b = FrameBuilder(op: "error")
         b.string("code", code.rawValue)
         b.string("message", message)
-        if let ref = ref ?? currentMessage.flatMap({ $0.string(.id).value ?? $0.string(.store).value }) {
+        let current = currentBody.flatMap { try? Envelope(body: $0) }
+        if let ref = ref ?? current.flatMap({ $0.string(.id).value ?? $0.string(.store).value }) {
             b.string("ref", ref)
         }
         b.bool("fatal", closes)

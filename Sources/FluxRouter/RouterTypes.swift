@@ -80,8 +80,9 @@ public enum RouterEffect: Sendable {
     /// backlogged (a monitor must never slow routing); it must then send `{"op":"missed","count":N}` before the
     /// next event it does deliver.
     case monitor(PeerID, Frame)
-    /// A request whose op is in `RouterConfig.hostOps`: the host answers the peer itself.
-    case host(PeerID, Envelope)
+    /// A request whose op is in `RouterConfig.hostOps`: the host answers the peer itself. (Indirect: an
+    /// envelope is large, and every effect in the hot path's arrays would otherwise be copied at its size.)
+    indirect case host(PeerID, Envelope)
     /// Close a peer's connection after writing what was sent to it before. A `closed` event follows.
     case close(PeerID)
     /// Something worth logging.

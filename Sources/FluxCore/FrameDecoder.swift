@@ -48,8 +48,7 @@ public struct FrameDecoder: Sendable {
     /// The next complete frame, or nil when more bytes are needed.
     public mutating func next() -> DecodedFrame? {
         guard !poisoned, buffer.count - start >= 4 else { return nil }
-        let length = UInt32(buffer[start]) << 24 | UInt32(buffer[start + 1]) << 16
-            | UInt32(buffer[start + 2]) << 8 | UInt32(buffer[start + 3])
+        let length = bigEndianLength(buffer, at: start)
         if length > maxFrame {
             poisoned = true
             buffer = []
@@ -67,6 +66,58 @@ public struct FrameDecoder: Sendable {
         return .frame(body)
     }
 
+    /// The next complete frame from what is buffered followed by `input[offset...]`, reading `input` in place:
+    /// a frame that lies wholly in `input` is copied once, straight into its body, and only an unfinished tail is
+    /// buffered (then `offset == input.count`). Advances `offset` past what it used; nil when more bytes are
+    /// needed. Drain it until nil before the memory of `input` is reused (a connection's read buffer).
+    public mutating func next(from input: UnsafeRawBufferPointer, at offset: inout Int) -> DecodedFrame? {
+        guard !poisoned else {
+            offset = input.count
+            return nil
+        }
+        if start < buffer.count {
+            // An unfinished frame is buffered: complete it from `input` (its header first, then its body).
+            if let frame = next() { return frame }
+            let header = min(max(4 - (buffer.count - start), 0), input.count - offset)
+            appendInput(input, &offset, header)
+            guard buffer.count - start >= 4 else { return nil }
+            let length = bigEndianLength(buffer, at: start)
+            if length <= maxFrame {
+                appendInput(input, &offset, min(4 + Int(length) - (buffer.count - start), input.count - offset))
+            }
+            return next()
+        }
+        let available = input.count - offset
+        guard available >= 4 else {
+            appendInput(input, &offset, available)
+            return nil
+        }
+        let length = bigEndianLength(input, at: offset)
+        if length > maxFrame {
+            poisoned = true
+            offset = input.count
+            return .tooLarge(length: length)
+        }
+        if length == 0 {
+            offset += 4
+            return .empty
+        }
+        let total = 4 + Int(length)
+        guard available >= total else {
+            appendInput(input, &offset, available)
+            return nil
+        }
+        let body = Array(UnsafeRawBufferPointer(rebasing: input[(offset + 4)..<(offset + total)]))
+        offset += total
+        return .frame(body)
+    }
+
+    private mutating func appendInput(_ input: UnsafeRawBufferPointer, _ offset: inout Int, _ count: Int) {
+        guard count > 0 else { return }
+        buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: input[offset..<(offset + count)]))
+        offset += count
+    }
+
     private mutating func consume(_ n: Int) {
         start += n
         if start == buffer.count {
@@ -77,4 +128,11 @@ public struct FrameDecoder: Sendable {
             start = 0
         }
     }
+}
+
+/// The big-endian frame length at `at` (4 bytes must be there).
+@inline(__always)
+private func bigEndianLength<Bytes: RandomAccessCollection>(_ bytes: Bytes, at: Int) -> UInt32
+where Bytes.Element == UInt8, Bytes.Index == Int {
+    UInt32(bytes[at]) << 24 | UInt32(bytes[at + 1]) << 16 | UInt32(bytes[at + 2]) << 8 | UInt32(bytes[at + 3])
 }

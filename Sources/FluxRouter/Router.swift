@@ -472,8 +472,10 @@ public final class Router {
             return fail(peer, .badMessage, "dispatch needs a valid action \"type\"", &out, ref: refText)
         }
         let type: String
+        var knownTargets: [StoreEntry]? = nil
         if let last = lastRoute, sameBytes(last.typeJSON, typeJSON) {
             type = last.type
+            knownTargets = last.targets
         } else {
             type = decodeJSONString(typeJSON)
             guard Names.isValidType(type) else {
@@ -498,7 +500,7 @@ public final class Router {
         if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
         }
-        let targets = route(type, typeJSON: typeJSON)
+        let targets = knownTargets ?? route(type, typeJSON: typeJSON)
         if targets.isEmpty {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out, ref: refText)
         }

@@ -190,9 +190,9 @@ public final class Connection: HandleOwner {
 
     fileprivate func received(_ bytes: UnsafeRawBufferPointer) {
         guard phase == .open else { return }
-        decoder.append(bytes)
+        var offset = 0
         var handled = 0
-        while phase == .open, let frame = decoder.next() {
+        while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
             delegate?.connection(self, received: frame)
             handled += 1
             if handled >= Connection.framesPerFlush && handled >= Connection.framesPerWrite * eventLoop.dirtyCount {

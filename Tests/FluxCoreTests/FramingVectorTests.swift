@@ -39,17 +39,35 @@ struct FramingVectorTests {
         catch { fatalError("cannot read framing.json: \(error)") }
     }()
 
-    /// Feeds `chunks` in order, draining the decoder after each one.
-    static func run(maxFrame: UInt32, chunks: [ArraySlice<UInt8>]) -> ([DecodedFrame], Int) {
+    /// Feeds `chunks` in order, draining the decoder after each one: through `append` + `next()`, or in place
+    /// through `next(from:at:)` (as a connection does) when `inPlace`.
+    static func run(maxFrame: UInt32, chunks: [ArraySlice<UInt8>], inPlace: Bool = false) -> ([DecodedFrame], Int) {
         var decoder = FrameDecoder(maxFrame: maxFrame)
         var events: [DecodedFrame] = []
         for chunk in chunks {
-            decoder.append(chunk)
-            while let e = decoder.next() { events.append(e) }
+            if inPlace {
+                chunk.withUnsafeBytes { input in
+                    var offset = 0
+                    while let e = decoder.next(from: input, at: &offset) { events.append(e) }
+                    #expect(offset == input.count, "in-place decoding must use or buffer the whole chunk")
+                }
+            } else {
+                decoder.append(chunk)
+                while let e = decoder.next() { events.append(e) }
+            }
         }
         // Asking again with nothing new must not invent events.
         while let e = decoder.next() { events.append(e) }
         return (events, decoder.bufferedByteCount)
+    }
+
+    /// Both ways of feeding the decoder give the same events and leave the same bytes buffered.
+    static func runBoth(maxFrame: UInt32, chunks: [ArraySlice<UInt8>]) -> ([DecodedFrame], Int) {
+        let copied = run(maxFrame: maxFrame, chunks: chunks)
+        let inPlace = run(maxFrame: maxFrame, chunks: chunks, inPlace: true)
+        #expect(inPlace.0 == copied.0, "in-place events differ")
+        #expect(inPlace.1 == copied.1, "in-place buffered bytes differ")
+        return copied
     }
 
     @Test func vectorFileIsComplete() {
@@ -61,7 +79,7 @@ struct FramingVectorTests {
     @Test(arguments: cases)
     func allAtOnce(_ c: Case) {
         let input = bytes(hex: c.input_hex)
-        let (events, pending) = Self.run(maxFrame: c.maxFrame, chunks: [input[...]])
+        let (events, pending) = Self.runBoth(maxFrame: c.maxFrame, chunks: [input[...]])
         #expect(events == c.expected)
         #expect(pending == c.pending)
     }
@@ -70,7 +88,7 @@ struct FramingVectorTests {
     func byteByByte(_ c: Case) {
         let input = bytes(hex: c.input_hex)
         let chunks = input.indices.map { input[$0..<($0 + 1)] }
-        let (events, pending) = Self.run(maxFrame: c.maxFrame, chunks: chunks)
+        let (events, pending) = Self.runBoth(maxFrame: c.maxFrame, chunks: chunks)
         #expect(events == c.expected)
         #expect(pending == c.pending)
     }
@@ -79,7 +97,7 @@ struct FramingVectorTests {
     func splitAtEveryBoundary(_ c: Case) {
         let input = bytes(hex: c.input_hex)
         for k in 0...input.count {
-            let (events, pending) = Self.run(maxFrame: c.maxFrame, chunks: [input[..<k], input[k...]])
+            let (events, pending) = Self.runBoth(maxFrame: c.maxFrame, chunks: [input[..<k], input[k...]])
             #expect(events == c.expected, "split at \(k)")
             #expect(pending == c.pending, "split at \(k)")
         }
@@ -100,7 +118,7 @@ struct FramingVectorTests {
                 chunks.append(input[at..<end])
                 at = end
             }
-            let (events, pending) = Self.run(maxFrame: c.maxFrame, chunks: chunks)
+            let (events, pending) = Self.runBoth(maxFrame: c.maxFrame, chunks: chunks)
             #expect(events == c.expected, "seed \(seed)")
             #expect(pending == c.pending, "seed \(seed)")
         }

@@ -10,48 +10,76 @@ import Darwin
 ///
 /// A `Frame` is encoded once and may be written to any number of connections: the transport writes straight
 /// from `bytes` (its address never changes) and keeps the frame alive until the write completes. This is what
-/// lets fluxd broadcast one snapshot to a thousand subscribers without copying it.
-public final class Frame: @unchecked Sendable {
-    // @unchecked: the storage is written only before `init` adopts it and is immutable afterwards.
-    /// The whole frame, length prefix included.
-    ///
-    /// The memory lives only as long as this `Frame`: keep the frame itself alive while the pointer is in use
-    /// (the transport holds it until the write completes). To copy the bytes out, use `wireBytes` or `bodyArray`,
-    /// never `Array(someTemporary().bytes)`, where Swift may release the frame before the copy is made.
-    public let bytes: UnsafeRawBufferPointer
+/// lets fluxd broadcast one snapshot to a thousand subscribers without copying it. Copies of a `Frame` share the
+/// same bytes (it is a reference to one allocation that holds a small header and the bytes).
+public struct Frame: @unchecked Sendable {
+    // @unchecked: the storage is written only while the frame is built (`FrameBuilder`, `init(body:)`) and is
+    // immutable once a `Frame` exists.
+    let storage: FrameStorage
 
-    /// Whether a later frame may take this one's place while it waits, unwritten, in a connection's queue.
-    public let coalescing: Coalescing
-
-    /// Takes ownership of `count` bytes at `storage` (allocated with `malloc`: plain `malloc`, because Swift's
-    /// `allocate` goes through `memalign` here, at several times the cost), which must hold a length prefix and a
-    /// body (see `FrameBuilder`, which writes them in place).
-    init(adopting storage: UnsafeMutableRawPointer, count: Int, coalescing: Coalescing = .none) {
-        self.bytes = UnsafeRawBufferPointer(start: storage, count: count)
-        self.coalescing = coalescing
+    init(storage: FrameStorage) {
+        self.storage = storage
     }
 
     /// Frames `body` (a JSON object's bytes) by copying it behind a length prefix.
-    public convenience init<Body: Collection>(body: Body) where Body.Element == UInt8 {
-        let storage = UnsafeMutableRawBufferPointer(start: mallocBytes(4 + body.count), count: 4 + body.count)
-        storeBigEndianLength(UInt32(body.count), into: storage)
-        UnsafeMutableRawBufferPointer(rebasing: storage[4...]).copyBytes(from: body)
-        self.init(adopting: storage.baseAddress!, count: storage.count)
+    public init<Body: Collection>(body: Body) where Body.Element == UInt8 {
+        let total = 4 + body.count
+        let storage = FrameStorage.allocate(capacity: total)
+        storage.withUnsafeMutablePointers { header, elements in
+            let buffer = UnsafeMutableRawBufferPointer(start: elements, count: total)
+            storeBigEndianLength(UInt32(body.count), into: buffer)
+            UnsafeMutableRawBufferPointer(rebasing: buffer[4...]).copyBytes(from: body)
+            header.pointee.count = total
+        }
+        self.storage = storage
     }
 
-    deinit { free(UnsafeMutableRawPointer(mutating: bytes.baseAddress!)) }
+    /// The whole frame, length prefix included.
+    ///
+    /// The memory lives only as long as this `Frame` (or a copy of it): keep the frame alive while the pointer is
+    /// in use (the transport holds it until the write completes). To copy the bytes out, use `wireBytes` or
+    /// `bodyArray`, never `Array(someTemporary().bytes)`, where Swift may release the frame before the copy.
+    public var bytes: UnsafeRawBufferPointer {
+        storage.withUnsafeMutablePointers { header, elements in
+            UnsafeRawBufferPointer(start: elements, count: header.pointee.count)
+        }
+    }
+
+    /// Whether a later frame may take this one's place while it waits, unwritten, in a connection's queue.
+    public var coalescing: Coalescing {
+        // Through the header's pointer: `ManagedBuffer.header` is checked for exclusive access at run time.
+        storage.withUnsafeMutablePointerToHeader { $0.pointee.coalescing }
+    }
 
     /// The JSON body, without the length prefix.
     public var body: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[4...]) }
 
     /// A copy of the whole frame, length prefix included (safe on a temporary frame).
-    public var wireBytes: [UInt8] { withExtendedLifetime(self) { Array(bytes) } }
+    public var wireBytes: [UInt8] { withExtendedLifetime(storage) { Array(bytes) } }
 
     /// The body as an array (for tests and tools; the hot path uses `bytes`).
-    public var bodyArray: [UInt8] { withExtendedLifetime(self) { Array(body) } }
+    public var bodyArray: [UInt8] { withExtendedLifetime(storage) { Array(body) } }
 
     /// The body as a string (for tests, logs and tools).
-    public var text: String { withExtendedLifetime(self) { String(decoding: body, as: UTF8.self) } }
+    public var text: String { withExtendedLifetime(storage) { String(decoding: body, as: UTF8.self) } }
+}
+
+/// A frame's one allocation: its header (bytes written, coalescing) followed by the bytes themselves.
+final class FrameStorage: ManagedBuffer<FrameHeader, UInt8> {
+    /// Room for `capacity` bytes, none written yet.
+    static func allocate(capacity: Int) -> FrameStorage {
+        let buffer = FrameStorage.create(minimumCapacity: capacity) { _ in FrameHeader(count: 0, coalescing: .none) }
+        return unsafeDowncast(buffer, to: FrameStorage.self)
+    }
+
+    /// Where the bytes start (stable for the object's life).
+    var elements: UnsafeMutablePointer<UInt8> { withUnsafeMutablePointerToElements { $0 } }
+}
+
+/// What a frame's storage records besides its bytes.
+struct FrameHeader {
+    var count: Int
+    var coalescing: Coalescing
 }
 
 /// How a queued frame relates to frames queued after it on the same connection ("newest wins", SPEC §8.5).
@@ -98,10 +126,4 @@ public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: ArraySlice<UInt8>) -> Bo
 /// Whether two byte sequences are equal.
 public func sameBytes(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
     a.withUnsafeBytes { sameBytes($0, b) }
-}
-
-/// `malloc`, trapping when memory is exhausted (as Swift's own allocation does).
-func mallocBytes(_ count: Int) -> UnsafeMutableRawPointer {
-    guard let p = malloc(max(count, 1)) else { fatalError("out of memory allocating \(count) bytes") }
-    return p
 }

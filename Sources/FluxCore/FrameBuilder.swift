@@ -12,9 +12,10 @@ import Darwin
 ///     var b = FrameBuilder(op: "pong")
 ///     b.string("id", "p-1")
 ///     let frame = b.finish()          // {"op":"pong","id":"p-1"}
-public struct FrameBuilder: ~Copyable {
-    /// The frame's storage, written in place and adopted by the `Frame` at `finish` (no copy when `capacity`
-    /// was enough; one reallocation when not).
+public struct FrameBuilder {
+    /// The frame's one allocation, written in place (no copy when `capacity` was enough; one copy into a larger
+    /// allocation when not).
+    private var storage: FrameStorage
     private var base: UnsafeMutablePointer<UInt8>
     private var count = 0
     private var capacity: Int
@@ -22,7 +23,8 @@ public struct FrameBuilder: ~Copyable {
     /// Starts an object whose first field is `"op"`. `capacity` is the expected body size: enough avoids a copy.
     public init(op: StaticString, capacity: Int = 128) {
         let want = capacity + 16 + op.utf8CodeUnitCount
-        base = mallocBytes(want).assumingMemoryBound(to: UInt8.self)
+        storage = FrameStorage.allocate(capacity: want)
+        base = storage.elements
         self.capacity = want
         count = 4
         append(UInt8(ascii: "{"))
@@ -39,8 +41,10 @@ public struct FrameBuilder: ~Copyable {
 
     private mutating func grow(_ needed: Int) {
         let newCapacity = max(needed, capacity * 2)
-        guard let bigger = realloc(base, newCapacity) else { fatalError("out of memory growing a frame") }
-        base = bigger.assumingMemoryBound(to: UInt8.self)
+        let bigger = FrameStorage.allocate(capacity: newCapacity)
+        bigger.elements.update(from: base, count: count)
+        storage = bigger
+        base = bigger.elements
         capacity = newCapacity
     }
 
@@ -217,13 +221,10 @@ public struct FrameBuilder: ~Copyable {
     public consuming func finish(coalescing: Coalescing = .none) -> Frame {
         append(UInt8(ascii: "}"))
         storeBigEndianLength(UInt32(count - 4), into: UnsafeMutableRawBufferPointer(start: base, count: 4))
-        let frame = Frame(adopting: UnsafeMutableRawPointer(base), count: count, coalescing: coalescing)
-        discard self
-        return frame
+        let header = FrameHeader(count: count, coalescing: coalescing)
+        storage.withUnsafeMutablePointerToHeader { $0.pointee = header }
+        return Frame(storage: storage)
     }
-
-    /// A builder dropped without `finish` frees what it wrote.
-    deinit { free(base) }
 }
 
 /// Appends `value` as a JSON string literal (quotes and escapes included).

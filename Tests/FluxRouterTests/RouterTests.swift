@@ -337,7 +337,7 @@ struct SnapshotTests {
             if case .send(_, let f) = effect { frames.append(f) }
         }
         #expect(frames.count == 3)
-        #expect(frames.allSatisfy { $0 === frames[0] }, "one frame object, encoded once")
+        #expect(frames.allSatisfy { $0.bytes.baseAddress == frames[0].bytes.baseAddress }, "one frame, encoded once: the same bytes")
     }
 
     @Test func subscribeBeforeTheStoreExists() {

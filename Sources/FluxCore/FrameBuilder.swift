@@ -197,20 +197,24 @@ public struct FrameBuilder {
         appendDecimal(magnitude: value.magnitude, negative: value < 0)
     }
 
-    /// Writes the digits right to left into a 20-byte stack buffer, then appends them at once.
+    /// Writes the digits right to left, straight into the frame.
     private mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
         if negative { append(UInt8(ascii: "-")) }
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, enough for 20 digits
-        withUnsafeMutableBytes(of: &digits) { d in
-            var v = magnitude
-            var at = 24
-            repeat {
-                at -= 1
-                d[at] = UInt8(truncatingIfNeeded: 48 + v % 10)
-                v /= 10
-            } while v > 0
-            append(UnsafeRawBufferPointer(rebasing: d[at...]))
+        var digits = 1
+        var rest = magnitude / 10
+        while rest > 0 {
+            digits &+= 1
+            rest /= 10
         }
+        reserve(digits)
+        var v = magnitude
+        var at = count &+ digits
+        repeat {
+            at &-= 1
+            base[at] = UInt8(truncatingIfNeeded: 48 &+ v % 10)
+            v /= 10
+        } while v > 0
+        count &+= digits
     }
 
     /// Bytes written so far, counting the 4-byte length prefix: the offset in the finished frame's `bytes` at

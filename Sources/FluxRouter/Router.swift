@@ -40,7 +40,7 @@ public final class Router {
     @exclusivity(unchecked) private var routes: [String: [StoreEntry]] = [:]
     /// The last route looked up, with the type as its dispatcher wrote it (consecutive actions mostly have the
     /// same type, written the same way): no decoding or hashing then.
-    @exclusivity(unchecked) private var lastRoute: (type: String, typeJSON: [UInt8], targets: [StoreEntry])?
+    @exclusivity(unchecked) private var lastRoute = LastRoute()
     @exclusivity(unchecked) private var lastSeq: UInt64 = 0
     @exclusivity(unchecked) private var shuttingDown = false
     @exclusivity(unchecked) private var draining = false
@@ -370,7 +370,7 @@ public final class Router {
         store.wasRegistered = true
         peer.owned.insert(name)
         routes.removeAll(keepingCapacity: true)
-        lastRoute = nil
+        lastRoute = LastRoute()
         for i in store.queue.indices { store.queue[i].deadline = nil }
 
         let initial = resumed ? nil : env.raw(.state)
@@ -473,9 +473,9 @@ public final class Router {
         }
         let type: String
         var knownTargets: [StoreEntry]? = nil
-        if let last = lastRoute, sameBytes(last.typeJSON, typeJSON) {
-            type = last.type
-            knownTargets = last.targets
+        if lastRoute.isValid && sameBytes(lastRoute.typeJSON, typeJSON) {
+            type = lastRoute.type
+            knownTargets = lastRoute.targets
         } else {
             type = decodeJSONString(typeJSON)
             guard Names.isValidType(type) else {
@@ -539,9 +539,9 @@ public final class Router {
 
     /// The stores that handle `type`, sorted by name (cached until a registration changes).
     private func route(_ type: String, typeJSON: ArraySlice<UInt8>) -> [StoreEntry] {
-        if let last = lastRoute, last.type == type { return last.targets }
+        if lastRoute.isValid && lastRoute.type == type { return lastRoute.targets }
         if let cached = routes[type] {
-            lastRoute = (type, Array(typeJSON), cached)
+            lastRoute = LastRoute(type: type, typeJSON: Array(typeJSON), targets: cached)
             return cached
         }
         var targets: [StoreEntry] = []
@@ -552,7 +552,7 @@ public final class Router {
         // Bounded: a peer dispatching endless distinct types must not grow fluxd's memory.
         if routes.count >= Router.routeCacheLimit { routes.removeAll(keepingCapacity: true) }
         routes[type] = targets
-        lastRoute = (type, Array(typeJSON), targets)
+        lastRoute = LastRoute(type: type, typeJSON: Array(typeJSON), targets: targets)
         return targets
     }
 
@@ -1139,6 +1139,14 @@ final class ActionRecord {
     }
 
     var isComplete: Bool { finalCount == targets.count }
+}
+
+/// The route looked up last, with its type as the dispatcher wrote it (`isValid` false: none).
+struct LastRoute {
+    var type = ""
+    var typeJSON: [UInt8] = []
+    var targets: [StoreEntry] = []
+    var isValid: Bool { !typeJSON.isEmpty }
 }
 
 /// One store's answer to one action.

@@ -515,6 +515,7 @@ struct JSONScanner {
         if let duplicate { throw .duplicateKey(duplicate.decodedKey(buf)) }
     }
 
+    @inline(__always)
     mutating func scanValue(depth: Int) throws(EnvelopeError) -> JSONSpan {
         guard let c = peek() else { throw fail("expected a value") }
         let begin = pos
@@ -600,7 +601,7 @@ struct JSONScanner {
 
     /// Scans a string token starting at the opening quote; validates escapes and UTF-8. Returns whether the
     /// string contains a backslash escape.
-    @discardableResult
+    @discardableResult @inline(__always)
     mutating func scanString() throws(EnvelopeError) -> Bool {
         var escaped = false
         pos += 1

@@ -74,8 +74,11 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     @exclusivity(unchecked) private var logger: Logger
     @exclusivity(unchecked) private var listener: PipeListener?
     @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
-    /// The connection of the last frame sent (frames go out in runs to one peer): no hashing then.
-    @exclusivity(unchecked) private var lastConnection: (peer: PeerID, connection: Connection)?
+    /// A direct-mapped cache in front of `connections` (slot `peer % size`): frames go out in runs to a few
+    /// peers (a store and its subscribers), which then cost no hashing.
+    @exclusivity(unchecked) private var connectionCache = [(peer: PeerID, connection: Connection?)](
+        repeating: (0, nil), count: Daemon.connectionCacheSize)
+    private static let connectionCacheSize = 64
     @exclusivity(unchecked) private var nextPeer: PeerID = 1
     @exclusivity(unchecked) private var effects: [RouterEffect] = []
     @exclusivity(unchecked) private var signals: [SignalWatcher] = []
@@ -207,7 +210,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     public func connectionClosed(_ connection: Connection, reason: CloseReason) {
         let id = connection.tag
         guard connections.removeValue(forKey: id) != nil else { return }
-        if lastConnection?.connection === connection { lastConnection = nil }
+        let slot = Int(truncatingIfNeeded: id % PeerID(Daemon.connectionCacheSize))
+        if connectionCache[slot].peer == id { connectionCache[slot] = (0, nil) }
         logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
         missedEvents.removeValue(forKey: id)
         cutOffTimers.removeValue(forKey: id)?.close()
@@ -261,12 +265,13 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         armDeadlineTimer()
     }
 
-    /// The open connection of `peer` (a one-entry cache in front of `connections`).
+    /// The open connection of `peer` (through `connectionCache`).
     @inline(__always)
     private func connection(_ peer: PeerID) -> Connection? {
-        if let last = lastConnection, last.peer == peer { return last.connection }
+        let slot = Int(truncatingIfNeeded: peer % PeerID(Daemon.connectionCacheSize))
+        if connectionCache[slot].peer == peer, let c = connectionCache[slot].connection { return c }
         guard let c = connections[peer] else { return nil }
-        lastConnection = (peer, c)
+        connectionCache[slot] = (peer, c)
         return c
     }
 

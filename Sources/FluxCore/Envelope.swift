@@ -150,23 +150,36 @@ public struct Envelope: Sendable {
     }
 
     /// The span of a well-known top-level field (a table lookup).
-    @inline(__always)
     @inlinable
     public func span(_ key: EnvelopeKey) -> JSONSpan? { known[key] }
 
+    /// Whether a field is present (with any value, including null).
+    public func has(_ key: String) -> Bool { span(key) != nil }
+
+    /// The raw bytes of a field's value.
+    public func raw(_ key: String) -> ArraySlice<UInt8>? { raw(at: span(key)) }
+
     /// The raw bytes of a well-known field's value.
     @inlinable
-    public func raw(_ key: EnvelopeKey) -> ArraySlice<UInt8>? {
-        guard let s = span(key) else { return nil }
-        return body[s.range]
-    }
+    public func raw(_ key: EnvelopeKey) -> ArraySlice<UInt8>? { raw(at: span(key)) }
+
+    /// A string field's decoded value. `nil` when absent; `.failure` when present but not a string.
+    public func string(_ key: String) -> FieldResult<String> { string(at: span(key)) }
 
     /// A well-known string field's decoded value.
-    public func string(_ key: EnvelopeKey) -> FieldResult<String> {
-        guard let s = span(key) else { return .absent }
-        guard s.kind == .string else { return .wrongType }
-        return .value(body.withUnsafeBufferPointer { decodeJSONToken(UnsafeBufferPointer(rebasing: $0[s.range])) })
-    }
+    public func string(_ key: EnvelopeKey) -> FieldResult<String> { string(at: span(key)) }
+
+    /// An integer field (JSON number without fraction or exponent, fitting in Int64).
+    public func int(_ key: String) -> FieldResult<Int64> { int(at: span(key)) }
+
+    /// A well-known integer field.
+    public func int(_ key: EnvelopeKey) -> FieldResult<Int64> { int(at: span(key)) }
+
+    /// A boolean field.
+    public func bool(_ key: String) -> FieldResult<Bool> { bool(at: span(key)) }
+
+    /// A well-known boolean field.
+    public func bool(_ key: EnvelopeKey) -> FieldResult<Bool> { bool(at: span(key)) }
 
     /// Whether a well-known field is a string whose raw (undecoded) bytes are exactly `value`: a fast test for
     /// wire constants such as op names, which senders write without escapes. A value written with escapes does
@@ -178,46 +191,28 @@ public struct Envelope: Sendable {
         }
     }
 
-    /// A well-known integer field.
-    public func int(_ key: EnvelopeKey) -> FieldResult<Int64> {
-        guard let s = span(key) else { return .absent }
-        guard s.kind == .number, let v = parseJSONInteger(body[s.range]) else { return .wrongType }
-        return .value(v)
-    }
+    // The value of a field found at `span`, whichever way it was looked up.
 
-    /// A well-known boolean field.
-    public func bool(_ key: EnvelopeKey) -> FieldResult<Bool> {
-        guard let s = span(key) else { return .absent }
-        guard s.kind == .bool else { return .wrongType }
-        return .value(body[s.range.lowerBound] == UInt8(ascii: "t"))
-    }
-
-    /// Whether a field is present (with any value, including null).
-    public func has(_ key: String) -> Bool { span(key) != nil }
-
-    /// The raw bytes of a field's value.
-    public func raw(_ key: String) -> ArraySlice<UInt8>? {
-        guard let s = span(key) else { return nil }
+    @inlinable
+    func raw(at span: JSONSpan?) -> ArraySlice<UInt8>? {
+        guard let s = span else { return nil }
         return body[s.range]
     }
 
-    /// A string field's decoded value. `nil` when absent; `.failure` when present but not a string.
-    public func string(_ key: String) -> FieldResult<String> {
-        guard let s = span(key) else { return .absent }
+    func string(at span: JSONSpan?) -> FieldResult<String> {
+        guard let s = span else { return .absent }
         guard s.kind == .string else { return .wrongType }
         return .value(body.withUnsafeBufferPointer { decodeJSONToken(UnsafeBufferPointer(rebasing: $0[s.range])) })
     }
 
-    /// An integer field (JSON number without fraction or exponent, fitting in Int64).
-    public func int(_ key: String) -> FieldResult<Int64> {
-        guard let s = span(key) else { return .absent }
+    func int(at span: JSONSpan?) -> FieldResult<Int64> {
+        guard let s = span else { return .absent }
         guard s.kind == .number, let v = parseJSONInteger(body[s.range]) else { return .wrongType }
         return .value(v)
     }
 
-    /// A boolean field.
-    public func bool(_ key: String) -> FieldResult<Bool> {
-        guard let s = span(key) else { return .absent }
+    func bool(at span: JSONSpan?) -> FieldResult<Bool> {
+        guard let s = span else { return .absent }
         guard s.kind == .bool else { return .wrongType }
         return .value(body[s.range.lowerBound] == UInt8(ascii: "t"))
     }

@@ -327,6 +327,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
     public var pendingActionCount: Int { router.pendingActionCount }
 
     private func armDeadlineTimer() {
+        // The common case, once peers have said hello and no store is down: nothing to arm, nothing armed.
+        if armedDeadline == nil && !router.hasDeadlines { return }
         guard let tickTimer, phase != .stopped else { return }
         let deadline = router.nextDeadline
         guard deadline != armedDeadline else { return }

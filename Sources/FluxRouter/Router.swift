@@ -76,21 +76,21 @@ public final class Router {
     public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {
         if epoch == nil { epoch = now }
         self.now = now
-        var out = Output(effects: effects, counters: counters)
+        var out = Output(effects: effects)
         effects = []
         switch event {
         case .connected(let id, let creds):
             connected(id, creds, now: now, &out)
         case .frame(let id, let body):
             if let peer = peerFrom(id), !peer.closing {
-                out.counters.framesIn += 1
-                out.counters.bytesIn += UInt64(body.count + 4)
+                out.traffic.framesIn += 1
+                out.traffic.bytesIn += UInt64(body.count + 4)
                 receive(peer, body, now: now, &out)
             }
         case .emptyFrame(let id):
             if let peer = peers[id], !peer.closing {
-                out.counters.framesIn += 1
-                out.counters.bytesIn += 4
+                out.traffic.framesIn += 1
+                out.traffic.bytesIn += 4
                 if peer.role == nil {
                     fail(peer, .handshakeRequired, "the first frame must be hello, not an empty frame", &out)
                 } else {
@@ -116,7 +116,7 @@ public final class Router {
             shutdown(&out)
         }
         effects = out.effects
-        counters = out.counters
+        counters.add(out.traffic)
     }
 
     /// The connected peer `id` (a one-entry cache in front of `peers`).
@@ -127,6 +127,9 @@ public final class Router {
         lastPeer = p
         return p
     }
+
+    /// Whether anything can expire at all (a handshake pending, or a store down): without, `nextDeadline` is nil.
+    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty }
 
     /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any.
     public var nextDeadline: Millis? {
@@ -179,7 +182,7 @@ public final class Router {
         let peer = Peer(id: id, creds: creds, connectedAt: now)
         peers[id] = peer
         handshakes.append(id)
-        out.counters.connections += 1
+        out.traffic.connections += 1
         if shuttingDown {
             out.send(peer, byeFrame(reason: "shutdown"))
             close(peer, &out)
@@ -200,7 +203,7 @@ public final class Router {
             b.string("message", "protocol \(version) is not supported; this fluxd speaks protocol \(fluxProtocolVersion)")
             b.raw("supported", Array("[\(fluxProtocolVersion)]".utf8))
             b.bool("fatal", true)
-            out.counters.count(.unsupportedVersion)
+            counters.count(.unsupportedVersion)
             out.send(peer, b.finish())
             return close(peer, &out)
         }
@@ -517,7 +520,7 @@ public final class Router {
             dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
         pendingCount += 1
         peer.unsettled += 1
-        out.counters.actions += 1
+        out.traffic.actions += 1
         emit("dispatch", &out) { e in
             e.int("seq", action.seq)
             e.string("type", type)
@@ -709,7 +712,7 @@ public final class Router {
         store.snapshot = frame
         store.snapshotSeq = seq
         store.stateRange = stateStart..<(stateStart + state.count)
-        out.counters.snapshots += 1
+        out.traffic.snapshots += 1
         for sub in store.subscribers { out.send(sub, frame) }
         emit("snapshot", &out) { e in
             e.string("store", store.name)
@@ -871,7 +874,9 @@ public final class Router {
         b.int("seq", lastSeq)
         b.raw("stores", j)
         b.raw("peers", Array("{\"client\":\(roles[.client]!),\"store\":\(roles[.store]!),\"monitor\":\(roles[.monitor]!)}".utf8))
-        b.raw("counters", out.counters.json())
+        var current = counters
+        current.add(out.traffic)  // this event's traffic so far is not in `counters` yet
+        b.raw("counters", current.json())
         out.send(peer, b.finish())
     }
 
@@ -964,7 +969,7 @@ public final class Router {
             b.string("ref", ref)
         }
         b.bool("fatal", closes)
-        out.counters.count(code)
+        counters.count(code)
         out.send(peer, b.finish())
         emit("error", &out) { e in
             e.int("peer", peer.id)
@@ -1169,6 +1174,16 @@ public struct Counters: Sendable {
 
     mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
 
+    mutating func add(_ t: Traffic) {
+        connections += t.connections
+        framesIn += t.framesIn
+        framesOut += t.framesOut
+        bytesIn += t.bytesIn
+        bytesOut += t.bytesOut
+        actions += t.actions
+        snapshots += t.snapshots
+    }
+
     func json() -> [UInt8] {
         let c = self
         var j = Array("{\"connections\":\(c.connections),\"framesIn\":\(c.framesIn),\"framesOut\":\(c.framesOut),\"bytesIn\":\(c.bytesIn),\"bytesOut\":\(c.bytesOut),\"actions\":\(c.actions),\"snapshots\":\(c.snapshots),\"errors\":{".utf8)
@@ -1181,20 +1196,32 @@ public struct Counters: Sendable {
     }
 }
 
-/// The effects being produced by one event, and the counters they move.
+/// The effects being produced by one event, and the traffic they count (added to `Router.counters` when the
+/// event is done: plain integers here, so building an `Output` per event copies no dictionary).
 struct Output {
     var effects: [RouterEffect]
-    var counters: Counters
+    var traffic = Traffic()
 
     /// Queues a frame to a peer; a peer that is closing gets nothing more.
     mutating func send(_ peer: Peer, _ frame: Frame) {
         guard !peer.closing else { return }
         effects.append(.send(peer.id, frame))
-        counters.framesOut += 1
-        counters.bytesOut += UInt64(frame.bytes.count)
+        traffic.framesOut += 1
+        traffic.bytesOut += UInt64(frame.bytes.count)
     }
 
     mutating func log(_ level: LogLevel, _ message: String) {
         effects.append(.log(level, message))
     }
+}
+
+/// The traffic counted while one event is handled.
+struct Traffic {
+    var connections: UInt64 = 0
+    var framesIn: UInt64 = 0
+    var framesOut: UInt64 = 0
+    var bytesIn: UInt64 = 0
+    var bytesOut: UInt64 = 0
+    var actions: UInt64 = 0
+    var snapshots: UInt64 = 0
 }

@@ -163,9 +163,15 @@ public final class Router {
 
     // MARK: - Monitor events
 
-    /// Sends one `event` to every monitor; the frame is built only when a monitor is connected.
+    /// Sends one `event` to every monitor; the frame is built only when a monitor is connected. (Inlined, so that
+    /// without monitors the caller does not even build the closure and retain what it captures.)
+    @inline(__always)
     private func emit(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
         guard !monitors.isEmpty else { return }
+        emitNow(kind, &out, fields)
+    }
+
+    private func emitNow(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
         var b = FrameBuilder(op: "event")
         b.constant("kind", kind)
         b.int("t", now - (epoch ?? now))

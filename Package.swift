@@ -69,6 +69,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The benchmark's Swift SDK store (scripts/bench.sh, workload 7): not a product.
+        .executableTarget(
+            name: "flux-bench-store",
+            dependencies: ["FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "fluxctl",
             dependencies: [

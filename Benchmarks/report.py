@@ -49,7 +49,7 @@ def write(doc, path):
              "`Benchmarks/results.json`. Do not edit by hand: rerun the command.")
     L.append("")
     L.append(f"- Date: {doc['date']}; whole run {doc['duration_s']} s; scale {doc['args']['scale']} "
-             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2 and 6 (median shown); "
+             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6 and 7 (median shown); "
              f"{doc['args'].get('spin', 0)} busy loop(s) at nice 19 kept the cores awake (`--spin`).")
     L.append(f"- Machine: {m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('mem')}, Linux {m.get('kernel')}, "
              f"load average at the end {' '.join(m.get('load', []))}.")
@@ -209,6 +209,29 @@ def write(doc, path):
         L.append(f"Slow/base: throughput {ratio(med(slow, 'rounds_per_s'), med(base, 'rounds_per_s'))}, "
                  f"p99 {ratio(med(slow, 'p99_us'), med(base, 'p99_us'))} (target: within 10%).")
     L.append("")
+
+    # ---- workload 7
+    c_rtt, sdk_rtt = pick(res, "flux", "w7-c-rtt"), pick(res, "flux", "w7-sdk-rtt")
+    c_pipe, sdk_pipe = pick(res, "flux", "w7-c-pipe"), pick(res, "flux", "w7-sdk-pipe")
+    if c_rtt or sdk_rtt:
+        L.append("## 7. The Swift SDK store's cost (FluxBus)")
+        L.append("")
+        L.append("Workloads 1 and 2 (1 client) through fluxd, once with the C store of every other row (pre-encoded "
+                 "frames) and once with `flux-bench-store`, the same store written with the Swift SDK (`FluxStore`, "
+                 "a Codable state, Foundation's JSON). CPU and memory here are the store process's.")
+        L.append("")
+        L.append("| store | round trip p50 µs | p99 µs | store CPU µs per round trip | pipelined round trips/s | "
+                 "store CPU µs per round trip | store peak RSS MiB |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        for name, a, b in (("C store (pre-encoded frames)", c_rtt, c_pipe),
+                           ("Swift SDK store (FluxStore)", sdk_rtt, sdk_pipe)):
+            L.append(f"| {name} | {fmt(med(a, 'p50_us'))} | {fmt(med(a, 'p99_us'))} | "
+                     f"{fmt(med(a, 'broker_cpu_us_per_round'), 2)} | {fmt(med(b, 'rounds_per_s'), 0)} | "
+                     f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt((med(b, 'broker_hwm_kb') or 0) / 1024)} |")
+        L.append("")
+        L.append(f"SDK/C: round trip p50 {ratio(med(sdk_rtt, 'p50_us'), med(c_rtt, 'p50_us'))}, pipelined "
+                 f"throughput {ratio(med(sdk_pipe, 'rounds_per_s'), med(c_pipe, 'rounds_per_s'))}.")
+        L.append("")
 
     # ---- targets
     L.append("## Targets (issue 6), checked against this run")

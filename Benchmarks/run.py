@@ -104,6 +104,7 @@ class Bench:
         os.makedirs(self.bin)
         self.results = []
         self.fluxd = args.fluxd
+        self.sdk_store = args.sdk_store or os.path.join(os.path.dirname(os.path.abspath(args.fluxd)), "flux-bench-store")
         self.nats_port = 14222 + os.getpid() % 1000
 
     # ---------------------------------------------------------------- build
@@ -168,8 +169,11 @@ class Bench:
         raise ValueError(system)
 
     def run(self, system, label, clients=1, subs=0, window=1, count=10000, warmup=1000, state=200, idle=0,
-            slow=False, extra_store=None):
-        """Starts the broker and the store fresh, runs the client, stops both. Returns the figures."""
+            slow=False, extra_store=None, sdk_store=False, cpu_of_store=False):
+        """Starts the broker and the store fresh, runs the client, stops both. Returns the figures.
+
+        `sdk_store`: FluxBus with the Swift SDK store instead of the C one. `cpu_of_store`: the CPU and memory
+        figures (`broker_*` in the client's output) are the store process's instead of the broker's."""
         broker = store = None
         try:
             broker, addr = self.start_broker(system)
@@ -179,12 +183,17 @@ class Bench:
                 cmd = [f"{self.bin}/dbusbench", "client", "--addr", addr, "--clients", str(clients),
                        "--window", str(window), "--count", str(count), "--warmup", str(warmup), "--label", label]
             else:
-                store = Proc([f"{self.bin}/fluxbench", "store", "--sys", system, "--addr", addr, "--topics",
-                              str(topics), "--state", str(state)], ready="store ready")
+                if sdk_store:
+                    store = Proc([self.sdk_store, "--socket", addr, "--topics", str(topics), "--state", str(state)],
+                                 ready="store ready")
+                else:
+                    store = Proc([f"{self.bin}/fluxbench", "store", "--sys", system, "--addr", addr, "--topics",
+                                  str(topics), "--state", str(state)], ready="store ready")
                 cmd = [f"{self.bin}/fluxbench", "client", "--sys", system, "--addr", addr,
                        "--clients", str(clients), "--subs", str(subs), "--window", str(window),
                        "--count", str(count), "--warmup", str(warmup), "--state", str(state),
-                       "--idle", str(idle), "--rss-pid", str(broker.pid), "--label", label,
+                       "--idle", str(idle), "--rss-pid", str(store.pid if cpu_of_store else broker.pid),
+                       "--label", label,
                        "--timeout", str(self.args.run_timeout)]
                 if slow:
                     cmd.append("--slow")
@@ -267,6 +276,20 @@ class Bench:
                 self.run("flux", f"w6-base-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10)
                 self.run("flux", f"w6-slow-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10, slow=True)
 
+        # 7. the Swift SDK store's cost: workloads 1 and 2 (1 client) through fluxd with the C store and with the
+        # Swift SDK store, the store process's CPU measured (repeated and interleaved)
+        if want("7"):
+            if not os.path.exists(self.sdk_store):
+                log(f"no {self.sdk_store}: workload 7 skipped")
+            else:
+                n7, p7 = max(1000, int(20_000 * s)), max(2000, int(100_000 * s))
+                for rep in range(a.reps):
+                    for kind in ("c", "sdk"):
+                        self.run("flux", f"w7-{kind}-rtt-rep{rep}", count=n7, warmup=max(200, n7 // 10),
+                                 sdk_store=kind == "sdk", cpu_of_store=True)
+                        self.run("flux", f"w7-{kind}-pipe-rep{rep}", window=64, count=p7, warmup=p7 // 10,
+                                 sdk_store=kind == "sdk", cpu_of_store=True)
+
     def cleanup(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -312,8 +335,11 @@ def machine_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--fluxd", required=True, help="release fluxd executable")
+    ap.add_argument("--sdk-store", default=None,
+                    help="release flux-bench-store executable (the Swift SDK store of workload 7; default: next to "
+                         "fluxd; workload 7 is skipped when there is none)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1 for a quick run)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions of workloads 1, 2 and 6 (medians reported)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of workloads 1, 2, 6 and 7 (medians reported)")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections in workload 5")
     ap.add_argument("--spin", type=int, default=1, help="busy loops at nice 19 keeping cores awake (0 = quiet)")
     ap.add_argument("--only", default="", help="comma-separated workload numbers to run (default all)")

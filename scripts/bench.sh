@@ -7,8 +7,9 @@
 #   scripts/bench.sh --only 1,2      some workloads only
 #   FLUXD=/path/to/fluxd scripts/bench.sh   use that fluxd instead of building one
 #
-# Installs the peers from Debian packages when missing (needs root and apt-get), builds a release fluxd with its
-# own scratch folder (.build-bench), raises the open-file limit for workload 5. Never run by CI.
+# Installs the peers from Debian packages when missing (needs root and apt-get), builds a release fluxd and the
+# Swift SDK benchmark store (flux-bench-store, workload 7) with their own scratch folder (.build-bench), raises the
+# open-file limit for workload 5. Never run by CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,10 +31,13 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian starts the services it installs where systemd runs; the benchmark runs its own on private sockets only.
 
+SDK_STORE_ARGS=()
 if [ -z "${FLUXD:-}" ]; then
     swift build -c release --scratch-path .build-bench --product fluxd >&2
+    swift build -c release --scratch-path .build-bench --product flux-bench-store >&2
     FLUXD="$(swift build -c release --scratch-path .build-bench --show-bin-path)/fluxd"
+    SDK_STORE_ARGS=(--sdk-store "$(swift build -c release --scratch-path .build-bench --show-bin-path)/flux-bench-store")
 fi
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-exec python3 Benchmarks/run.py --fluxd "$FLUXD" --command "scripts/bench.sh $*" "$@"
+exec python3 Benchmarks/run.py --fluxd "$FLUXD" "${SDK_STORE_ARGS[@]}" --command "scripts/bench.sh $*" "$@"

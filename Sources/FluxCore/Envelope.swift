@@ -44,6 +44,7 @@ public struct JSONSpan: Sendable, Equatable {
     /// Byte range of the value in the body (for strings: including the quotes).
     public var range: Range<Int>
 
+    /// A value of `kind` at `range` of a body.
     @inlinable
     public init(kind: JSONKind, range: Range<Int>) {
         self.kind = kind

@@ -623,6 +623,31 @@ struct IntrospectionTests {
         #expect(bus.router.isIdle)
     }
 
+    /// Shutdown settles every unsettled action, in seq order, wherever it waits: partly answered (one of two
+    /// targets done), in a live store's window, or queued for a store that is down (fluxd finds them in the
+    /// stores' queues and windows).
+    @Test func shutdownSettlesEveryUnsettledActionInSeqOrder() {
+        let bus = TestBus()
+        bus.store(1, "a", handles: ["x/*"])
+        bus.store(4, "b", handles: ["x/*", "y/*"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"d1","type":"x/1","settle":true}"#)
+        bus.send(2, #"{"op":"dispatch","id":"d2","type":"y/1","settle":true}"#)
+        bus.send(2, #"{"op":"dispatch","id":"d3","type":"x/2","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"a","seq":1}"#)
+        bus.feed(.closed(4))  // b is down: its three actions go back to its queue
+        _ = bus.take(2)
+        #expect(bus.router.pendingActionCount == 3)
+        bus.feed(.shutdown)
+        let settled = bus.take(2).filter { $0.op == "settled" }
+        #expect(settled.map { $0.str("id") } == ["d1", "d2", "d3"])
+        #expect(settled.map { $0.num("seq") } == [1, 2, 3])
+        let first = settled.first?.rawText("results") ?? ""
+        #expect(first.contains(#"{"store":"a","status":"done""#))
+        #expect(first.contains(#"{"store":"b","status":"unavailable","error":{"code":"shutting-down""#))
+        #expect(bus.router.pendingActionCount == 0)
+    }
+
     @Test func byeClosesTheConnection() {
         let bus = TestBus()
         bus.join(2, role: "client")

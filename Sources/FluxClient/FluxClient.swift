@@ -463,6 +463,23 @@ public final class FluxClient: Sendable {
         try enqueue(frame)
     }
 
+    /// Queues a frame without writing it yet: a store answering a run of actions writes all its answers with one
+    /// `send(2)` (`flushQueued()` after the run; any other send writes them too, in order).
+    package func queue(frame: Frame) throws(FluxError) {
+        let bytes = bytes(of: frame)
+        let error = state.withLock { s -> FluxError? in
+            if let terminal = s.terminal { return terminal }
+            s.outbox.append(contentsOf: bytes)
+            return nil
+        }
+        if let error { throw error }
+    }
+
+    /// Writes what `queue(frame:)` left queued.
+    package func flushQueued() throws(FluxError) {
+        try flush()
+    }
+
     // MARK: Internals
 
     package func nextID(_ prefix: String) -> String {

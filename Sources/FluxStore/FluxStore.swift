@@ -230,6 +230,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         await client.close()
     }
 
+    /// How many inbox items are waiting for the message loop.
+    private final class WaitingCount: Sendable {
+        let value = Atomic<Int>(0)
+    }
+
     private enum Inbound: Sendable {
         case store(StoreInbound)
         case followed(String, WireStoreEvent)
@@ -252,8 +257,14 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         }
 
         let (inbox, input) = AsyncStream.makeStream(of: Inbound.self)
+        // Items yielded and not yet taken by the loop: while more are waiting, answers are queued, not written,
+        // so a run of actions costs one write (counted up before each yield, so the loop never sees 0 early).
+        let waiting = WaitingCount()
         do {
-            try client.attachStore(name) { input.yield(.store($0)) }
+            try client.attachStore(name) {
+                waiting.value.add(1, ordering: .relaxed)
+                input.yield(.store($0))
+            }
         } catch {
             fail(error)
             throw error
@@ -265,7 +276,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             let store = follow.store
             let id = client.addSubscriber(
                 store: store,
-                deliver: { input.yield(.followed(store, $0)) },
+                deliver: {
+                    waiting.value.add(1, ordering: .relaxed)
+                    input.yield(.followed(store, $0))
+                },
                 end: { _ in })
             if let id { followIDs.append((store, id)) }
         }
@@ -286,12 +300,15 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         }
 
         let outcome: Result<Void, any Error> = await withTaskCancellationHandler {
+            defer { try? client.flushQueued() }
             for await item in inbox {
+                let more = waiting.value.subtract(1, ordering: .relaxed).newValue > 0
                 do {
                     if try loop.handle(item) == .stop { return .success(()) }
                 } catch {
                     return .failure(error)
                 }
+                if !more { try? client.flushQueued() }
             }
             return .success(()) // Cancelled.
         } onCancel: {
@@ -499,7 +516,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
                 ctx.followUps = []
                 ctx.spawned = []
             }
-            try? client.send(frame: b.finish())
+            try? client.queue(frame: b.finish())  // written after the run of waiting messages (see `run`)
             carryOut(ctx)
         }
 

@@ -230,9 +230,48 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         await client.close()
     }
 
-    /// How many inbox items are waiting for the message loop.
-    private final class WaitingCount: Sendable {
-        let value = Atomic<Int>(0)
+    /// Where the connection's reader leaves messages for the loop of one `run`: posting appends under a lock and
+    /// rings the doorbell only when the loop has taken everything before, so a burst of messages costs one wake-up
+    /// and is handled (and answered) as one run.
+    private final class Mailbox: Sendable {
+        private struct Box {
+            var items: [Inbound] = []
+            var rung = false
+            var closed = false
+        }
+        private let box = Mutex(Box())
+        /// Yields once per post into an empty mailbox; finishes on `close`.
+        let doorbell: AsyncStream<Void>
+        private let ring: AsyncStream<Void>.Continuation
+
+        init() {
+            (doorbell, ring) = AsyncStream.makeStream(of: Void.self)
+        }
+
+        func post(_ item: Inbound) {
+            let wake = box.withLock { b -> Bool in
+                guard !b.closed else { return false }
+                b.items.append(item)
+                defer { b.rung = true }
+                return !b.rung
+            }
+            if wake { ring.yield(()) }
+        }
+
+        /// Everything posted so far, in order; the next post rings again.
+        func takeAll() -> [Inbound] {
+            box.withLock { b in
+                b.rung = false
+                defer { b.items = [] }
+                return b.items
+            }
+        }
+
+        /// No more posts are kept; the doorbell finishes.
+        func close() {
+            box.withLock { $0.closed = true }
+            ring.finish()
+        }
     }
 
     private enum Inbound: Sendable {
@@ -256,15 +295,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             for t in pending { t.cancel() }
         }
 
-        let (inbox, input) = AsyncStream.makeStream(of: Inbound.self)
-        // Items yielded and not yet taken by the loop: while more are waiting, answers are queued, not written,
-        // so a run of actions costs one write (counted up before each yield, so the loop never sees 0 early).
-        let waiting = WaitingCount()
+        // Messages are posted to a mailbox by the connection's reader; the loop takes all that are waiting at
+        // once and answers them with one write (a doorbell wakes it only when the mailbox was empty).
+        let mailbox = Mailbox()
         do {
-            try client.attachStore(name) {
-                waiting.value.add(1, ordering: .relaxed)
-                input.yield(.store($0))
-            }
+            try client.attachStore(name) { mailbox.post(.store($0)) }
         } catch {
             fail(error)
             throw error
@@ -276,10 +311,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             let store = follow.store
             let id = client.addSubscriber(
                 store: store,
-                deliver: {
-                    waiting.value.add(1, ordering: .relaxed)
-                    input.yield(.followed(store, $0))
-                },
+                deliver: { mailbox.post(.followed(store, $0)) },
                 end: { _ in })
             if let id { followIDs.append((store, id)) }
         }
@@ -301,18 +333,23 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
         let outcome: Result<Void, any Error> = await withTaskCancellationHandler {
             defer { try? client.flushQueued() }
-            for await item in inbox {
-                let more = waiting.value.subtract(1, ordering: .relaxed).newValue > 0
-                do {
-                    if try loop.handle(item) == .stop { return .success(()) }
-                } catch {
-                    return .failure(error)
+            var bells = mailbox.doorbell.makeAsyncIterator()
+            var cancelled = false
+            while !cancelled {
+                cancelled = await bells.next() == nil
+                // After a cancellation, what was posted before it is still handled (as a stream would deliver it).
+                for item in mailbox.takeAll() {
+                    do {
+                        if try loop.handle(item) == .stop { return .success(()) }
+                    } catch {
+                        return .failure(error)
+                    }
                 }
-                if !more { try? client.flushQueued() }
+                try? client.flushQueued()
             }
             return .success(()) // Cancelled.
         } onCancel: {
-            input.finish()
+            mailbox.close()
         }
         switch outcome {
         case .success:

@@ -466,13 +466,7 @@ public final class FluxClient: Sendable {
     /// Queues a frame without writing it yet: a store answering a run of actions writes all its answers with one
     /// `send(2)` (`flushQueued()` after the run; any other send writes them too, in order).
     package func queue(frame: Frame) throws(FluxError) {
-        let bytes = bytes(of: frame)
-        let error = state.withLock { s -> FluxError? in
-            if let terminal = s.terminal { return terminal }
-            s.outbox.append(contentsOf: bytes)
-            return nil
-        }
-        if let error { throw error }
+        try queueBytes(bytes(of: frame))
     }
 
     /// Writes what `queue(frame:)` left queued.
@@ -495,13 +489,18 @@ public final class FluxClient: Sendable {
     }
 
     private func enqueueBytes<Bytes: Collection>(_ bytes: Bytes) throws(FluxError) where Bytes.Element == UInt8 {
+        try queueBytes(bytes)
+        try flush()
+    }
+
+    /// Appends to the outbox without writing (fails once the connection has ended).
+    private func queueBytes<Bytes: Collection>(_ bytes: Bytes) throws(FluxError) where Bytes.Element == UInt8 {
         let error = state.withLock { s -> FluxError? in
             if let terminal = s.terminal { return terminal }
             s.outbox.append(contentsOf: bytes)
             return nil
         }
         if let error { throw error }
-        try flush()
     }
 
     /// Writes everything queued, in queue order (whoever queued a frame flushes; one writer at a time).

@@ -149,12 +149,6 @@ public struct FrameBuilder {
         json.withUnsafeBytes { append($0) }
     }
 
-    /// A field whose value is already-valid JSON bytes, copied as they are.
-    public mutating func raw(_ key: StaticString, _ json: UnsafeRawBufferPointer) {
-        appendKey(key)
-        append(json)
-    }
-
     /// A field whose value is an array of strings.
     public mutating func strings(_ key: StaticString, _ values: [String]) {
         appendKey(key)
@@ -180,11 +174,6 @@ public struct FrameBuilder {
     /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
     public mutating func rawBytes(_ json: ArraySlice<UInt8>) {
         json.withUnsafeBytes { append($0) }
-    }
-
-    /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
-    public mutating func rawBytes(_ json: UnsafeRawBufferPointer) {
-        append(json)
     }
 
     /// Appends a JSON string value at the current position.

@@ -116,7 +116,7 @@ public final class Router {
             shutdown(&out)
         }
         effects = out.effects
-        counters.add(out.traffic)
+        counters.traffic.add(out.traffic)
     }
 
     /// The connected peer `id` (a one-entry cache in front of `peers`).
@@ -477,9 +477,10 @@ public final class Router {
         let refText = idRaw.map { decodeJSONString($0) }
         // A type written exactly as the last one routed is that type, and valid (a route is looked up only for
         // valid types): no decoding then.
-        guard let typeJSON = env.raw(.type), env.span(.type)?.kind == .string else {
+        guard let typeSpan = env.span(.type), typeSpan.kind == .string else {
             return fail(peer, .badMessage, "dispatch needs a valid action \"type\"", &out, ref: refText)
         }
+        let typeJSON = env.body[typeSpan.range]
         let type: String
         var knownTargets: [StoreEntry]? = nil
         if lastRoute.isValid && sameBytes(lastRoute.typeJSON, typeJSON) {
@@ -881,7 +882,7 @@ public final class Router {
         b.raw("stores", j)
         b.raw("peers", Array("{\"client\":\(roles[.client]!),\"store\":\(roles[.store]!),\"monitor\":\(roles[.monitor]!)}".utf8))
         var current = counters
-        current.add(out.traffic)  // this event's traffic so far is not in `counters` yet
+        current.traffic.add(out.traffic)  // this event's traffic so far is not in `counters` yet
         b.raw("counters", current.json())
         out.send(peer, b.finish())
     }
@@ -1169,33 +1170,19 @@ enum StoreResult {
 
 /// Counters reported by `info`.
 public struct Counters: Sendable {
-    public var connections: UInt64 = 0
-    public var framesIn: UInt64 = 0
-    public var framesOut: UInt64 = 0
-    public var bytesIn: UInt64 = 0
-    public var bytesOut: UInt64 = 0
-    public var actions: UInt64 = 0
-    public var snapshots: UInt64 = 0
+    /// Connections, frames, bytes, actions and snapshots.
+    public var traffic = Traffic()
+    /// Errors sent, by code.
     public var errors: [String: UInt64] = [:]
 
     mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
 
-    mutating func add(_ t: Traffic) {
-        connections += t.connections
-        framesIn += t.framesIn
-        framesOut += t.framesOut
-        bytesIn += t.bytesIn
-        bytesOut += t.bytesOut
-        actions += t.actions
-        snapshots += t.snapshots
-    }
-
     func json() -> [UInt8] {
-        let c = self
-        var j = Array("{\"connections\":\(c.connections),\"framesIn\":\(c.framesIn),\"framesOut\":\(c.framesOut),\"bytesIn\":\(c.bytesIn),\"bytesOut\":\(c.bytesOut),\"actions\":\(c.actions),\"snapshots\":\(c.snapshots),\"errors\":{".utf8)
-        for (i, key) in c.errors.keys.sorted().enumerated() {
+        let t = traffic
+        var j = Array("{\"connections\":\(t.connections),\"framesIn\":\(t.framesIn),\"framesOut\":\(t.framesOut),\"bytesIn\":\(t.bytesIn),\"bytesOut\":\(t.bytesOut),\"actions\":\(t.actions),\"snapshots\":\(t.snapshots),\"errors\":{".utf8)
+        for (i, key) in errors.keys.sorted().enumerated() {
             if i > 0 { j.append(UInt8(ascii: ",")) }
-            j.append(contentsOf: "\"\(key)\":\(c.errors[key]!)".utf8)
+            j.append(contentsOf: "\"\(key)\":\(errors[key]!)".utf8)
         }
         j.append(contentsOf: "}}".utf8)
         return j
@@ -1221,13 +1208,24 @@ struct Output {
     }
 }
 
-/// The traffic counted while one event is handled.
-struct Traffic {
-    var connections: UInt64 = 0
-    var framesIn: UInt64 = 0
-    var framesOut: UInt64 = 0
-    var bytesIn: UInt64 = 0
-    var bytesOut: UInt64 = 0
-    var actions: UInt64 = 0
-    var snapshots: UInt64 = 0
+/// Traffic counters: plain integers, so an event counts into its own `Traffic` (in `Output`) and adds it to the
+/// router's counters once, without copying the errors dictionary per event.
+public struct Traffic: Sendable {
+    public var connections: UInt64 = 0
+    public var framesIn: UInt64 = 0
+    public var framesOut: UInt64 = 0
+    public var bytesIn: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var actions: UInt64 = 0
+    public var snapshots: UInt64 = 0
+
+    mutating func add(_ t: Traffic) {
+        connections += t.connections
+        framesIn += t.framesIn
+        framesOut += t.framesOut
+        bytesIn += t.bytesIn
+        bytesOut += t.bytesOut
+        actions += t.actions
+        snapshots += t.snapshots
+    }
 }

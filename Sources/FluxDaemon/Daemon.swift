@@ -53,7 +53,7 @@ public enum DaemonError: Error, CustomStringConvertible {
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
 /// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
-public final class Daemon: ListenerDelegate, ConnectionDelegate {
+public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSink {
     /// The configuration the daemon was started with.
     public let config: DaemonConfig
     /// Called on SIGHUP (configuration reload will hook in here). Default: a log line.
@@ -80,7 +80,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         repeating: (0, nil), count: Daemon.connectionCacheSize)
     private static let connectionCacheSize = 64
     @exclusivity(unchecked) private var nextPeer: PeerID = 1
-    @exclusivity(unchecked) private var effects: [RouterEffect] = []
+    /// Host requests (`RouterEffect.host`) of the event being fed, answered once the router is done with it.
+    @exclusivity(unchecked) private var hostRequests: [(PeerID, Envelope)] = []
     @exclusivity(unchecked) private var signals: [SignalWatcher] = []
     @exclusivity(unchecked) private var tickTimer: LoopTimer?
     @exclusivity(unchecked) private var armedDeadline: Millis?
@@ -104,7 +105,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
         self.config = config
         self.logger = logger
         self.router = Router(config: config.router)
-        effects.reserveCapacity(64)
     }
 
     /// Number of open connections.
@@ -221,39 +221,19 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
 
     // MARK: - Router
 
-    /// Feeds one event to the router and carries out its effects in order, then re-arms the deadline timer.
+    /// Feeds one event to the router, which has the daemon carry out its effects as it produces them (in order;
+    /// see the `RouterEffectSink` methods below), then re-arms the deadline timer.
     private func feed(_ event: RouterEvent) {
         precondition(!feeding, "router re-entered")
         feeding = true
-        router.handle(event, now: loop.now, into: &effects)
-        for effect in effects {
-            switch effect {
-            case .send(let peer, let frame):
-                if let connection = connection(peer) {
-                    connection.send(frame)
-                    if connection.queuedBytes > config.router.maxBacklog { overBacklog(peer, connection) }
-                }
-            case .monitor(let peer, let frame):
-                deliverMonitorEvent(frame, to: peer)
-            case .host(let peer, let request):
-                if let onHostRequest {
-                    onHostRequest(peer, request)
-                } else {
-                    var b = FrameBuilder(op: "error")
-                    b.constant("code", "unknown-op")
-                    b.string("message", "unknown op \"\(request.string("op").value ?? "")\"")
-                    b.bool("fatal", false)
-                    connections[peer]?.send(b.finish())
-                }
-            case .close(let peer):
-                missedEvents.removeValue(forKey: peer)
-                connections[peer]?.close(afterFlush: true)
-            case .log(let level, let message):
-                logger.log(level: level.swiftLogLevel, "\(message)")
-            }
-        }
-        effects.removeAll(keepingCapacity: true)
+        router.handle(event, now: loop.now, sink: self)
         feeding = false
+        if !hostRequests.isEmpty {
+            // After the router is done with the event: a handler may feed the router (e.g. to drain it).
+            let requests = hostRequests
+            hostRequests.removeAll()
+            for (peer, request) in requests { answerHostRequest(request, from: peer) }
+        }
         if !backlogged.isEmpty {
             let peers = backlogged
             backlogged = []
@@ -263,6 +243,45 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
             }
         }
         armDeadlineTimer()
+    }
+
+    /// Sends a frame to a peer: the router's `.send` effect, and host-operation replies. Queued on the peer's
+    /// connection and written at the end of this loop iteration (or part-way through a long batch; see
+    /// `Connection`); a peer over `maxBacklog` is closed as a slow consumer.
+    public func send(_ frame: Frame, to peer: PeerID) {
+        if let connection = connection(peer) {
+            connection.send(frame)
+            if connection.queuedBytes > config.router.maxBacklog { overBacklog(peer, connection) }
+        }
+    }
+
+    /// The router's other effects.
+    public func perform(_ effect: RouterEffect) {
+        switch effect {
+        case .send(let peer, let frame):
+            send(frame, to: peer)
+        case .monitor(let peer, let frame):
+            deliverMonitorEvent(frame, to: peer)
+        case .host(let peer, let request):
+            hostRequests.append((peer, request))
+        case .close(let peer):
+            missedEvents.removeValue(forKey: peer)
+            connections[peer]?.close(afterFlush: true)
+        case .log(let level, let message):
+            logger.log(level: level.swiftLogLevel, "\(message)")
+        }
+    }
+
+    private func answerHostRequest(_ request: Envelope, from peer: PeerID) {
+        if let onHostRequest {
+            onHostRequest(peer, request)
+        } else {
+            var b = FrameBuilder(op: "error")
+            b.constant("code", "unknown-op")
+            b.string("message", "unknown op \"\(request.string("op").value ?? "")\"")
+            b.bool("fatal", false)
+            connections[peer]?.send(b.finish())
+        }
     }
 
     /// The open connection of `peer` (through `connectionCache`).
@@ -310,11 +329,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate {
             connection.send(b.finish())
         }
         connection.send(frame)
-    }
-
-    /// Sends a frame to a peer (for host-operation replies).
-    public func send(_ frame: Frame, to peer: PeerID) {
-        connections[peer]?.send(frame)
     }
 
     /// What the router knows of a store (e.g. whether a supervised worker has registered it yet).

@@ -74,10 +74,22 @@ public final class Router {
 
     /// Feeds one event; appends the effects to carry out, in order.
     public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {
+        var out = Output(effects: effects, sink: nil)
+        effects = []
+        handle(event, now: now, &out)
+        effects = out.effects
+    }
+
+    /// Feeds one event; `sink` carries out each effect as it is produced, in order (no effect array: fluxd's
+    /// hot path).
+    public func handle(_ event: RouterEvent, now: Millis, sink: any RouterEffectSink) {
+        var out = Output(effects: [], sink: sink)
+        handle(event, now: now, &out)
+    }
+
+    private func handle(_ event: RouterEvent, now: Millis, _ out: inout Output) {
         if epoch == nil { epoch = now }
         self.now = now
-        var out = Output(effects: effects)
-        effects = []
         switch event {
         case .connected(let id, let creds):
             connected(id, creds, now: now, &out)
@@ -115,7 +127,6 @@ public final class Router {
         case .shutdown:
             shutdown(&out)
         }
-        effects = out.effects
         counters.traffic.add(out.traffic)
     }
 
@@ -178,7 +189,7 @@ public final class Router {
         fields(&b)
         let frame = b.finish()
         for id in monitors {
-            if let p = peers[id], !p.closing { out.effects.append(.monitor(id, frame)) }
+            if let p = peers[id], !p.closing { out.append(.monitor(id, frame)) }
         }
     }
 
@@ -275,7 +286,7 @@ public final class Router {
     private func close(_ peer: Peer, _ out: inout Output) {
         guard !peer.closing else { return }
         peer.closing = true
-        out.effects.append(.close(peer.id))
+        out.append(.close(peer.id))
     }
 
     // MARK: - Receiving
@@ -329,7 +340,7 @@ public final class Router {
         case "hello": fail(peer, .badMessage, "hello was already received", &out)
         default:
             if config.hostOps.contains(op) {
-                out.effects.append(.host(peer.id, env))
+                out.append(.host(peer.id, env))
             } else {
                 fail(peer, .unknownOp, "unknown op \"\(op)\"", &out)
             }
@@ -1192,19 +1203,31 @@ public struct Counters: Sendable {
 /// The effects being produced by one event, and the traffic they count (added to `Router.counters` when the
 /// event is done: plain integers here, so building an `Output` per event copies no dictionary).
 struct Output {
+    /// The effects, in order, when there is no sink.
     var effects: [RouterEffect]
+    /// Carries the effects out as they come instead (the caller of `handle(_:now:sink:)` keeps it alive).
+    unowned(unsafe) let sink: (any RouterEffectSink)?
     var traffic = Traffic()
+
+    init(effects: [RouterEffect], sink: (any RouterEffectSink)?) {
+        self.effects = effects
+        self.sink = sink
+    }
 
     /// Queues a frame to a peer; a peer that is closing gets nothing more.
     mutating func send(_ peer: Peer, _ frame: Frame) {
         guard !peer.closing else { return }
-        effects.append(.send(peer.id, frame))
         traffic.framesOut += 1
         traffic.bytesOut += UInt64(frame.bytes.count)
+        if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
     }
 
     mutating func log(_ level: LogLevel, _ message: String) {
-        effects.append(.log(level, message))
+        append(.log(level, message))
+    }
+
+    mutating func append(_ effect: RouterEffect) {
+        if let sink { sink.perform(effect) } else { effects.append(effect) }
     }
 }
 

@@ -89,6 +89,16 @@ public enum RouterEffect: Sendable {
     case log(LogLevel, String)
 }
 
+/// Carries out a router's effects as the router produces them, in the order it produces them (see
+/// `Router.handle(_:now:sink:)`): the host's alternative to collecting them in an array and carrying them out
+/// afterwards. The sink must not feed the router another event from these calls.
+public protocol RouterEffectSink: AnyObject {
+    /// The `.send(peer, frame)` effect.
+    func send(_ frame: Frame, to peer: PeerID)
+    /// Every other effect.
+    func perform(_ effect: RouterEffect)
+}
+
 /// Severity of a `log` effect (mapped onto swift-log's levels by the daemon).
 public enum LogLevel: Sendable, Equatable {
     case debug, info, notice, warning, error

@@ -76,7 +76,7 @@ public final class Connection: HandleOwner {
     public private(set) var credentials: SocketCredentials?
 
     @exclusivity(unchecked) private var decoder: FrameDecoder
-    @exclusivity(unchecked) private var pending: [Frame] = []
+    @exclusivity(unchecked) private var pending = FrameQueue()
     /// Coalescing key -> index in `pending` of the queued frame a newer one with that key replaces.
     @exclusivity(unchecked) private var replaceable: [UInt32: Int] = [:]
     @exclusivity(unchecked) private var pendingBytes = 0
@@ -229,7 +229,8 @@ public final class Connection: HandleOwner {
         var request: WriteRequest?
         // > 0: bytes left for `uv_write` (request made); 0: all written by `uv_try_write`; < 0: a libuv error.
         let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int in
-            for (i, frame) in pending.enumerated() {
+            for i in 0..<count {
+                let frame = pending[i]
                 let base = UnsafeMutableRawPointer(mutating: frame.bytes.baseAddress!)
                 bufs[i] = uv_buf_init(base.assumingMemoryBound(to: CChar.self), UInt32(frame.bytes.count))
             }
@@ -250,14 +251,14 @@ public final class Connection: HandleOwner {
                 bufs[first].base = bufs[first].base! + skip
                 bufs[first].len -= skip
             }
-            let made = WriteRequest.make(frames: pending, byteCount: remaining)
+            let made = WriteRequest.make(frames: pending.array, byteCount: remaining)
             request = made
             // libuv copies the uv_buf_t array; the frames themselves stay alive in the request.
             let status = uv_write(made.uvRequest, stream, bufs.baseAddress! + first, UInt32(count - first),
                                   connectionWritten)
             return status < 0 ? Int(status) : remaining
         }
-        pending.removeAll(keepingCapacity: true)
+        pending.removeAll()
         if !replaceable.isEmpty { replaceable.removeAll(keepingCapacity: true) }
         pendingBytes = 0
         if rc < 0 {

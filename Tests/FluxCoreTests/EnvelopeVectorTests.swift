@@ -88,6 +88,26 @@ struct EnvelopeVectorTests {
         #expect(!env.has("Z"))
     }
 
+    /// Every well-known key is recognised (written plainly or escaped) and found by its `EnvelopeKey`; keys that
+    /// differ from one only by a byte more, a byte less, a trailing NUL or case are not it.
+    @Test func wellKnownKeys() throws {
+        for (i, key) in EnvelopeKey.allCases.enumerated() {
+            let plain = try Envelope(body: Array(#"{"\#(key.name)":\#(i),"x":0}"#.utf8))
+            #expect(plain.int(key) == .value(Int64(i)), "\(key.name)")
+            #expect(plain.int(key.name) == .value(Int64(i)))
+            let first = key.name.unicodeScalars.first!.value
+            let escapedName = "\\u00" + String(first, radix: 16) + key.name.dropFirst()
+            let escaped = try Envelope(body: Array(#"{"\#(escapedName)":\#(i)}"#.utf8))
+            #expect(escaped.int(key) == .value(Int64(i)), "\(escapedName)")
+            for other in [key.name + "\\u0000", key.name + "s", String(key.name.dropLast()), key.name.uppercased()] {
+                let env = try Envelope(body: Array(#"{"\#(other)":\#(i)}"#.utf8))
+                #expect(env.span(key) == nil, "\(other) taken for \(key.name)")
+                #expect(env.fields.count == 1)
+            }
+        }
+        #expect(throws: EnvelopeError.duplicateKey("op")) { try Envelope(body: Array(#"{"op":1,"\u006fp":2}"#.utf8)) }
+    }
+
     @Test func typedAccessors() throws {
         let body = Array(#"{"op":"register","store":"todos","handles":["todo/*", "x\u002fy"],"seq":42,"neg":-7,"big":9223372036854775808,"frac":1.0,"exp":1e2,"mixed":["a",1],"empty":[]}"#.utf8)
         let env = try Envelope(body: body)

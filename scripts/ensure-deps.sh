@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config and libuv1-dev (apt),
-# and Python's jsonschema (pip, for the protocol schema checks). Sourced by scripts/test.sh and scripts/demo.sh.
+# Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config, libuv1-dev and
+# libjemalloc-dev (apt), and Python's jsonschema (pip, for the protocol schema checks). Sourced by scripts/test.sh
+# and scripts/demo.sh.
 set -euo pipefail
 
 as_root() {
@@ -8,10 +9,10 @@ as_root() {
         echo "need root to run: $*" >&2; return 1; fi
 }
 
-if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libuv; then
-    echo "==> installing libuv1-dev and pkg-config (apt)"
+if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libuv || ! pkg-config --exists jemalloc; then
+    echo "==> installing libuv1-dev, libjemalloc-dev and pkg-config (apt)"
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libuv1-dev pkg-config >/dev/null
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libuv1-dev libjemalloc-dev pkg-config >/dev/null
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CJemalloc
 import FluxCore
 import FluxDaemon
 import Glibc
@@ -88,6 +89,7 @@ struct Fluxd: ParsableCommand {
         }
         var logger = Logger(label: "fluxd")
         logger.logLevel = level
+        logger.debug("allocator", metadata: ["jemalloc": "\(jemallocVersion() ?? "?")"])
 
         // A bad config file is reported before anything listens or starts.
         var supervisorConfig: SupervisorConfig?
@@ -119,6 +121,14 @@ struct Fluxd: ParsableCommand {
             throw ExitCode.failure
         }
     }
+}
+
+/// The version of jemalloc, fluxd's allocator (see Package.swift), as it reports it.
+private func jemallocVersion() -> String? {
+    var version: UnsafePointer<CChar>? = nil
+    var length = MemoryLayout<UnsafePointer<CChar>?>.size
+    guard mallctl("version", &version, &length, nil, 0) == 0, let version else { return nil }
+    return String(cString: version)
 }
 
 /// The directory of the running fluxd executable (bare worker commands are looked up there first).

@@ -180,10 +180,13 @@ public final class Connection: HandleOwner {
         try uvCheck(uv_read_start(stream, connectionAlloc, connectionRead), "uv_read_start")
     }
 
-    /// Frames handled from one read before what they produced is written out: a long batch (a pipelining
-    /// peer's 64 actions) is routed in slices, so the receivers start working on the first frames while fluxd
-    /// routes the rest, at the cost of one `writev` per slice instead of one per batch.
-    static let framesPerFlush = 16
+    /// Frames handled from one read before what they produced is written out. Everything one loop iteration
+    /// produces goes out in one write per connection; only a very long read (64 KiB holds ~500 small frames) is
+    /// routed in slices, so the receivers start on its first frames while fluxd routes the rest. (Slices of 16
+    /// had paid while routing was slow; with routing at ~1.3 µs per action they cost more in `writev`s and
+    /// wake-ups than the overlap gained: workload 2 went from ~300k to ~400k round trips/s with 1 client and
+    /// ~320k to ~480k with 8 when they were dropped, Benchmarks/PROFILE.md.)
+    static let framesPerFlush = 256
     /// ... but only once those frames make writes of this many frames on average (a slice that fans out to many
     /// connections waits for more, since every connection written costs a syscall).
     static let framesPerWrite = 8

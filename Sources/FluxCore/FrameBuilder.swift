@@ -16,9 +16,11 @@ public struct FrameBuilder {
     /// The frame's one allocation, written in place (no copy when `capacity` was enough; one copy into a larger
     /// allocation when not).
     private var storage: FrameStorage
-    private var base: UnsafeMutablePointer<UInt8>
-    private var count = 0
-    private var capacity: Int
+    // Internal (inlinable) for the field writers below: inlined where they are called, a field's key is a
+    // constant there, and writing it is a few constant stores instead of a copy loop (Benchmarks/PROFILE.md).
+    @usableFromInline var base: UnsafeMutablePointer<UInt8>
+    @usableFromInline var count = 0
+    @usableFromInline var capacity: Int
 
     /// Starts an object whose first field is `"op"`. `capacity` is the expected body size: enough avoids a copy.
     public init(op: StaticString, capacity: Int = 128) {
@@ -34,12 +36,13 @@ public struct FrameBuilder {
     }
 
     /// Makes room for `n` more bytes.
-    @inline(__always)
-    private mutating func reserve(_ n: Int) {
+    @inlinable @inline(__always)
+    mutating func reserve(_ n: Int) {
         if count &+ n > capacity { grow(count &+ n) }
     }
 
-    private mutating func grow(_ needed: Int) {
+    @usableFromInline
+    mutating func grow(_ needed: Int) {
         let newCapacity = max(needed, capacity * 2)
         let bigger = FrameStorage.allocate(capacity: newCapacity)
         bigger.elements.update(from: base, count: count)
@@ -55,8 +58,8 @@ public struct FrameBuilder {
         count &+= 1
     }
 
-    @inline(__always)
-    private mutating func append(_ bytes: UnsafeRawBufferPointer) {
+    @inlinable @inline(__always)
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
         let n = bytes.count
         guard n > 0 else { return }
         reserve(n)
@@ -64,20 +67,24 @@ public struct FrameBuilder {
         count &+= n
     }
 
-    @inline(__always)
-    private mutating func append(static s: StaticString) {
+    @inlinable @inline(__always)
+    mutating func append(static s: StaticString) {
         append(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
     }
 
-    private mutating func appendKey(_ key: StaticString) {
-        reserve(key.utf8CodeUnitCount + 4)
-        base[count] = UInt8(ascii: ",")
-        base[count + 1] = UInt8(ascii: "\"")
-        count &+= 2
-        append(static: key)
-        base[count] = UInt8(ascii: "\"")
-        base[count + 1] = UInt8(ascii: ":")
-        count &+= 2
+    /// `,"key":`. Inlined: with a literal key, the loop unrolls into constant stores.
+    @inlinable @inline(__always)
+    mutating func appendKey(_ key: StaticString) {
+        let n = key.utf8CodeUnitCount
+        reserve(n &+ 4)
+        let p = base + count
+        p[0] = UInt8(ascii: ",")
+        p[1] = UInt8(ascii: "\"")
+        let k = key.utf8Start
+        for i in 0..<n { p[2 &+ i] = k[i] }
+        p[2 &+ n] = UInt8(ascii: "\"")
+        p[3 &+ n] = UInt8(ascii: ":")
+        count &+= n &+ 4
     }
 
     private mutating func appendStaticString(_ s: StaticString) {
@@ -111,6 +118,7 @@ public struct FrameBuilder {
     }
 
     /// An integer field (non-generic: the hot path's `seq`, `version` and peer ids).
+    @inlinable @inline(__always)
     public mutating func int(_ key: StaticString, _ value: UInt64) {
         appendKey(key)
         appendDecimal(magnitude: value, negative: false)
@@ -123,6 +131,7 @@ public struct FrameBuilder {
     }
 
     /// A boolean field.
+    @inlinable @inline(__always)
     public mutating func bool(_ key: StaticString, _ value: Bool) {
         appendKey(key)
         append(static: value ? "true" : "false")
@@ -138,12 +147,14 @@ public struct FrameBuilder {
     // its `append(contentsOf:)` then looks up type metadata at run time on every call.
 
     /// A field whose value is already-valid JSON bytes, copied as they are.
+    @inlinable @inline(__always)
     public mutating func raw(_ key: StaticString, _ json: [UInt8]) {
         appendKey(key)
         json.withUnsafeBytes { append($0) }
     }
 
     /// A field whose value is already-valid JSON bytes, copied as they are.
+    @inlinable @inline(__always)
     public mutating func raw(_ key: StaticString, _ json: ArraySlice<UInt8>) {
         appendKey(key)
         json.withUnsafeBytes { append($0) }
@@ -161,6 +172,7 @@ public struct FrameBuilder {
     }
 
     /// Starts a field whose value the caller writes with `JSONWriter` calls through `rawBytes`.
+    @inlinable @inline(__always)
     public mutating func key(_ key: StaticString) { appendKey(key) }
 
     /// Appends raw JSON bytes at the current position (after `key(_:)`, or between array items).
@@ -172,6 +184,7 @@ public struct FrameBuilder {
     }
 
     /// Appends raw JSON bytes at the current position (non-generic, for the hot path).
+    @inlinable @inline(__always)
     public mutating func rawBytes(_ json: ArraySlice<UInt8>) {
         json.withUnsafeBytes { append($0) }
     }
@@ -186,23 +199,34 @@ public struct FrameBuilder {
         appendDecimal(magnitude: value.magnitude, negative: value < 0)
     }
 
-    /// Writes the digits right to left, straight into the frame.
-    private mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
+    /// Writes the digits right to left, straight into the frame, two at a time.
+    @usableFromInline
+    mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
         if negative { append(UInt8(ascii: "-")) }
         var digits = 1
-        var rest = magnitude / 10
-        while rest > 0 {
+        var power: UInt64 = 10
+        while digits < 20 && magnitude >= power {
             digits &+= 1
-            rest /= 10
+            power = power &* 10
         }
         reserve(digits)
         var v = magnitude
         var at = count &+ digits
-        repeat {
-            at &-= 1
-            base[at] = UInt8(truncatingIfNeeded: 48 &+ v % 10)
-            v /= 10
-        } while v > 0
+        let pairs = digitPairs.utf8Start
+        while v >= 100 {
+            let pair = Int(truncatingIfNeeded: v % 100) &* 2
+            v /= 100
+            at &-= 2
+            base[at] = pairs[pair]
+            base[at &+ 1] = pairs[pair &+ 1]
+        }
+        if v >= 10 {
+            let pair = Int(truncatingIfNeeded: v) &* 2
+            base[at &- 2] = pairs[pair]
+            base[at &- 1] = pairs[pair &+ 1]
+        } else {
+            base[at &- 1] = UInt8(truncatingIfNeeded: 48 &+ v)
+        }
         count &+= digits
     }
 
@@ -219,6 +243,13 @@ public struct FrameBuilder {
         return Frame(storage: storage)
     }
 }
+
+/// "00" "01" ... "99": two decimal digits per lookup.
+private let digitPairs: StaticString = """
+    00010203040506070809101112131415161718192021222324252627282930313233343536373839\
+    40414243444546474849505152535455565758596061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899
+    """
 
 /// Appends `value` as a JSON string literal (quotes and escapes included).
 public func appendEscaped(_ value: String, to out: inout [UInt8]) {

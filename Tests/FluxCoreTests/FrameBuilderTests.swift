@@ -60,6 +60,27 @@ struct FrameBuilderTests {
         #expect((try? JSONSerialization.jsonObject(with: Data(f.bodyArray))) != nil)
     }
 
+    /// Integers are written exactly as Swift spells them, at every digit count and both ends of the ranges.
+    @Test func integersAtEveryLength() throws {
+        var values: [UInt64] = [0, UInt64.max, UInt64.max - 1, UInt64(Int64.max), UInt64(Int64.max) + 1]
+        var power: UInt64 = 1
+        for _ in 0..<19 {
+            values += [power - 1, power, power + 1, power * 5 + 3]
+            power *= 10
+        }
+        values += [power - 1, power, power + 1]  // 10^19: 20 digits
+        for v in values {
+            var b = FrameBuilder(op: "t")
+            b.int("u", v)
+            #expect(b.finish().text == #"{"op":"t","u":\#(v)}"#)
+        }
+        for v: Int64 in [-1, -9, -10, -99, -100, -12345678901, Int64.min, Int64.min + 1, Int64.max] {
+            var b = FrameBuilder(op: "t")
+            b.int("i", v)
+            #expect(b.finish().text == #"{"op":"t","i":\#(v)}"#)
+        }
+    }
+
     /// Every string survives appendEscaped -> Envelope scan -> decodeJSONString, and Foundation reads the same.
     @Test func escapingRoundTrips() throws {
         var samples: [String] = ["", "plain", "\"", "\\", "/", "\"\\\"", "\n\r\t", "\u{08}\u{0C}", "\u{00}", "\u{1F}",

@@ -185,6 +185,7 @@ public struct Envelope: Sendable {
     /// Whether a well-known field is a string whose raw (undecoded) bytes are exactly `value`: a fast test for
     /// wire constants such as op names, which senders write without escapes. A value written with escapes does
     /// not match; decode it with `string(_:)` instead.
+    @inlinable @inline(__always)
     public func isString(_ key: EnvelopeKey, _ value: StaticString) -> Bool {
         guard let s = span(key), s.kind == .string, s.range.count == value.utf8CodeUnitCount + 2 else { return false }
         return body.withUnsafeBufferPointer { buf in

@@ -65,18 +65,22 @@ public struct Frame: @unchecked Sendable {
 }
 
 /// A frame's one allocation: its header (bytes written, coalescing) followed by the bytes themselves.
+@usableFromInline
 final class FrameStorage: ManagedBuffer<FrameHeader, UInt8> {
     /// Room for `capacity` bytes, none written yet.
+    @usableFromInline
     static func allocate(capacity: Int) -> FrameStorage {
         let buffer = FrameStorage.create(minimumCapacity: capacity) { _ in FrameHeader(count: 0, coalescing: .none) }
         return unsafeDowncast(buffer, to: FrameStorage.self)
     }
 
     /// Where the bytes start (stable for the object's life).
+    @usableFromInline
     var elements: UnsafeMutablePointer<UInt8> { withUnsafeMutablePointerToElements { $0 } }
 }
 
 /// What a frame's storage records besides its bytes.
+@usableFromInline
 struct FrameHeader {
     var count: Int
     var coalescing: Coalescing

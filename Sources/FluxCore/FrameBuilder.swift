@@ -15,7 +15,7 @@ import Darwin
 public struct FrameBuilder {
     /// The frame's one allocation, written in place (no copy when `capacity` was enough; one copy into a larger
     /// allocation when not).
-    private var storage: FrameStorage
+    @usableFromInline var storage: FrameStorage
     // Internal (inlinable) for the field writers below: inlined where they are called, a field's key is a
     // constant there, and writing it is a few constant stores instead of a copy loop (Benchmarks/PROFILE.md).
     @usableFromInline var base: UnsafeMutablePointer<UInt8>
@@ -23,6 +23,7 @@ public struct FrameBuilder {
     @usableFromInline var capacity: Int
 
     /// Starts an object whose first field is `"op"`. `capacity` is the expected body size: enough avoids a copy.
+    @inlinable @inline(__always)
     public init(op: StaticString, capacity: Int = 128) {
         let want = capacity + 16 + op.utf8CodeUnitCount
         storage = FrameStorage.allocate(capacity: want)
@@ -51,8 +52,8 @@ public struct FrameBuilder {
         capacity = newCapacity
     }
 
-    @inline(__always)
-    private mutating func append(_ byte: UInt8) {
+    @inlinable @inline(__always)
+    mutating func append(_ byte: UInt8) {
         reserve(1)
         base[count] = byte
         count &+= 1

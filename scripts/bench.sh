@@ -33,6 +33,7 @@ fi
 
 SDK_STORE_ARGS=()
 if [ -z "${FLUXD:-}" ]; then
+    source scripts/ensure-deps.sh  # libuv1-dev and libjemalloc-dev, which the fluxd build needs
     swift build -c release --scratch-path .build-bench --product fluxd >&2
     swift build -c release --scratch-path .build-bench --product flux-bench-store >&2
     FLUXD="$(swift build -c release --scratch-path .build-bench --show-bin-path)/fluxd"

@@ -469,13 +469,15 @@ struct JSONScanner {
                 skipWhitespace()
                 guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
                 let keyStart = pos
-                let escaped = try scanString()
+                let escaped = skipPlainString() ? false : try scanString()
                 let keyRange = (keyStart + 1)..<(pos - 1)
                 skipWhitespace()
                 guard peek() == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 pos += 1
                 skipWhitespace()
-                let span = try scanValue(depth: 2)
+                let valueStart = pos
+                let span = peek() == UInt8(ascii: "\"") && skipPlainString()
+                    ? JSONSpan(kind: .string, range: valueStart..<pos) : try scanValue(depth: 2)
                 let field = TopLevelField(key: keyRange, escaped: escaped, value: span)
                 let key: EnvelopeKey?
                 if escaped {
@@ -524,7 +526,7 @@ struct JSONScanner {
             try scanContainer(close: UInt8(ascii: "]"), isObject: false, depth: depth)
             return JSONSpan(kind: .array, range: begin..<pos)
         case UInt8(ascii: "\""):
-            try scanString()
+            if !skipPlainString() { try scanString() }
             return JSONSpan(kind: .string, range: begin..<pos)
         case UInt8(ascii: "t"):
             try literal("true")
@@ -552,13 +554,13 @@ struct JSONScanner {
             skipWhitespace()
             if isObject {
                 guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-                try scanString()
+                if !skipPlainString() { try scanString() }
                 skipWhitespace()
                 guard peek() == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 pos += 1
                 skipWhitespace()
             }
-            _ = try scanValue(depth: depth + 1)
+            if !(peek() == UInt8(ascii: "\"") && skipPlainString()) { _ = try scanValue(depth: depth + 1) }
             skipWhitespace()
             guard let sep = peek() else { throw fail("unterminated \(isObject ? "object" : "array")") }
             if sep == UInt8(ascii: ",") { pos += 1; continue }
@@ -594,6 +596,47 @@ struct JSONScanner {
             guard let d = peek(), d >= 48 && d <= 57 else { throw fail("expected a digit in the exponent") }
             while let d = peek(), d >= 48 && d <= 57 { pos += 1 }
         }
+    }
+
+    /// Moves past the string token at `pos` (its opening quote) if it is plain printable ASCII without escapes,
+    /// the common case, and says whether it did; otherwise `scanString` must scan it (escapes, non-ASCII and
+    /// control bytes, errors). Not throwing, so it is inlined where it is called: no call per string.
+    @inline(__always)
+    mutating func skipPlainString() -> Bool {
+        guard let base = buf.baseAddress else { return false }
+        let end = JSONScanner.plainStringEnd(base, pos, buf.count)
+        guard end >= 0 else { return false }
+        pos = end
+        return true
+    }
+
+    /// Where the string token at `i` (its opening quote) ends, the index after its closing quote, if it is plain
+    /// printable ASCII without escapes; -1 otherwise. Eight bytes at a time (see `scanString`).
+    @inline(__always)
+    static func plainStringEnd(_ b: UnsafePointer<UInt8>, _ i: Int, _ n: Int) -> Int {
+        var p = i &+ 1
+        let raw = UnsafeRawPointer(b)
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        while p &+ 8 <= n {
+            let w = raw.loadUnaligned(fromByteOffset: p, as: UInt64.self)
+            let quote = w ^ (ones &* 0x22)
+            let backslash = w ^ (ones &* 0x5C)
+            let control = (w &- ones &* 0x20) & ~w
+            let special = (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | w) & highs
+            if special != 0 {
+                p &+= special.trailingZeroBitCount &>> 3
+                return b[p] == UInt8(ascii: "\"") ? p &+ 1 : -1
+            }
+            p &+= 8
+        }
+        while p < n {
+            let c = b[p]
+            if c == UInt8(ascii: "\"") { return p &+ 1 }
+            guard c &- 0x20 < 0x60, c != UInt8(ascii: "\\") else { return -1 }
+            p &+= 1
+        }
+        return -1
     }
 
     /// Scans a string token starting at the opening quote; validates escapes and UTF-8. Returns whether the

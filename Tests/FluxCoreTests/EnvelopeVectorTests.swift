@@ -88,6 +88,40 @@ struct EnvelopeVectorTests {
         #expect(!env.has("Z"))
     }
 
+    /// Strings of every length up to past two scan words, with an escape, a non-ASCII character, a control byte,
+    /// an invalid byte or no closing quote at every position, as a value, a key and a nested value: the scanner's
+    /// plain-ASCII fast path and its full scan agree on validity and on where the string ends.
+    @Test func stringsAtEveryLengthAndPosition() throws {
+        let inserts: [(bytes: [UInt8], valid: Bool)] = [
+            ([], true), (Array(#"\n"#.utf8), true), (Array(#"\u00e9"#.utf8), true), ([0xC3, 0xA9], true),
+            ([0x1F], false), ([0xFF], false), ([0xC3], false), (Array(#"\x"#.utf8), false),
+        ]
+        for length in 0...20 {
+            for at in 0...length {
+                for insert in inserts {
+                    var text = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    text.insert(contentsOf: insert.bytes, at: at)
+                    let token = [UInt8(ascii: "\"")] + text + [UInt8(ascii: "\"")]
+                    let asValue = Array(#"{"op":"x","k":"#.utf8) + token + Array("}".utf8)
+                    let asKey = Array("{".utf8) + token + Array(#":1,"op":"x"}"#.utf8)
+                    let nested = Array(#"{"p":{"#.utf8) + token + Array(#":["#.utf8) + token + Array(#"]},"op":"x"}"#.utf8)
+                    for body in [asValue, asKey, nested] {
+                        let env = try? Envelope(body: body)
+                        #expect((env != nil) == insert.valid, "\(String(decoding: body, as: UTF8.self))")
+                    }
+                    if insert.valid {
+                        #expect(try Envelope(body: asValue).raw("k").map { Array($0) } == token)
+                        #expect(try Envelope(body: nested).raw("p").map { Array($0) }
+                                == Array("{".utf8) + token + Array(":[".utf8) + token + Array("]}".utf8))
+                    }
+                    // No closing quote: the body ends inside the string.
+                    let open = Array(#"{"op":"x","k":"#.utf8) + [UInt8(ascii: "\"")] + text
+                    #expect((try? Envelope(body: open)) == nil)
+                }
+            }
+        }
+    }
+
     /// Every well-known key is recognised (written plainly or escaped) and found by its `EnvelopeKey`; keys that
     /// differ from one only by a byte more, a byte less, a trailing NUL or case are not it.
     @Test func wellKnownKeys() throws {

@@ -234,15 +234,19 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             hostRequests.removeAll()
             for (peer, request) in requests { answerHostRequest(request, from: peer) }
         }
-        if !backlogged.isEmpty {
-            let peers = backlogged
-            backlogged = []
-            for peer in peers {
-                feed(.backlogged(peer))
-                cutOffLater(peer)
-            }
-        }
+        closeBacklogged()
         armDeadlineTimer()
+    }
+
+    /// Tells the router about the peers found over `maxBacklog` (it closes them with `slow-consumer`).
+    private func closeBacklogged() {
+        guard !backlogged.isEmpty else { return }
+        let peers = backlogged
+        backlogged = []
+        for peer in peers {
+            feed(.backlogged(peer))
+            cutOffLater(peer)
+        }
     }
 
     /// Sends a frame to a peer: the router's `.send` effect, and host-operation replies. Queued on the peer's
@@ -251,7 +255,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     public func send(_ frame: Frame, to peer: PeerID) {
         if let connection = connection(peer) {
             connection.send(frame)
-            if connection.queuedBytes > config.router.maxBacklog { overBacklog(peer, connection) }
+            if connection.queuedBytes > config.router.maxBacklog {
+                overBacklog(peer, connection)
+                if !feeding { closeBacklogged() }  // a host reply, sent outside the router's event
+            }
         }
     }
 

@@ -611,10 +611,27 @@ struct JSONScanner {
     }
 
     /// Where the string token at `i` (its opening quote) ends, the index after its closing quote, if it is plain
-    /// printable ASCII without escapes; -1 otherwise. Eight bytes at a time (see `scanString`).
+    /// printable ASCII without escapes; -1 otherwise.
     @inline(__always)
     static func plainStringEnd(_ b: UnsafePointer<UInt8>, _ i: Int, _ n: Int) -> Int {
-        var p = i &+ 1
+        var (p, found) = skipPlainWords(b, from: i &+ 1, n)
+        if found { return b[p] == UInt8(ascii: "\"") ? p &+ 1 : -1 }
+        while p < n {
+            let c = b[p]
+            if c == UInt8(ascii: "\"") { return p &+ 1 }
+            guard c &- 0x20 < 0x60, c != UInt8(ascii: "\\") else { return -1 }
+            p &+= 1
+        }
+        return -1
+    }
+
+    /// Skips plain printable ASCII (no quote, backslash, control or non-ASCII byte) from `p`, eight bytes at a
+    /// time: the index of the first such byte (`found`), or of the first byte of the last, partial word. The
+    /// lowest byte flagged in `special` is the first hit (the borrow of these tests can only flag bytes above a
+    /// true hit), so it is found without a second pass.
+    @inline(__always)
+    static func skipPlainWords(_ b: UnsafePointer<UInt8>, from start: Int, _ n: Int) -> (index: Int, found: Bool) {
+        var p = start
         let raw = UnsafeRawPointer(b)
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
@@ -625,18 +642,11 @@ struct JSONScanner {
             let control = (w &- ones &* 0x20) & ~w
             let special = (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | w) & highs
             if special != 0 {
-                p &+= special.trailingZeroBitCount &>> 3
-                return b[p] == UInt8(ascii: "\"") ? p &+ 1 : -1
+                return (p &+ special.trailingZeroBitCount &>> 3, true)  // little-endian: lowest bits = first byte
             }
             p &+= 8
         }
-        while p < n {
-            let c = b[p]
-            if c == UInt8(ascii: "\"") { return p &+ 1 }
-            guard c &- 0x20 < 0x60, c != UInt8(ascii: "\\") else { return -1 }
-            p &+= 1
-        }
-        return -1
+        return (p, false)
     }
 
     /// Scans a string token starting at the opening quote; validates escapes and UTF-8. Returns whether the
@@ -647,28 +657,11 @@ struct JSONScanner {
         pos += 1
         let count = buf.count
         while pos < count {
-            // Runs of plain printable ASCII (no quote, no backslash): the common case. Eight bytes at a time: the
-            // lowest byte flagged in `special` is the first quote, backslash, control byte or non-ASCII byte (the
-            // borrow of these tests can only flag bytes above a true hit), so it is found without a second pass.
+            // Runs of plain printable ASCII (no quote, no backslash): the common case, eight bytes at a time.
             var p = pos
-            if let base = buf.baseAddress {
-                let raw = UnsafeRawPointer(base)
-                let ones: UInt64 = 0x0101_0101_0101_0101
-                let highs: UInt64 = 0x8080_8080_8080_8080
-                while p &+ 8 <= count {
-                    let w = raw.loadUnaligned(fromByteOffset: p, as: UInt64.self)
-                    let quote = w ^ (ones &* 0x22)
-                    let backslash = w ^ (ones &* 0x5C)
-                    let control = (w &- ones &* 0x20) & ~w
-                    let special = (control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | w) & highs
-                    if special != 0 {
-                        p &+= special.trailingZeroBitCount &>> 3  // little-endian: the lowest bits are the first byte
-                        break
-                    }
-                    p &+= 8
-                }
-            }
-            if p &+ 8 > count {
+            var found = false
+            if let base = buf.baseAddress { (p, found) = JSONScanner.skipPlainWords(base, from: p, count) }
+            if !found {
                 while p < count {
                     let b = buf[p]
                     guard b &- 0x20 < 0x60, b != UInt8(ascii: "\""), b != UInt8(ascii: "\\") else { break }

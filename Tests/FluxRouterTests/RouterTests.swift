@@ -817,3 +817,66 @@ struct BackpressureTests {
         #expect(limits.num("maxBacklog") == 5_000_000)
     }
 }
+
+@Suite("Effect sink")
+struct EffectSinkTests {
+    /// Records what a sink is given, in the same words as an effect array.
+    final class Recorder: RouterEffectSink {
+        var lines: [String] = []
+        func send(_ frame: Frame, to peer: PeerID) { lines.append(EffectSinkTests.describe(.send(peer, frame))) }
+        func perform(_ effect: RouterEffect) { lines.append(EffectSinkTests.describe(effect)) }
+    }
+
+    static func describe(_ effect: RouterEffect) -> String {
+        switch effect {
+        case .send(let peer, let frame): return "send \(peer) \(frame.text) \(frame.coalescing)"
+        case .monitor(let peer, let frame): return "monitor \(peer) \(frame.text)"
+        case .host(let peer, let env): return "host \(peer) \(String(decoding: env.body, as: UTF8.self))"
+        case .close(let peer): return "close \(peer)"
+        case .log(let level, let message): return "log \(level) \(message)"
+        }
+    }
+
+    /// fluxd's daemon takes effects through a sink as the router produces them; tests read them from an array.
+    /// Both must be the same effects in the same order, with the same traffic counted, for every kind of effect.
+    @Test func sinkGetsTheSameEffectsInTheSameOrderAsTheArray() {
+        var config = RouterConfig()
+        config.hostOps = ["workers"]
+        let viaArray = Router(config: config)
+        let viaSink = Router(config: config)
+        let recorder = Recorder()
+        var fromArray: [String] = []
+        var now: Millis = 1_000
+        func feed(_ event: RouterEvent) {
+            now += 1
+            fromArray += viaArray.handle(event, now: now).map(EffectSinkTests.describe)
+            viaSink.handle(event, now: now, sink: recorder)
+        }
+        func frame(_ peer: PeerID, _ json: String) { feed(.frame(peer, Array(json.utf8))) }
+        for peer: PeerID in 1...4 { feed(.connected(peer, PeerCredentials(pid: Int32(peer), uid: 1000))) }
+        frame(1, #"{"op":"hello","protocol":1,"role":"store","name":"w"}"#)
+        frame(1, #"{"op":"register","store":"s","handles":["t/*"],"state":{"n":0}}"#)
+        frame(2, #"{"op":"hello","protocol":1,"role":"client","name":"view"}"#)
+        frame(3, #"{"op":"hello","protocol":1,"role":"monitor","name":"mon"}"#)
+        frame(2, #"{"op":"subscribe","store":"s"}"#)
+        frame(2, #"{"op":"dispatch","id":"a","type":"t/x","payload":{"k":1},"settle":true}"#)
+        frame(2, #"{"op":"dispatch","type":"t/x","payload":{"k":2}}"#)
+        frame(1, #"{"op":"done","store":"s","seq":1,"state":{"n":1}}"#)
+        frame(1, #"{"op":"done","store":"s","seq":2,"state":{"n":1}}"#)
+        frame(2, #"{"op":"workers"}"#)
+        frame(2, #"{"op":"dispatch","type":"nobody/x"}"#)
+        frame(2, #"{"op":"dispatch""#)
+        feed(.emptyFrame(2))
+        frame(4, #"{"op":"dispatch"}"#)
+        feed(.closed(1))
+        feed(.shutdown)
+        #expect(fromArray.count > 20)
+        for kind in ["send", "monitor", "host", "close", "log"] {
+            #expect(fromArray.contains { $0.hasPrefix(kind + " ") }, "no \(kind) effect exercised")
+        }
+        #expect(recorder.lines == fromArray)
+        #expect(viaSink.counters.traffic.framesOut == viaArray.counters.traffic.framesOut)
+        #expect(viaSink.counters.traffic.bytesOut == viaArray.counters.traffic.bytesOut)
+        #expect(viaSink.counters.traffic.framesIn == viaArray.counters.traffic.framesIn)
+    }
+}

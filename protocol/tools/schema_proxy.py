@@ -18,8 +18,9 @@ purpose names those peers with --bad-input-peer NAME (the `name` of their hello,
 their peer -> fluxd violations are recorded under "bad_input" instead of "violations" (fluxd's answers to them are
 still checked).
 
-It prints "schema-proxy ready on PATH" once listening. On SIGTERM or SIGINT it writes the JSON report (--report,
-default stdout) and exits: 0, or 1 if there were violations (unless --report-only, which always exits 0). SIGUSR1
+It prints "schema-proxy ready on PATH" once listening. On SIGTERM or SIGINT it lets the frames fluxd sent last
+pass through (at most 2 s; at once when fluxd has exited), writes the JSON report (--report, default stdout) and
+exits: 0, or 1 if there were violations (unless --report-only, which always exits 0). SIGUSR1
 writes the report without exiting. The report:
 
     {"connections": N, "frames": {"c2d": {"hello": 3, ...}, "s2d": {...}, "d2c": {...}},
@@ -40,6 +41,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional
 
 try:
@@ -51,6 +53,7 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMAS = os.path.normpath(os.path.join(HERE, "..", "schemas"))
+DRAIN_SECONDS = 2.0  # how long a stop waits for the frames fluxd sent last to pass through
 FRAME_EXCERPT = 4000  # characters of a violating frame kept in the report
 CHUNK = 256 * 1024
 
@@ -219,8 +222,11 @@ class ProxiedConnection:
     def start(self) -> None:
         for source, sink, to_fluxd in ((self.peer_sock, self.fluxd_sock, True),
                                        (self.fluxd_sock, self.peer_sock, False)):
-            threading.Thread(target=self.pump, args=(source, sink, to_fluxd), daemon=True,
-                             name=f"conn{self.number}-{'up' if to_fluxd else 'down'}").start()
+            thread = threading.Thread(target=self.pump, args=(source, sink, to_fluxd), daemon=True,
+                                      name=f"conn{self.number}-{'up' if to_fluxd else 'down'}")
+            thread.start()
+            if not to_fluxd:
+                FROM_FLUXD.append(thread)
 
     def pump(self, source: socket.socket, sink: socket.socket, to_fluxd: bool) -> None:
         splitter = FrameSplitter()
@@ -234,7 +240,14 @@ class ProxiedConnection:
                 frames = splitter.feed(data)
                 if to_fluxd and self.peer is None and frames:
                     self.identify(frames[0])  # before fluxd can answer, so its welcome is attributed too
-                sink.sendall(data)  # forward, then validate: validation never delays the traffic
+                try:
+                    sink.sendall(data)  # forward, then validate: validation never delays the traffic
+                except OSError:
+                    # The receiver is gone (e.g. a client that closed right after fluxd's last frames): what was
+                    # sent is still recorded, then this direction ends as broken.
+                    for body in frames:
+                        self.recorder.check(self, to_fluxd, body)
+                    raise
                 for body in frames:
                     self.recorder.check(self, to_fluxd, body)
         except OSError:
@@ -254,6 +267,10 @@ class ProxiedConnection:
             if last:
                 self.peer_sock.close()
                 self.fluxd_sock.close()
+
+
+# The threads forwarding fluxd's frames to peers (joined on stop, so the report has every frame fluxd sent).
+FROM_FLUXD: List[threading.Thread] = []
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -313,6 +330,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.unlink(args.listen)
     except OSError:
         pass
+    # What fluxd sent before it closed (its last `bye`s) may still be on its way through a pump: let the pumps
+    # reading from fluxd finish (they do at once once fluxd has exited), for at most DRAIN_SECONDS.
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for thread in list(FROM_FLUXD):
+        thread.join(max(0.0, deadline - time.monotonic()))
     report = write_report()
     if report["violations"]:
         print(f"schema-proxy: {len(report['violations'])} violation(s)", file=sys.stderr, flush=True)

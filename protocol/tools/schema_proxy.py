@@ -242,14 +242,11 @@ class ProxiedConnection:
                     self.identify(frames[0])  # before fluxd can answer, so its welcome is attributed too
                 try:
                     sink.sendall(data)  # forward, then validate: validation never delays the traffic
-                except OSError:
-                    # The receiver is gone (e.g. a client that closed right after fluxd's last frames): what was
-                    # sent is still recorded, then this direction ends as broken.
+                finally:
+                    # Recorded even when the receiver is gone (a client that closed right after fluxd's last
+                    # frames); a failed forward then ends this direction as broken.
                     for body in frames:
                         self.recorder.check(self, to_fluxd, body)
-                    raise
-                for body in frames:
-                    self.recorder.check(self, to_fluxd, body)
         except OSError:
             pass
         finally:

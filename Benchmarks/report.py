@@ -38,6 +38,48 @@ def ratio(a, b):
     return f"{a / b:.2f}x"
 
 
+def split_table(L, present, c1, c8):
+    """Workload 2's CPU per round trip by process, and what it says about the pipelined target."""
+    def total(rows):
+        parts = [med(rows, k) for k in ("broker_cpu_us_per_round", "store_cpu_us_per_round", "client_cpu_us_per_round")]
+        return None if None in parts else sum(parts)
+
+    def busy(rows):
+        t, r = total(rows), med(rows, "rounds_per_s")
+        return None if t is None or r is None else t * r / 1e6
+
+    shown = [s for s in present if s != "dbus" and (c1[s] or c8[s])]
+    if not any(med(c1[s], "store_cpu_us_per_round") is not None for s in shown):
+        return  # a results.json from before the store's and client's CPU were recorded
+    L.append("Where a pipelined round trip's CPU goes: each process's user+system CPU during the measured part per "
+             "round trip, and how many of the 2 cores the three processes kept busy together (round trips/s x "
+             "total).")
+    L.append("")
+    L.append("| system | 1 client: broker µs | store µs | client µs | total µs | cores busy | "
+             "8 clients: broker µs | store µs | client µs | total µs | cores busy |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in shown:
+        a, b = c1[s], c8[s]
+        L.append(f"| {NAMES[s]} | {fmt(med(a, 'broker_cpu_us_per_round'), 2)} | {fmt(med(a, 'store_cpu_us_per_round'), 2)} | "
+                 f"{fmt(med(a, 'client_cpu_us_per_round'), 2)} | {fmt(total(a), 2)} | {fmt(busy(a), 2)} | "
+                 f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt(med(b, 'store_cpu_us_per_round'), 2)} | "
+                 f"{fmt(med(b, 'client_cpu_us_per_round'), 2)} | {fmt(total(b), 2)} | {fmt(busy(b), 2)} |")
+    L.append("")
+    f, r, x = c1.get("flux", []), c1.get("redis", []), c1.get("relay", [])
+    fb, rr = busy(f), med(r, "rounds_per_s")
+    parts = [med(f, k) for k in ("store_cpu_us_per_round", "client_cpu_us_per_round")]
+    if fb is not None and rr and None not in parts:
+        budget = fb * 1e6 / (2 * rr) - sum(parts)
+        L.append(f"With 64 in flight the three processes take turns more than they overlap: together they keep about "
+                 f"one core busy, so round trips/s is about (cores busy) / (total CPU per round trip), and the broker's "
+                 f"CPU is only part of the total. Twice Redis's 1-client rate ({fmt(2 * rr, 0)} round trips/s) at "
+                 f"FluxBus's {fmt(fb, 2)} cores busy leaves {fmt(fb * 1e6 / (2 * rr), 2)} µs per round trip for all "
+                 f"three processes; FluxBus's store and client take {fmt(sum(parts), 2)} µs of it, which leaves fluxd "
+                 f"{fmt(budget, 2)} µs. The bare relay, which only frames and looks up a topic, spends "
+                 f"{fmt(med(x, 'broker_cpu_us_per_round'), 2)} µs.")
+        L.append("")
+
+
 def write(doc, path):
     res = doc["results"]
     m = doc["machine"]
@@ -122,6 +164,7 @@ def write(doc, path):
     L.append("8 clients: each client has its own topic (FluxBus: its own store; one store process owns all 8). "
              "Latency here includes queueing behind the 63 others in flight.")
     L.append("")
+    split_table(L, present, c1, c8)
 
     # ---- workload 3
     L.append("## 3. Fan-out: a 1 KB state to N subscribers")

@@ -193,6 +193,7 @@ class Bench:
                        "--clients", str(clients), "--subs", str(subs), "--window", str(window),
                        "--count", str(count), "--warmup", str(warmup), "--state", str(state),
                        "--idle", str(idle), "--rss-pid", str(store.pid if cpu_of_store else broker.pid),
+                       "--store-pid", str(store.pid),
                        "--label", label,
                        "--timeout", str(self.args.run_timeout)]
                 if slow:

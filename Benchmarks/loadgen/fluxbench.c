@@ -11,7 +11,8 @@
  *
  *   fluxbench store  --sys S --addr A [--topics T] [--state BYTES]
  *   fluxbench client --sys S --addr A [--clients C] [--subs N] [--window W] [--count K] [--warmup X]
- *                    [--idle I] [--slow] [--state BYTES] [--rss-pid PID] [--timeout SECS] [--label L]
+ *                    [--idle I] [--slow] [--state BYTES] [--rss-pid PID] [--store-pid PID] [--timeout SECS]
+ *                    [--label L]
  *
  * --subs 0: each of the C clients subscribes to its own topic on its own connection (workloads 1, 2).
  * --subs N: one client (C must be 1) dispatches to topic 0 and N other connections subscribe to it (3, 4).
@@ -580,7 +581,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (argc < 2) { fprintf(stderr, "usage: fluxbench store|client --sys S --addr A ...\n"); return 2; }
     const char *mode = argv[1];
-    int clients = 1, nsubs = 0, window = 1, idle = 0, slow = 0, hold = 0, rss_pid = 0;
+    int clients = 1, nsubs = 0, window = 1, idle = 0, slow = 0, hold = 0, rss_pid = 0, store_pid = 0;
     uint32_t topics = 1; uint64_t count = 10000, warmup = 1000; double timeout = 300;
     const char *label = "";
     for (int i = 2; i < argc; i++) {
@@ -600,6 +601,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) warmup = (uint64_t)atoll(v);
         else if (!strcmp(a, "--idle")) idle = atoi(v);
         else if (!strcmp(a, "--rss-pid")) rss_pid = atoi(v);
+        else if (!strcmp(a, "--store-pid")) store_pid = atoi(v);
         else if (!strcmp(a, "--timeout")) timeout = atof(v);
         else if (!strcmp(a, "--label")) label = v;
         else { fprintf(stderr, "unknown option %s\n", a); return 2; }
@@ -669,6 +671,8 @@ int main(int argc, char **argv) {
     uint64_t t0 = now_ns(), t_warm = 0, t_end = 0, deadline = t0 + (uint64_t)(timeout * 1e9);
     uint64_t warm_total = (uint64_t)clients * warmup, all_done = 0, finished = 0;
     double cpu_warm = cpu_secs(rss_pid), cpu_end = -1;
+    /* The store's and this process's CPU over the same measured part (where a round trip's CPU goes). */
+    double store_warm = cpu_secs(store_pid), store_end = -1, self_warm = cpu_secs(getpid()), self_end = -1;
     if (warm_total == 0) t_warm = t0;
 
     /* Fill each window. */
@@ -712,7 +716,10 @@ int main(int argc, char **argv) {
                         dr->done = j;
                         if (j > warmup && ns < total_samples) samples[ns++] = now - dr->sent_at[j % (uint64_t)window];
                         all_done++;
-                        if (all_done == warm_total) { t_warm = now; warm_deliveries = deliveries; cpu_warm = cpu_secs(rss_pid); }
+                        if (all_done == warm_total) {
+                            t_warm = now; warm_deliveries = deliveries; cpu_warm = cpu_secs(rss_pid);
+                            store_warm = cpu_secs(store_pid); self_warm = cpu_secs(getpid());
+                        }
                         if (j == dr->target) { finished++; t_end = now; }
                     }
                 }
@@ -734,7 +741,7 @@ int main(int argc, char **argv) {
             if (added || buf_avail(&dr->conn->out)) buf_flush_fd(&dr->conn->out, dr->conn->fd);
         }
     }
-    cpu_end = cpu_secs(rss_pid);
+    cpu_end = cpu_secs(rss_pid); store_end = cpu_secs(store_pid); self_end = cpu_secs(getpid());
     qsort(samples, ns, sizeof(uint64_t), cmp_u64);
     double secs = (double)(t_end - t_warm) / 1e9;
     uint64_t rounds = (uint64_t)clients * count;
@@ -745,12 +752,14 @@ int main(int argc, char **argv) {
            "\"rounds\":%llu,\"secs\":%.4f,\"rounds_per_s\":%.1f,\"deliveries\":%llu,\"deliveries_per_s\":%.1f,"
            "\"state_mb_per_s\":%.2f,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"max_us\":%.2f,\"mean_us\":%.2f,"
            "\"broker_rss_start_kb\":%ld,\"broker_rss_idle_kb\":%ld,\"broker_rss_end_kb\":%ld,\"broker_hwm_kb\":%ld,"
-           "\"broker_cpu_us_per_round\":%.2f}\n",
+           "\"broker_cpu_us_per_round\":%.2f,\"store_cpu_us_per_round\":%.2f,\"client_cpu_us_per_round\":%.2f}\n",
            label, sys_name, clients, nsubs, window, state_size, idle, slow,
            (unsigned long long)rounds, secs, (double)rounds / secs, (unsigned long long)dl, (double)dl / secs,
            (double)dl * (double)state_size / secs / 1e6, PCT(0.50), PCT(0.99), PCT(0.999),
            ns ? (double)samples[ns - 1] / 1000.0 : 0.0, ns ? sum / (double)ns / 1000.0 : 0.0,
            rss_start, rss_idle, rss_kb(rss_pid, "VmRSS"), rss_kb(rss_pid, "VmHWM"),
-           cpu_warm >= 0 && cpu_end >= 0 ? (cpu_end - cpu_warm) * 1e6 / (double)rounds : -1.0);
+           cpu_warm >= 0 && cpu_end >= 0 ? (cpu_end - cpu_warm) * 1e6 / (double)rounds : -1.0,
+           store_warm >= 0 && store_end >= 0 ? (store_end - store_warm) * 1e6 / (double)rounds : -1.0,
+           self_warm >= 0 && self_end >= 0 ? (self_end - self_warm) * 1e6 / (double)rounds : -1.0);
     return 0;
 }

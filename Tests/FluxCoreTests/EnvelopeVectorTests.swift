@@ -122,6 +122,52 @@ struct EnvelopeVectorTests {
         }
     }
 
+    /// Whitespace runs of every length up to 20, of spaces with a tab, newline, carriage return or an invalid byte
+    /// at every position, between every pair of tokens: valid runs are skipped wherever they are (eight spaces at a
+    /// time or byte by byte), and a non-whitespace byte in a run is an error at its offset.
+    @Test func whitespaceRunsAtEveryLengthAndPosition() throws {
+        let others: [(byte: UInt8?, valid: Bool)] = [(nil, true), (0x09, true), (0x0A, true), (0x0D, true),
+                                                     (0x0B, false), (0x00, false), (0xA0, false)]
+        for length in 0...20 {
+            for at in 0...length {
+                for other in others {
+                    var ws = [UInt8](repeating: 0x20, count: length)
+                    if let byte = other.byte { ws.insert(byte, at: at) }
+                    let w = String(decoding: ws, as: UTF8.self)
+                    let bodies = [
+                        "\(w){\(w)\"op\"\(w):\(w)\"x\"\(w),\(w)\"seq\"\(w):\(w)12\(w),\(w)\"p\"\(w):\(w)[\(w)1\(w),\(w){\(w)\"a\"\(w):\(w)true\(w)}\(w)]\(w)}\(w)",
+                        "{\"op\":\"x\",\"seq\":12\(w)}",
+                        "{\"op\":\"x\",\"p\":[1\(w)]}",
+                    ]
+                    for text in bodies {
+                        let body = Array(text.utf8)
+                        if other.valid {
+                            let env = try Envelope(body: body)
+                            #expect(env.isString(.op, "x"), "\(text.debugDescription)")
+                        } else {
+                            #expect(throws: EnvelopeError.self, "\(text.debugDescription)") { try Envelope(body: body) }
+                        }
+                    }
+                    if other.valid {
+                        let env = try Envelope(body: Array(bodies[0].utf8))
+                        #expect(env.int(.seq) == .value(12))
+                        #expect(env.raw("p").map { String(decoding: $0, as: UTF8.self) }
+                                == "[\(w)1\(w),\(w){\(w)\"a\"\(w):\(w)true\(w)}\(w)]")
+                    } else if let byte = other.byte {
+                        // The offending byte is reported where it is (in the run before "op").
+                        let body = Array("{\(w)\"op\":\"x\"}".utf8)
+                        let offset = 1 + at
+                        if byte < 0x80 {
+                            #expect(throws: EnvelopeError.invalidJSON(offset: offset, reason: "expected a string key")) {
+                                try Envelope(body: body)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every well-known key is recognised (written plainly or escaped) and found by its `EnvelopeKey`; keys that
     /// differ from one only by a byte more, a byte less, a trailing NUL or case are not it.
     @Test func wellKnownKeys() throws {

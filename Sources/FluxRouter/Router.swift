@@ -581,14 +581,16 @@ public final class Router {
     /// back by waitFor.
     private func pump(_ store: StoreEntry, _ out: inout Output) {
         guard store.status == .up, let peer = store.ownerPeer else { return }
-        while store.inflight.count < config.storeWindow, let head = store.queue.first {
-            let action = head.action
-            for dep in store.waitFor {
-                if let i = action.targets.firstIndex(where: { $0.name == dep }), action.result(at: i) == nil { return }
+        while store.inflight.count < config.storeWindow, !store.queue.isEmpty {
+            if !store.waitFor.isEmpty {
+                let action = store.queue[0].action
+                for dep in store.waitFor {
+                    if let i = action.targets.firstIndex(where: { $0.name == dep }), action.result(at: i) == nil { return }
+                }
             }
-            store.queue.removeFirst()
+            let head = store.queue.removeFirst()
+            out.send(peer, actionFrame(head.action, store: store, redelivered: head.redelivered))
             store.inflight.append(head)
-            out.send(peer, actionFrame(action, store: store, redelivered: head.redelivered))
         }
     }
 
@@ -622,7 +624,8 @@ public final class Router {
         guard case .value(let seq) = env.int(.seq) else {
             return fail(peer, .badMessage, "\(isDone ? "done" : "reject") needs an integer \"seq\"", &out, ref: name)
         }
-        guard let head = store.inflight.first, head.action.seq == UInt64(bitPattern: seq) else {
+        // (Read in place: the oldest delivery is copied, and its action retained, only once it is removed below.)
+        guard !store.inflight.isEmpty, store.inflight[0].action.seq == UInt64(bitPattern: seq) else {
             let expected = store.inflight.first.map { "\($0.action.seq)" } ?? "none"
             return fail(peer, .badMessage, "answer for seq \(seq) out of order: the oldest unanswered action of \"\(name)\" is \(expected)", &out, ref: name)
         }
@@ -632,7 +635,7 @@ public final class Router {
                 guard state.kind != .null else {
                     return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
                 }
-                publish(store, state: env.body[state.range], seq: head.action.seq, &out)
+                publish(store, state: env.body[state.range], seq: UInt64(bitPattern: seq), &out)
             }
             result = .done
         } else {
@@ -641,7 +644,7 @@ public final class Router {
             }
             result = .rejected(error)
         }
-        store.inflight.removeFirst()
+        let head = store.inflight.removeFirst()
         store.seq = head.action.seq
         record(head.action, store: store, result: result, &out)
         pump(store, &out)

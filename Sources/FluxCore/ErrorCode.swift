@@ -39,11 +39,25 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// More than `maxBacklog` bytes waited in fluxd for the connection (it does not read fast enough). The
     /// connection is closed.
     case slowConsumer = "slow-consumer"
+    /// A per-connection limit of `welcome.limits` would be exceeded: live queries (`maxQueries`,
+    /// `maxQueryBytes`), subscriptions (`maxSubscriptions`) or `waitFor` entries (`maxWaitFor`). Survives.
+    case limitExceeded = "limit-exceeded"
+    /// The connection limit in total, per user or of connections still in the handshake is reached, or the memory
+    /// budget has no room for another connection. Sent instead of `welcome`; the connection is closed.
+    case tooManyConnections = "too-many-connections"
+    /// fluxd's memory budget has no room for what the peer asked (its user's share, or the total, is used up):
+    /// a request is refused (survives); a connection whose unfinished frame or unread backlog outgrows it is
+    /// closed.
+    case memoryBudget = "memory-budget"
+    /// A peer that asked for heartbeats answered none of `maxPingsOut` pings, or a store left an action
+    /// unanswered longer than fluxd's store timeout where fluxd closes stalled stores. The connection is closed.
+    case unresponsive = "unresponsive"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {
         switch self {
-        case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout, .slowConsumer: return true
+        case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout, .slowConsumer, .tooManyConnections,
+             .unresponsive: return true
         default: return false
         }
     }

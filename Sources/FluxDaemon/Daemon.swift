@@ -68,6 +68,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) public var onHostRequest: ((PeerID, Envelope) -> Void)?
     /// A monitor whose connection has more than this many bytes queued misses events (and is told how many).
     @exclusivity(unchecked) public var monitorBacklogLimit = 1 << 20
+    /// Called when the router reports a stalled store (`RouterEffect.stalled`): its name, its owner's pid, and
+    /// whether its connection is being closed as `unresponsive` (the plugin host then stops a supervised worker
+    /// so that it restarts).
+    @exclusivity(unchecked) public var onStoreStalled: ((String, Int32?, Bool) -> Void)?
 
     private let loop: EventLoop
     private let router: Router
@@ -90,8 +94,15 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) private var feeding = false
     /// Monitor events dropped per monitor since its last delivered one.
     @exclusivity(unchecked) private var missedEvents: [PeerID: Int] = [:]
-    /// Peers found over `maxBacklog` while carrying out effects, told `.backlogged` once the effects are done.
-    @exclusivity(unchecked) private var backlogged: [PeerID] = []
+    /// Peers found over `maxBacklog` (`.backlogged`) or over the memory budget (`.overBudget`) while carrying out
+    /// effects, told once the effects are done.
+    @exclusivity(unchecked) private var backlogged: [(PeerID, RouterEvent)] = []
+    /// Connections whose accountable bytes changed during a feed, accounted once it is done.
+    @exclusivity(unchecked) private var toAccount: [PeerID] = []
+    /// The longest loop hold last told to the router.
+    @exclusivity(unchecked) private var reportedHold: UInt64 = 0
+    /// How far a connection's queued bytes may grow past what was accounted before `send` accounts again.
+    private static let accountingSlack = 256 << 10
     /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.
     /// Lifecycle: created and started in `cutOffLater`, closed when it fires, when the connection closes, or in
     /// `closeAll`.
@@ -135,8 +146,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             throw .transport(error)
         }
         tickTimer = LoopTimer(loop: loop) { [unowned self] in
+            let start = EventLoop.clock()
             self.armedDeadline = nil
             self.feed(.tick)
+            self.loop.holdEnded(since: start)
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -185,6 +198,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         nextPeer += 1
         connection.tag = id
         connection.delegate = self
+        connection.sendCheckpoint = min(config.router.maxBacklog, Daemon.accountingSlack)
         connections[id] = connection
         let credentials = connection.credentials.map {
             PeerCredentials(pid: $0.pid, uid: $0.uid, gid: $0.gid)
@@ -225,9 +239,18 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     /// see the `RouterEffectSink` methods below), then re-arms the deadline timer.
     private func feed(_ event: RouterEvent) {
         precondition(!feeding, "router re-entered")
+        if loop.longestHold != reportedHold {
+            reportedHold = loop.longestHold
+            router.longestLoopHold = reportedHold / 1000
+        }
         feeding = true
         router.handle(event, now: loop.now, sink: self)
         feeding = false
+        if !toAccount.isEmpty {
+            let peers = toAccount
+            toAccount.removeAll()
+            for peer in peers { if let c = connections[peer] { account(peer, c) } }
+        }
         if !hostRequests.isEmpty {
             // After the router is done with the event: a handler may feed the router (e.g. to drain it).
             let requests = hostRequests
@@ -238,15 +261,42 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         armDeadlineTimer()
     }
 
-    /// Tells the router about the peers found over `maxBacklog` (it closes them with `slow-consumer`).
+    /// Tells the router about the peers found over `maxBacklog` (it closes them with `slow-consumer`) or over the
+    /// memory budget (`memory-budget`).
     private func closeBacklogged() {
         guard !backlogged.isEmpty else { return }
         let peers = backlogged
         backlogged = []
-        for peer in peers {
-            feed(.backlogged(peer))
+        for (peer, event) in peers {
+            feed(event)
             cutOffLater(peer)
         }
+    }
+
+    public func connectionAccountingChanged(_ connection: Connection) {
+        let peer = connection.tag
+        if feeding {
+            toAccount.append(peer)
+        } else {
+            account(peer, connection)
+            if !backlogged.isEmpty { closeBacklogged() }
+        }
+    }
+
+    /// Charges (or returns) the change in a connection's accountable bytes to its memory account; a growth the
+    /// budget refuses closes it with `memory-budget` once this feed is done.
+    private func account(_ peer: PeerID, _ connection: Connection) {
+        guard !connection.isClosing, cutOffTimers[peer] == nil else { return }
+        let bytes = connection.accountableBytes
+        if bytes != connection.accounted {
+            guard router.accountTransport(peer, bytes: bytes) else {
+                overBudget(peer, connection, bytes: bytes)
+                return
+            }
+            connection.accounted = bytes
+        }
+        connection.sendCheckpoint = min(config.router.maxBacklog,
+                                        max(connection.queuedBytes, bytes) + Daemon.accountingSlack)
     }
 
     /// Sends a frame to a peer: the router's `.send` effect, and host-operation replies. Queued on the peer's
@@ -255,8 +305,14 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     public func send(_ frame: Frame, to peer: PeerID) {
         if let connection = connection(peer) {
             connection.send(frame)
-            if connection.queuedBytes > config.router.maxBacklog {
-                overBacklog(peer, connection)
+            if connection.queuedBytes > connection.sendCheckpoint {  // (at most maxBacklog)
+                if connection.queuedBytes > config.router.maxBacklog {
+                    overBacklog(peer, connection)
+                } else if feeding {
+                    toAccount.append(peer)
+                } else {
+                    account(peer, connection)
+                }
                 if !feeding { closeBacklogged() }  // a host reply, sent outside the router's event
             }
         }
@@ -276,6 +332,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             connections[peer]?.close(afterFlush: true)
         case .log(let level, let message):
             logger.log(level: level.swiftLogLevel, "\(message)")
+        case .stalled(let store, let pid, let closing):
+            onStoreStalled?(store, pid, closing)
         }
     }
 
@@ -304,10 +362,23 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     /// A peer does not read fast enough: drop what is queued and unwritten (it is about to be closed with
     /// `slow-consumer`, which then follows the write in flight) and tell the router once this feed is done.
     private func overBacklog(_ peer: PeerID, _ connection: Connection) {
-        guard !backlogged.contains(peer), cutOffTimers[peer] == nil else { return }
+        guard !backlogged.contains(where: { $0.0 == peer }), cutOffTimers[peer] == nil else { return }
         logger.warning("slow consumer", metadata: ["peer": "\(peer)", "queued": "\(connection.queuedBytes)"])
         connection.discardQueued()
-        backlogged.append(peer)
+        backlogged.append((peer, .backlogged(peer)))
+    }
+
+    /// A connection's unfinished frame and unwritten frames outgrew the memory budget: drop what is queued and
+    /// unwritten and have the router close it with `memory-budget` once this feed is done.
+    private func overBudget(_ peer: PeerID, _ connection: Connection, bytes: Int) {
+        guard !backlogged.contains(where: { $0.0 == peer }), cutOffTimers[peer] == nil else { return }
+        logger.warning("memory budget exceeded; closing connection",
+                       metadata: ["peer": "\(peer)", "bytes": "\(bytes)", "budgetUsed": "\(router.memory.used)"])
+        connection.discardQueued()
+        if router.accountTransport(peer, bytes: connection.accountableBytes) {  // what is left
+            connection.accounted = connection.accountableBytes
+        }
+        backlogged.append((peer, .overBudget(peer)))
     }
 
     /// Closes a slow consumer's connection without waiting for its writes if it has not read them within

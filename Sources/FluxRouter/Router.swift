@@ -57,13 +57,63 @@ public final class Router {
     @exclusivity(unchecked) private var downStores: Set<String> = []
     /// Traffic and error counters, reported by `info`.
     @exclusivity(unchecked) public private(set) var counters = Counters()
+    /// The bytes fluxd accounts for, by connection and user (see `MemoryBudget`).
+    public let memory: MemoryBudget
+    /// The coalescing key of the next store fluxd hears of (never reused within a run, even after a name is
+    /// forgotten).
+    @exclusivity(unchecked) private var nextStoreKey: UInt32 = 1
+    /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`.
+    @exclusivity(unchecked) private var connectionsByUser: [UInt32: Int] = [:]
+    /// Peers that asked for heartbeats (`hello.heartbeat`), in no particular order.
+    @exclusivity(unchecked) private var heartbeatPeers: Set<PeerID> = []
+    /// When the liveness sweep (heartbeats, stalled stores) runs next, while anything needs it.
+    @exclusivity(unchecked) private var sweepAt: Millis?
+    /// Up stores (the only ones that can stall): checked by the sweep.
+    @exclusivity(unchecked) private var upStores: Set<String> = []
+    /// Per user: the account its stores' retained snapshots are charged to.
+    @exclusivity(unchecked) private var userAccounts: [UInt32: MemoryBudget.Account] = [:]
+    /// Heartbeat pings sent (their ids are `hb-<n>`).
+    @exclusivity(unchecked) private var pingCount = 0
+    /// The most stores and waitFor edges one cycle check has visited (each is visited at most once).
+    @exclusivity(unchecked) public private(set) var maxCycleCheckSteps = 0
+    /// The longest time one loop callback held fluxd's loop, in microseconds, as the host measured it (shown in
+    /// `info`; the router only reports it).
+    @exclusivity(unchecked) public var longestLoopHold: UInt64 = 0
 
     /// How many action types' routes are cached before the cache starts over.
     static let routeCacheLimit = 4096
 
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
+        self.memory = MemoryBudget(limits: config.memory)
+        self.welcomeLimits = Router.limitsJSON(config)
     }
+
+    /// `welcome.limits` (the config does not change while the router runs).
+    private let welcomeLimits: [UInt8]
+
+    static func limitsJSON(_ c: RouterConfig) -> [UInt8] {
+        let fields: [(String, String)] = [
+            ("maxFrame", "\(c.maxFrame)"), ("storeWindow", "\(c.storeWindow)"), ("queueLimit", "\(c.queueLimit)"),
+            ("queueTimeout", "\(c.queueTimeout)"), ("handshakeTimeout", "\(c.handshakeTimeout)"),
+            ("maxPending", "\(c.maxPending)"), ("maxBacklog", "\(c.maxBacklog)"),
+            // since fluxd 0.2.0
+            ("maxQueries", "\(c.maxQueries)"), ("maxQueryBytes", "\(c.maxQueryBytes)"),
+            ("maxSubscriptions", "\(c.maxSubscriptions)"), ("maxWaitFor", "\(c.maxWaitFor)"),
+            ("maxConnectionsPerUser", "\(c.maxConnectionsPerUser)"),
+            ("memoryPerUser", "\(c.memory.perUser)"), ("connectionAllowance", "\(c.memory.connectionAllowance)"),
+            ("pingInterval", "\(c.pingInterval)"), ("maxPingsOut", "\(c.maxPingsOut)"),
+            ("storeTimeout", "\(c.storeTimeout)"),
+        ]
+        return Array(("{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}").utf8)
+    }
+
+    /// What a subscription and a live query are charged to their connection's memory account.
+    static func subscriptionCost(_ name: String) -> Int { 96 + name.utf8.count }
+    static func queryCost(_ bytes: [UInt8]) -> Int { 160 + bytes.count }
+    /// What an accepted action is charged to its dispatcher's account until it settles.
+    @inline(__always)
+    static func actionCost(_ payload: Int, _ type: Int) -> Int { 192 + payload + type }
 
     /// Convenience for tests: the effects of one event.
     public func handle(_ event: RouterEvent, now: Millis) -> [RouterEffect] {
@@ -95,6 +145,7 @@ public final class Router {
             connected(id, creds, now: now, &out)
         case .frame(let id, let body):
             if let peer = peerFrom(id), !peer.closing {
+                peer.lastHeard = now
                 out.traffic.framesIn += 1
                 out.traffic.bytesIn += UInt64(body.count + 4)
                 receive(peer, body, now: now, &out)
@@ -119,6 +170,11 @@ public final class Router {
             if let peer = peers[id], !peer.closing {
                 fail(peer, .slowConsumer, "more than \(config.maxBacklog) bytes queued to this connection and not read", &out, fatal: true)
             }
+        case .overBudget(let id):
+            if let peer = peers[id], !peer.closing {
+                let user = peer.account.uid == UInt32.max ? "its user" : "uid \(peer.account.uid)"
+                fail(peer, .memoryBudget, "this connection's unfinished frame and unread frames outgrew fluxd's memory budget (\(user) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, fatal: true)
+            }
         case .tick:
             tick(now: now, &out)
         case .drain:
@@ -139,12 +195,15 @@ public final class Router {
         return p
     }
 
-    /// Whether anything can expire at all (a handshake pending, or a store down): without, `nextDeadline` is nil.
-    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty }
+    /// Whether anything can expire at all (a handshake pending, a store down, or the liveness sweep): without,
+    /// `nextDeadline` is nil.
+    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty || sweepAt != nil }
 
-    /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any.
+    /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring, or the
+    /// liveness sweep), if any.
     public var nextDeadline: Millis? {
-        var next: Millis? = nil
+        if handshakes.isEmpty && downStores.isEmpty { return sweepAt }
+        var next: Millis? = sweepAt
         if let first = handshakes.first, let peer = peers[first] {
             next = peer.connectedAt + config.handshakeTimeout
         }
@@ -196,10 +255,30 @@ public final class Router {
     // MARK: - Connections and handshake
 
     private func connected(_ id: PeerID, _ creds: PeerCredentials, now: Millis, _ out: inout Output) {
-        let peer = Peer(id: id, creds: creds, connectedAt: now)
+        let uid = creds.uid ?? UInt32.max
+        let userConnections = connectionsByUser[uid] ?? 0
+        // Checked before this connection counts: the limits are on connections fluxd accepts.
+        var refusal: String? = nil
+        if peers.count >= config.maxConnections {
+            refusal = "fluxd has \(peers.count) connections (maxConnections \(config.maxConnections))"
+        } else if userConnections >= config.maxConnectionsPerUser {
+            refusal = "uid \(uid) has \(userConnections) connections (maxConnectionsPerUser \(config.maxConnectionsPerUser))"
+        } else if handshakes.count >= config.maxHandshakes {
+            refusal = "\(handshakes.count) connections have not said hello yet (maxHandshakes \(config.maxHandshakes))"
+        }
+        let account = refusal == nil ? memory.open(uid: uid) : nil
+        if refusal == nil && account == nil {
+            refusal = "fluxd's memory budget has no room for another connection of uid \(uid) (\(memory.byUser[uid] ?? 0) of \(config.memory.perUser) bytes per user, \(memory.used) of \(config.memory.total) in total)"
+        }
+        let peer = Peer(id: id, creds: creds, connectedAt: now, account: account ?? memory.userAccount(uid: uid))
         peers[id] = peer
-        handshakes.append(id)
+        connectionsByUser[uid] = userConnections + 1
         out.traffic.connections += 1
+        if let refusal {
+            out.log(.warning, "connection refused: \(refusal)")
+            return fail(peer, .tooManyConnections, refusal, &out)
+        }
+        handshakes.append(id)
         if shuttingDown {
             out.send(peer, byeFrame(reason: "shutdown"))
             close(peer, &out)
@@ -233,18 +312,24 @@ public final class Router {
         case .absent: break
         default: return fail(peer, .badMessage, "\"name\" must be a string of at most 128 bytes", &out, fatal: true)
         }
+        var heartbeat = false
+        switch env.bool("heartbeat") {
+        case .value(let h): heartbeat = h
+        case .absent: break
+        case .wrongType: return fail(peer, .badMessage, "\"heartbeat\" must be a boolean", &out, fatal: true)
+        }
         peer.role = role
         peer.name = name
+        if heartbeat && config.pingInterval > 0 {
+            peer.heartbeat = true
+            heartbeatPeers.insert(peer.id)
+            scheduleSweep()
+        }
         var b = FrameBuilder(op: "welcome")
         b.int("protocol", fluxProtocolVersion)
         b.string("server", config.serverName)
         b.int("peer", peer.id)
-        var limits: [UInt8] = []
-        limits.append(contentsOf: "{\"maxFrame\":\(config.maxFrame),\"storeWindow\":\(config.storeWindow),".utf8)
-        limits.append(contentsOf: "\"queueLimit\":\(config.queueLimit),\"queueTimeout\":\(config.queueTimeout),".utf8)
-        limits.append(contentsOf: "\"handshakeTimeout\":\(config.handshakeTimeout),\"maxPending\":\(config.maxPending),".utf8)
-        limits.append(contentsOf: "\"maxBacklog\":\(config.maxBacklog)}".utf8)
-        b.raw("limits", limits)
+        b.raw("limits", welcomeLimits)
         out.send(peer, b.finish())
         out.log(.debug, "peer \(peer.id) hello: role \(role.rawValue), name \"\(name)\"")
         emit("connect", &out) { e in
@@ -263,6 +348,11 @@ public final class Router {
         if lastPeer === peer { lastPeer = nil }
         handshakes.removeAll { $0 == id }
         monitors.removeAll { $0 == id }
+        if peer.heartbeat { heartbeatPeers.remove(id) }
+        let uid = peer.account.uid
+        if let n = connectionsByUser[uid] {
+            if n <= 1 { connectionsByUser.removeValue(forKey: uid) } else { connectionsByUser[uid] = n - 1 }
+        }
         if peer.role != nil {
             emit("disconnect", &out) { e in
                 e.int("peer", id)
@@ -274,12 +364,21 @@ public final class Router {
         }
         for name in peer.subscriptions {
             stores[name]?.subscribers.removeAll { $0 === peer }
+            memory.release(peer.account, Router.subscriptionCost(name))
         }
-        var touched: [String] = []
+        var changes: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {
-            if let store = stores[q.store], store.removeQuery(q.bytes) { touched.append(q.store) }
+            if let store = stores[q.store], store.removeQuery(q.bytes) { changes[q.store, default: []].append(q.bytes) }
+            memory.release(peer.account, Router.queryCost(q.bytes))
         }
-        for name in Set(touched).sorted() { if let store = stores[name] { sendQueries(store, &out) } }
+        peer.queries = [:]
+        memory.close(peer.account)
+        for name in changes.keys.sorted() {
+            if let store = stores[name] { queriesChanged(store, changes[name]!, &out) }
+        }
+        for name in Set(peer.subscriptions).union(changes.keys).sorted() {
+            if let store = stores[name] { forgetIfUnused(store) }
+        }
         out.log(.debug, "peer \(id) (\(peer.name)) closed")
     }
 
@@ -332,6 +431,7 @@ public final class Router {
         case "info": info(peer, env, &out)
         case "get": get(peer, env, &out)
         case "ping": ping(peer, env, &out)
+        case "pong": break  // a heartbeat answer: hearing from the peer is all that counts
         case "bye": close(peer, &out)
         case "register": if permitted(peer, role == .store, op, &out) { register(peer, env, now: now, &out) }
         case "unregister": if permitted(peer, role == .store, op, &out) { unregister(peer, env, now: now, &out) }
@@ -371,6 +471,15 @@ public final class Router {
         case .absent: break
         default: return fail(peer, .badMessage, "\"waitFor\" must be an array of other stores' names", &out, ref: name)
         }
+        if waitFor.count > config.maxWaitFor {
+            return fail(peer, .limitExceeded, "\"waitFor\" names \(waitFor.count) stores (maxWaitFor \(config.maxWaitFor))", &out, ref: name)
+        }
+        var queryDeltas = false
+        switch env.bool("queryDeltas") {
+        case .value(let q): queryDeltas = q
+        case .absent: break
+        case .wrongType: return fail(peer, .badMessage, "\"queryDeltas\" must be a boolean", &out, ref: name)
+        }
         if let initial = env.span(.state), initial.kind == .null {
             return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
         }
@@ -384,7 +493,11 @@ public final class Router {
         let resumed = store.version > 0
         store.ownerPeer = peer
         store.status = .up
+        store.queryDeltas = queryDeltas
+        store.stalled = false
         downStores.remove(name)
+        upStores.insert(name)
+        if config.storeTimeout > 0 { scheduleSweep() }
         store.handles = handles
         store.waitFor = waitFor
         store.wasRegistered = true
@@ -410,7 +523,10 @@ public final class Router {
             e.int("version", store.version + (initial == nil ? 0 : 1))
         }
         let versionBefore = store.version
-        if let initial { publish(store, state: initial, seq: store.seq, &out) }
+        if let initial, !publish(store, state: initial, seq: store.seq, &out) {
+            failStateOverBudget(peer, store, initial.count, &out)
+            return
+        }
         let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
         if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }
         sendQueries(store, &out)
@@ -434,7 +550,9 @@ public final class Router {
         store.ownerPeer?.owned.remove(store.name)
         store.ownerPeer = nil
         store.status = .down
+        store.stalled = false
         downStores.insert(store.name)
+        upStores.remove(store.name)
         var back = store.inflight
         store.inflight.removeAll()
         for i in back.indices { back[i].redelivered = true }
@@ -454,26 +572,52 @@ public final class Router {
     }
 
     /// The waitFor path that would close a cycle if `name` waited for `waitFor`, or nil.
+    ///
+    /// A depth-first search that remembers every store it has finished (`done`): a store from which `name` is not
+    /// reachable is never walked again, so one check visits each store and each waitFor edge at most once
+    /// (linear in the registration graph; the steps are counted in `maxCycleCheckSteps`). Iterative, so a long
+    /// chain of stores cannot exhaust the stack.
     private func cyclePath(from name: String, waitFor: [String]) -> [String]? {
-        var visiting: [String] = [name]
-        func walk(_ current: String, _ deps: [String]) -> [String]? {
-            for dep in deps {
-                if dep == name { return visiting + [name] }
-                if visiting.contains(dep) { continue }
-                visiting.append(dep)
-                if let found = walk(dep, stores[dep]?.waitFor ?? []) { return found }
-                visiting.removeLast()
+        var done: Set<String> = [name]
+        var path: [String] = [name]
+        // Each frame: a store on the current path and the index of its next waitFor entry to walk.
+        var stack: [(deps: [String], next: Int)] = [(waitFor, 0)]
+        var steps = 0
+        defer { maxCycleCheckSteps = max(maxCycleCheckSteps, steps) }
+        while !stack.isEmpty {
+            let top = stack.count - 1
+            let (deps, next) = stack[top]
+            guard next < deps.count else {
+                stack.removeLast()
+                path.removeLast()
+                continue
             }
-            return nil
+            stack[top].next = next + 1
+            let dep = deps[next]
+            steps += 1  // one edge
+            if dep == name { return path + [name] }
+            guard done.insert(dep).inserted else { continue }
+            steps += 1  // one store
+            path.append(dep)
+            stack.append((stores[dep]?.waitFor ?? [], 0))
         }
-        return walk(name, waitFor)
+        return nil
     }
 
     private func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
-        let s = StoreEntry(name: name, key: UInt32(truncatingIfNeeded: stores.count + 1))
+        let s = StoreEntry(name: name, key: nextStoreKey)
+        nextStoreKey &+= 1
         stores[name] = s
         return s
+    }
+
+    /// Forgets a store name nobody needs any more: never registered, no subscriber, no live query (SPEC §10).
+    /// A name that is subscribed to before its store registers stays known, so reconnecting clients keep working.
+    private func forgetIfUnused(_ store: StoreEntry) {
+        guard !store.wasRegistered, store.subscribers.isEmpty, store.queryOrder.isEmpty, store.queue.isEmpty,
+              store.inflight.isEmpty, store.snapshot == nil else { return }
+        stores.removeValue(forKey: store.name)
     }
 
     // MARK: - Dispatch, delivery and answers
@@ -531,10 +675,14 @@ public final class Router {
         for s in targets where s.status == .up && s.queue.count >= config.queueLimit {
             return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
         }
+        let payload = env.raw(.payload) ?? ArraySlice("null".utf8)
+        guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
+            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out, ref: refText)
+        }
         lastSeq += 1
         let action = ActionRecord(
             seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
-            payload: env.raw(.payload) ?? ArraySlice("null".utf8),
+            payload: payload,
             dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
         pendingCount += 1
         peer.unsettled += 1
@@ -590,6 +738,7 @@ public final class Router {
             }
             let head = store.queue.removeFirst()
             out.send(peer, actionFrame(head.action, store: store, redelivered: head.redelivered))
+            if store.inflight.isEmpty { store.lastProgress = now }  // the store's clock starts with its oldest
             store.inflight.append(head)
         }
     }
@@ -635,7 +784,10 @@ public final class Router {
                 guard state.kind != .null else {
                     return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
                 }
-                publish(store, state: env.body[state.range], seq: UInt64(bitPattern: seq), &out)
+                guard publish(store, state: env.body[state.range], seq: UInt64(bitPattern: seq), &out) else {
+                    // The action stays unanswered: redelivered when the store comes back (SPEC §10).
+                    return failStateOverBudget(peer, store, env.body[state.range].count, &out)
+                }
             }
             result = .done
         } else {
@@ -645,6 +797,8 @@ public final class Router {
             result = .rejected(error)
         }
         let head = store.inflight.removeFirst()
+        store.lastProgress = now
+        if store.stalled { storeRecovered(store, &out) }
         store.seq = head.action.seq
         record(head.action, store: store, result: result, &out)
         pump(store, &out)
@@ -672,6 +826,7 @@ public final class Router {
         pendingCount -= 1
         let dispatcher = action.dispatcher
         dispatcher.unsettled -= 1
+        memory.release(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
         let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
         guard toDispatcher || !monitors.isEmpty else { return }
         let results = resultsJSON(action)
@@ -716,10 +871,21 @@ public final class Router {
 
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
     /// frame goes to every subscriber.
-    private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) {
+    @discardableResult
+    private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) -> Bool {
         if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
-            return
+            return true
         }
+        // The retained snapshot is charged to the user that published it (it outlives the connection).
+        let cost = 96 + store.nameJSON.count + state.count
+        let account = userAccount(store.ownerPeer?.account.uid ?? store.retainedBy?.uid ?? UInt32.max)
+        if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
+        guard memory.charge(account, cost) else {
+            if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
+            return false
+        }
+        store.retainedBy = account
+        store.retainedCost = cost
         store.version += 1
         var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
         b.raw("store", store.nameJSON)
@@ -741,6 +907,22 @@ public final class Router {
             e.int("seq", seq)
             e.raw("state", state)
         }
+        return true
+    }
+
+    /// The account of `uid`'s retained snapshots.
+    private func userAccount(_ uid: UInt32) -> MemoryBudget.Account {
+        if let a = userAccounts[uid] { return a }
+        let a = memory.userAccount(uid: uid)
+        userAccounts[uid] = a
+        return a
+    }
+
+    /// A store's new state does not fit its user's share of the memory budget: the store is closed with
+    /// `memory-budget` (its unanswered actions are redelivered when it registers again, SPEC §10).
+    private func failStateOverBudget(_ peer: Peer, _ store: StoreEntry, _ size: Int, _ out: inout Output) {
+        out.log(.warning, "store \"\(store.name)\": a state of \(size) bytes does not fit the memory budget; closing its connection")
+        fail(peer, .memoryBudget, "a state of \(size) bytes for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
     }
 
     private func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -753,7 +935,9 @@ public final class Router {
         guard let state = env.span(.state), state.kind != .null else {
             return fail(peer, .badMessage, "state needs a non-null \"state\"", &out, ref: name)
         }
-        publish(store, state: env.body[state.range], seq: store.seq, &out)
+        if !publish(store, state: env.body[state.range], seq: store.seq, &out) {
+            failStateOverBudget(peer, store, env.body[state.range].count, &out)
+        }
     }
 
     // MARK: - Subscriptions and queries
@@ -762,15 +946,22 @@ public final class Router {
         guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
             return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
         }
+        if !peer.subscriptions.contains(name) {
+            guard peer.subscriptions.count < config.maxSubscriptions else {
+                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptions.count) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
+            }
+            guard memory.charge(peer.account, Router.subscriptionCost(name)) else {
+                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
+            }
+            peer.subscriptions.insert(name)
+            entry(name).subscribers.append(peer)
+        }
         let store = entry(name)
         var b = FrameBuilder(op: "subscribed")
         b.string("store", name)
         b.string("status", store.status.rawValue)
         b.int("version", store.version)
         out.send(peer, b.finish(coalescing: .fence(key: store.key)))
-        if peer.subscriptions.insert(name).inserted {
-            store.subscribers.append(peer)
-        }
         if let snapshot = store.snapshot { out.send(peer, snapshot) }
     }
 
@@ -778,12 +969,15 @@ public final class Router {
         guard case .value(let name) = env.string(.store) else {
             return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
         }
+        let store = stores[name]
         if peer.subscriptions.remove(name) != nil {
-            stores[name]?.subscribers.removeAll { $0 === peer }
+            store?.subscribers.removeAll { $0 === peer }
+            memory.release(peer.account, Router.subscriptionCost(name))
         }
         var b = FrameBuilder(op: "unsubscribed")
         b.string("store", name)
-        out.send(peer, b.finish(coalescing: stores[name].map { .fence(key: $0.key) } ?? .none))
+        out.send(peer, b.finish(coalescing: store.map { .fence(key: $0.key) } ?? .none))
+        if let store { forgetIfUnused(store) }
     }
 
     private func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -799,14 +993,24 @@ public final class Router {
         guard peer.queries[id] == nil else {
             return fail(peer, .badMessage, "query id \"\(id)\" is already active", &out, ref: id)
         }
+        guard peer.queries.count < config.maxQueries else {
+            return fail(peer, .limitExceeded, "this connection holds \(peer.queries.count) live queries (maxQueries \(config.maxQueries))", &out, ref: id)
+        }
+        guard peer.queryBytes + q.count <= config.maxQueryBytes else {
+            return fail(peer, .limitExceeded, "this connection's live queries hold \(peer.queryBytes) bytes; \(q.count) more would pass maxQueryBytes \(config.maxQueryBytes)", &out, ref: id)
+        }
         let bytes = Array(q)
+        guard memory.charge(peer.account, Router.queryCost(bytes)) else {
+            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another query of uid \(peer.account.uid)", &out, ref: id)
+        }
         peer.queries[id] = (name, bytes)
+        peer.queryBytes += bytes.count
         let store = entry(name)
         var b = FrameBuilder(op: "query-ok")
         b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
         store.addQuery(bytes)
-        sendQueries(store, &out)
+        queriesChanged(store, [bytes], &out)
     }
 
     private func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -816,10 +1020,40 @@ public final class Router {
         guard let q = peer.queries.removeValue(forKey: id) else {
             return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
         }
+        peer.queryBytes -= q.bytes.count
+        memory.release(peer.account, Router.queryCost(q.bytes))
         var b = FrameBuilder(op: "unquery-ok")
         b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
-        if let store = stores[q.store], store.removeQuery(q.bytes) { sendQueries(store, &out) }
+        if let store = stores[q.store] {
+            if store.removeQuery(q.bytes) { queriesChanged(store, [q.bytes], &out) }
+            forgetIfUnused(store)
+        }
+    }
+
+    /// Tells a live store that its active queries changed: the queries in `changed` (each is sent with its new
+    /// count, 0 = no longer active) to a store that asked for deltas (`register.queryDeltas`), the whole set to
+    /// any other.
+    private func queriesChanged(_ store: StoreEntry, _ changed: [[UInt8]], _ out: inout Output) {
+        guard let peer = store.ownerPeer else { return }
+        guard store.queryDeltas else { return sendQueries(store, &out) }
+        var b = FrameBuilder(op: "queries-changed")
+        b.raw("store", store.nameJSON)
+        b.key("changes")
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
+        var first = true
+        var seen: Set<[UInt8]> = []
+        for q in changed.sorted(by: { $0.lexicographicallyPrecedes($1) }) where seen.insert(q).inserted {
+            if !first { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
+            first = false
+            b.rawBytes("{\"query\":".utf8)
+            b.rawBytes(q)
+            b.rawBytes(",\"count\":".utf8)
+            b.intValue(store.queryCounts[q] ?? 0)
+            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+        }
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
+        out.send(peer, b.finish())
     }
 
     /// Tells a live store its current deduplicated set of active queries.
@@ -879,6 +1113,9 @@ public final class Router {
             j.append(contentsOf: ",\"waitFor\":".utf8); appendStrings(s.waitFor, &j)
             j.append(contentsOf: ",\"version\":\(s.version),\"seq\":\(s.seq),\"subscribers\":\(s.subscribers.count)".utf8)
             j.append(contentsOf: ",\"queued\":\(s.queue.count),\"inflight\":\(s.inflight.count),\"queries\":\(s.queryOrder.count)".utf8)
+            if s.stalled {
+                j.append(contentsOf: ",\"stalled\":true,\"stalledFor\":\(now - s.lastProgress)".utf8)
+            }
             if let owner = s.owner, let p = peers[owner] {
                 j.append(contentsOf: ",\"owner\":{\"peer\":\(p.id),\"name\":".utf8); appendEscaped(p.name, to: &j)
                 if let pid = p.creds.pid { j.append(contentsOf: ",\"pid\":\(pid)".utf8) }
@@ -898,6 +1135,15 @@ public final class Router {
         var current = counters
         current.traffic.add(out.traffic)  // this event's traffic so far is not in `counters` yet
         b.raw("counters", current.json())
+        var users: [UInt8] = Array("[".utf8)
+        for (i, uid) in memory.byUser.keys.sorted().enumerated() {
+            if i > 0 { users.append(UInt8(ascii: ",")) }
+            let n = connectionsByUser[uid] ?? 0
+            users.append(contentsOf: "{\"uid\":\(uid == UInt32.max ? "null" : "\(uid)"),\"bytes\":\(memory.byUser[uid] ?? 0),\"connections\":\(n)}".utf8)
+        }
+        users.append(UInt8(ascii: "]"))
+        b.raw("memory", Array("{\"used\":\(memory.used),\"peak\":\(memory.peak),\"limit\":\(config.memory.total),\"perUser\":\(config.memory.perUser),\"connectionAllowance\":\(config.memory.connectionAllowance),\"refusals\":\(memory.refusals),\"users\":".utf8) + users + [UInt8(ascii: "}")])
+        b.raw("load", Array("{\"connections\":\(peers.count),\"handshakes\":\(handshakes.count),\"storeNames\":\(stores.count),\"longestLoopHoldMicros\":\(longestLoopHold),\"maxCycleCheckSteps\":\(maxCycleCheckSteps)}".utf8))
         out.send(peer, b.finish())
     }
 
@@ -910,9 +1156,82 @@ public final class Router {
         j.append(UInt8(ascii: "]"))
     }
 
+    // MARK: - Liveness
+
+    /// The transport's bytes for `peer` (its unfinished frame and its frames waiting to be written) changed to
+    /// `bytes`: they are charged to its memory account. False when growing them would pass the budget: the host
+    /// then drops what waits to be written and feeds `.overBudget(peer)`.
+    public func accountTransport(_ peer: PeerID, bytes: Int) -> Bool {
+        guard let p = peers[peer] else { return true }
+        return memory.setTransport(p.account, bytes)
+    }
+
+    /// How often the liveness sweep runs while some peer asked for heartbeats or some store is up.
+    private var sweepInterval: Millis {
+        var interval: Millis = 1000
+        if config.pingInterval > 0 { interval = min(interval, max(config.pingInterval / 4, 5)) }
+        if config.storeTimeout > 0 { interval = min(interval, max(config.storeTimeout / 4, 5)) }
+        return interval
+    }
+
+    private func scheduleSweep() {
+        if sweepAt == nil { sweepAt = now + sweepInterval }
+    }
+
+    /// Pings opted-in peers that have been silent for `pingInterval`, closes those silent through `maxPingsOut`
+    /// pings, and reports stores whose oldest delivered action waited longer than `storeTimeout`.
+    private func sweep(now: Millis, _ out: inout Output) {
+        if config.pingInterval > 0 {
+            for id in heartbeatPeers.sorted() {
+                guard let peer = peers[id], !peer.closing else { continue }
+                if peer.lastHeard >= peer.lastPingAt { peer.pingsOut = 0 }  // heard from since the last ping
+                let silentSince = max(peer.lastHeard, peer.connectedAt)
+                guard now >= silentSince + config.pingInterval * Millis(peer.pingsOut + 1) else { continue }
+                if peer.pingsOut >= config.maxPingsOut {
+                    fail(peer, .unresponsive, "no frame for \(now - silentSince) ms and \(peer.pingsOut) pings unanswered", &out)
+                    continue
+                }
+                peer.pingsOut += 1
+                peer.lastPingAt = now
+                pingCount += 1
+                var b = FrameBuilder(op: "ping")
+                b.string("id", "hb-\(pingCount)")
+                out.send(peer, b.finish())
+            }
+        }
+        if config.storeTimeout > 0 {
+            for name in upStores.sorted() {
+                guard let store = stores[name], !store.stalled, !store.inflight.isEmpty,
+                      now >= store.lastProgress + config.storeTimeout, let owner = store.ownerPeer else { continue }
+                store.stalled = true
+                let waited = now - store.lastProgress
+                let seq = store.inflight[0].action.seq
+                out.log(.warning, "store \"\(name)\" stalled: action \(seq) unanswered for \(waited) ms, \(store.inflight.count) in flight, \(store.queue.count) queued (peer \(owner.id), pid \(owner.creds.pid.map { "\($0)" } ?? "?"))\(config.closeStalledStores ? "; closing it" : "")")
+                emit("store-stalled", &out) { e in
+                    e.string("store", name)
+                    e.int("seq", seq)
+                    e.int("waited", waited)
+                }
+                out.append(.stalled(store: name, pid: owner.creds.pid, closing: config.closeStalledStores))
+                if config.closeStalledStores {
+                    fail(owner, .unresponsive, "store \"\(name)\" left action \(seq) unanswered for \(waited) ms (storeTimeout \(config.storeTimeout))", &out, ref: name, fatal: true)
+                }
+            }
+        }
+        sweepAt = heartbeatPeers.isEmpty && (config.storeTimeout == 0 || upStores.isEmpty) ? nil : now + sweepInterval
+    }
+
+    /// A stalled store answered again.
+    private func storeRecovered(_ store: StoreEntry, _ out: inout Output) {
+        store.stalled = false
+        out.log(.notice, "store \"\(store.name)\" answers again")
+        emit("store-recovered", &out) { e in e.string("store", store.name) }
+    }
+
     // MARK: - Time and shutdown
 
     private func tick(now: Millis, _ out: inout Output) {
+        if let at = sweepAt, at <= now { sweep(now: now, &out) }
         while let first = handshakes.first {
             guard let peer = peers[first] else { handshakes.removeFirst(); continue }
             guard peer.connectedAt + config.handshakeTimeout <= now else { break }
@@ -1025,11 +1344,22 @@ final class Peer {
     @exclusivity(unchecked) var unsettled = 0
     /// The store this peer last answered or published for (a lookup cache; checked against `owner` on use).
     @exclusivity(unchecked) var lastStore: StoreEntry?
+    /// Bytes of its live queries' values (`maxQueryBytes`).
+    @exclusivity(unchecked) var queryBytes = 0
+    /// What it holds of fluxd's memory budget.
+    let account: MemoryBudget.Account
+    /// Liveness: whether it asked for heartbeats, when a frame last came from it, when it was last pinged, and
+    /// how many pings it has left unanswered.
+    @exclusivity(unchecked) var heartbeat = false
+    @exclusivity(unchecked) var lastHeard: Millis = 0
+    @exclusivity(unchecked) var lastPingAt: Millis = 0
+    @exclusivity(unchecked) var pingsOut = 0
 
-    init(id: PeerID, creds: PeerCredentials, connectedAt: Millis) {
+    init(id: PeerID, creds: PeerCredentials, connectedAt: Millis, account: MemoryBudget.Account) {
         self.id = id
         self.creds = creds
         self.connectedAt = connectedAt
+        self.account = account
     }
 }
 
@@ -1068,6 +1398,15 @@ final class StoreEntry {
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
     @exclusivity(unchecked) var queryCounts: [[UInt8]: Int] = [:]
+    /// Whether its owner asked for query changes instead of whole sets (`register.queryDeltas`).
+    @exclusivity(unchecked) var queryDeltas = false
+    /// When it last made progress (answered, or was sent an action with none unanswered), and whether it is
+    /// reported stalled (its oldest delivered action unanswered for `storeTimeout`).
+    @exclusivity(unchecked) var lastProgress: Millis = 0
+    @exclusivity(unchecked) var stalled = false
+    /// Who its retained snapshot is charged to, and how much.
+    @exclusivity(unchecked) var retainedBy: MemoryBudget.Account?
+    @exclusivity(unchecked) var retainedCost = 0
 
     init(name: String, key: UInt32) {
         self.name = name

@@ -39,6 +39,34 @@ public struct RouterConfig: Sendable {
     /// as a slow consumer (`slow-consumer`). Snapshots for a connection that is behind are coalesced (newest
     /// wins), so only frames that cannot be dropped count towards this in practice.
     public var maxBacklog: Int = 64 << 20
+    /// Stores one `register` may name in `waitFor` (`limit-exceeded` above it): with the cycle check linear in
+    /// the registration graph, this bounds the work one `register` can cause.
+    public var maxWaitFor: Int = 64
+    /// Live queries one connection may hold at once (`limit-exceeded` above it).
+    public var maxQueries: Int = 4096
+    /// Bytes of live query values one connection may hold at once (`limit-exceeded` above it).
+    public var maxQueryBytes: Int = 1 << 20
+    /// Stores one connection may be subscribed to at once (`limit-exceeded` above it).
+    public var maxSubscriptions: Int = 4096
+    /// Connections fluxd accepts at once, from all users (`too-many-connections` above it).
+    public var maxConnections: Int = 8192
+    /// Connections one user (uid) may hold at once (`too-many-connections` above it).
+    public var maxConnectionsPerUser: Int = 4096
+    /// Connections that have not completed their handshake yet (`too-many-connections` above it).
+    public var maxHandshakes: Int = 1024
+    /// The memory budget: bytes fluxd accounts for (see `MemoryBudget`).
+    public var memory = MemoryBudget.Limits()
+    /// How long an opted-in peer (`hello.heartbeat`) may stay silent before fluxd pings it (0: never).
+    public var pingInterval: Millis = 30_000
+    /// Pings an opted-in peer may leave unanswered; silent through one more interval it is closed
+    /// (`unresponsive`).
+    public var maxPingsOut: Int = 2
+    /// How long a store may leave its oldest delivered action unanswered before it is reported stalled
+    /// (0: never).
+    public var storeTimeout: Millis = 30_000
+    /// Whether a stalled store's connection is closed (`unresponsive`), so its supervisor can restart it; its
+    /// unanswered actions are redelivered as for any store that goes down (SPEC §10).
+    public var closeStalledStores = false
     /// The server name in `welcome.server`.
     public var serverName: String = "fluxd/0.1.0"
     /// Ops the router does not handle itself but hands to its host (e.g. fluxd's worker supervisor) as a
@@ -63,6 +91,10 @@ public enum RouterEvent: Sendable {
     /// More than `maxBacklog` bytes wait to be written to the peer (it does not read fast enough): the router
     /// sends it `slow-consumer` and closes it. The host has already dropped what was queued and not yet written.
     case backlogged(PeerID)
+    /// The peer's unfinished frame and unwritten frames outgrew fluxd's memory budget
+    /// (`Router.accountTransport` said no): the router sends it `memory-budget` and closes it. The host has
+    /// already dropped what was queued and not yet written.
+    case overBudget(PeerID)
     /// Time passed; the router expires handshakes and queued actions whose deadline is at or before `now`.
     case tick
     /// fluxd is about to shut down: refuse new dispatches (`shutting-down`) but keep routing answers, so actions
@@ -87,6 +119,10 @@ public enum RouterEffect: Sendable {
     case close(PeerID)
     /// Something worth logging.
     case log(LogLevel, String)
+    /// A store left its oldest delivered action unanswered for `storeTimeout` (reported once per stall);
+    /// `closing`: its connection is being closed as `unresponsive` (the host may stop the process, e.g. a
+    /// supervised worker, so that it restarts).
+    case stalled(store: String, pid: Int32?, closing: Bool)
 }
 
 /// Carries out a router's effects as the router produces them, in the order it produces them (see

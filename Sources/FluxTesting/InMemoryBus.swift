@@ -165,6 +165,8 @@ public final class InMemoryBus: Sendable {
                         }
                     case .log(let level, let message):
                         s.logs.append("\(level): \(message)")
+                    case .stalled:
+                        break  // reported in the logs too; the in-memory bus supervises no processes
                     }
                 }
                 return out

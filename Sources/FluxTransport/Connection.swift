@@ -8,6 +8,14 @@ public protocol ConnectionDelegate: AnyObject {
     func connection(_ connection: Connection, received frame: DecodedFrame)
     /// The connection is gone. Called exactly once per connection, from libuv's close callback.
     func connectionClosed(_ connection: Connection, reason: CloseReason)
+    /// `accountableBytes` may have changed outside a `send`: after a read left an unfinished frame (or finished
+    /// one), when a write the kernel did not take at once started, and when it completed. Not called once a
+    /// close was requested.
+    func connectionAccountingChanged(_ connection: Connection)
+}
+
+extension ConnectionDelegate {
+    public func connectionAccountingChanged(_ connection: Connection) {}
 }
 
 /// Why a connection closed (the first cause wins).
@@ -107,6 +115,26 @@ public final class Connection: HandleOwner {
     /// Bytes queued and not yet written by the kernel (frames pending plus writes in flight).
     public var queuedBytes: Int { pendingBytes + inFlightBytes }
 
+    /// The bytes this connection holds that its owner accounts for: the unfinished frame being read, and the
+    /// frames the kernel has not taken while a write is in flight (frames queued within one loop iteration are
+    /// written at its end and not counted).
+    public var accountableBytes: Int {
+        decoder.bufferedByteCount + (writesInFlight > 0 ? pendingBytes + inFlightBytes : 0)
+    }
+
+    /// For the owner's use: the `accountableBytes` it last accounted for, and the `queuedBytes` above which its
+    /// `send` checks again (fluxd's memory budget).
+    public var accounted: Int {
+        get { storedAccounted }
+        set { storedAccounted = newValue }
+    }
+    @exclusivity(unchecked) private var storedAccounted = 0
+    public var sendCheckpoint: Int {
+        get { storedCheckpoint }
+        set { storedCheckpoint = newValue }
+    }
+    @exclusivity(unchecked) private var storedCheckpoint = Int.max
+
     /// Whether a close was requested or happened (no more frames are delivered; sends are dropped).
     public var isClosing: Bool { phase != .open }
 
@@ -193,6 +221,7 @@ public final class Connection: HandleOwner {
 
     fileprivate func received(_ bytes: UnsafeRawBufferPointer) {
         guard phase == .open else { return }
+        let start = EventLoop.clock()
         var offset = 0
         var handled = 0
         while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
@@ -203,6 +232,11 @@ public final class Connection: HandleOwner {
                 eventLoop.flushDirty()
             }
         }
+        // An unfinished frame now, or one accounted before: the owner accounts for the change.
+        if phase == .open && (decoder.bufferedByteCount != 0 || storedAccounted != 0) {
+            delegate?.connectionAccountingChanged(self)
+        }
+        eventLoop.holdEnded(since: start)
     }
 
     fileprivate func readFailed(_ status: Int) {
@@ -277,12 +311,14 @@ public final class Connection: HandleOwner {
         } else {
             writesInFlight += 1
             inFlightBytes += rc
+            if phase == .open { delegate?.connectionAccountingChanged(self) }
         }
     }
 
     fileprivate func written(byteCount: Int, status: Int32) {
         writesInFlight -= 1
         inFlightBytes -= byteCount
+        if phase == .open && storedAccounted != 0 { delegate?.connectionAccountingChanged(self) }
         if status < 0 && status != uvECANCELED {
             if closeReason == nil { closeReason = .error(UVError(code: status, operation: "write")) }
             closeNow()

@@ -79,6 +79,21 @@ public final class EventLoop {
     /// The loop's cached monotonic clock in milliseconds (updated at the start of each iteration).
     public var now: UInt64 { uv_now(loop) }
 
+    /// The longest time one callback held this loop (a connection's read, or a span the owner measured with
+    /// `holdStarted`/`holdEnded`), in nanoseconds.
+    public private(set) var longestHold: UInt64 = 0
+
+    /// A monotonic clock reading in nanoseconds (`uv_hrtime`), for measuring holds.
+    @inline(__always)
+    public static func clock() -> UInt64 { uv_hrtime() }
+
+    /// Records a hold that started at `start` (an `EventLoop.clock()` reading) and ends now.
+    @inline(__always)
+    public func holdEnded(since start: UInt64) {
+        let held = uv_hrtime() &- start
+        if held > longestHold { longestHold = held }
+    }
+
     /// Refreshes the cached clock (after long synchronous work).
     public func updateTime() { uv_update_time(loop) }
 

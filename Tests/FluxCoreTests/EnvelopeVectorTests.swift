@@ -222,6 +222,8 @@ struct EnvelopeVectorTests {
             "name-taken": false, "cycle": false, "unknown-store": false, "no-handler": false, "overloaded": false,
             "store-unavailable": false, "shutting-down": false, "unknown-worker": false,
             "slow-consumer": true,  // since fluxd 0.1.1
+            // since fluxd 0.2.0 (isolation limits, heartbeats)
+            "limit-exceeded": false, "too-many-connections": true, "memory-budget": false, "unresponsive": true,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

@@ -834,6 +834,7 @@ struct EffectSinkTests {
         case .host(let peer, let env): return "host \(peer) \(String(decoding: env.body, as: UTF8.self))"
         case .close(let peer): return "close \(peer)"
         case .log(let level, let message): return "log \(level) \(message)"
+        case .stalled(let store, let pid, let closing): return "stalled \(store) \(pid.map { "\($0)" } ?? "-") \(closing)"
         }
     }
 

@@ -9,6 +9,8 @@ final class TestBus {
     private(set) var inbox: [PeerID: [Envelope]] = [:]
     private(set) var closedPeers: Set<PeerID> = []
     private(set) var logs: [String] = []
+    /// `.stalled` effects: (store, closing).
+    private(set) var stalls: [(store: String, closing: Bool)] = []
     /// Every frame sent to each peer as (op, coalescing mark), in order; never cleared by `take`.
     private(set) var marks: [PeerID: [(op: String, coalescing: Coalescing)]] = [:]
 
@@ -37,6 +39,8 @@ final class TestBus {
                 inbox[peer, default: []].append(try! Envelope(body: frame.bodyArray))
             case .host:
                 break
+            case .stalled(let store, _, let closing):
+                stalls.append((store, closing))
             }
         }
         for peer in toClose where !closedPeers.contains(peer) {

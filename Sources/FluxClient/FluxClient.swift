@@ -109,6 +109,7 @@ public final class FluxClient: Sendable {
         hello.int("protocol", fluxProtocolVersion)
         hello.string("role", role.rawValue)
         hello.string("name", name)
+        hello.bool("heartbeat", true)  // fluxd pings us when we are silent; the reader answers (SPEC §8.7)
         let reply: Envelope
         do {
             reply = try await client.request(key: helloKey, frame: hello.finish())
@@ -584,10 +585,15 @@ public final class FluxClient: Sendable {
             if let id = env.fluxString("id") { resolve(id, env) }
         case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up":
             handleSubscriptionMessage(op, env)
-        case "registered", "action", "queries":
+        case "registered", "action", "queries", "queries-changed":
             if let store = env.fluxString("store"), let sink = state.withLock({ $0.sinks[store] }) {
                 sink(.message(env))
             }
+        case "ping":
+            // A heartbeat (we asked for them in hello): answered at once, from the reader, whatever user code does.
+            var b = FrameBuilder(op: "pong")
+            if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
+            try? send(frame: b.finish())
         case "bye":
             state.withLock { $0.byeReason = env.fluxString("reason") ?? "no reason given" }
         default:

@@ -37,6 +37,9 @@ public final class PluginHost {
         }
         daemon.onTerminate = { [unowned self] _ in self.terminate() }
         if let supervisor {
+            daemon.onStoreStalled = { [unowned supervisor] store, pid, closing in
+                if closing, let pid { supervisor.killStalled(pid: pid, store: store) }
+            }
             daemon.onHostRequest = { [unowned supervisor] peer, request in supervisor.handle(request: request, from: peer) }
             daemon.onHangup = { [unowned self, unowned supervisor] in
                 self.logger.notice("SIGHUP: reloading the config", metadata: ["file": "\(supervisor.config.path)"])

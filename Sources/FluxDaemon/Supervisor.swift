@@ -177,6 +177,17 @@ public final class Supervisor {
         continueStoppingAll()
     }
 
+    /// fluxd closed a stalled store of this worker's (`unresponsive`): the worker is killed (SIGKILL, which also
+    /// ends a stopped process) and restarted like after a crash. False: `pid` is not one of our workers.
+    @discardableResult
+    public func killStalled(pid: Int32, store: String) -> Bool {
+        guard let worker = workers.values.first(where: { $0.child?.pid == pid }) else { return false }
+        logger.warning("worker's store stalled; killing the worker so that it restarts",
+                       metadata: ["worker": "\(worker.spec.name)", "pid": "\(pid)", "store": "\(store)"])
+        worker.child?.kill(SIGKILL)
+        return true
+    }
+
     // MARK: - Host operations
 
     /// The ops `handle(request:from:)` answers: `workers`, `restart-worker`, `stop-worker`.

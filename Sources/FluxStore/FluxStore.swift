@@ -324,6 +324,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             b.string("store", name)
             b.strings("handles", handles)
             b.strings("waitFor", waitFor)
+            b.bool("queryDeltas", true)  // query changes one by one, not the whole set each time (SPEC §8.6)
             b.raw("state", initialJSON)
             try client.send(frame: b.finish())
         } catch {
@@ -430,6 +431,8 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         var state: State
         var phase = Phase.registering
         var followed: [String: any Sendable] = [:]
+        /// The active queries (canonical JSON bytes -> count), kept from `queries` and `queries-changed`.
+        var activeQueries: [[UInt8]: Int] = [:]
 
         var registered: Bool { phase != .registering }
 
@@ -489,9 +492,15 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
                     ref: env.fluxString("ref"), fatal: env.bool("fatal").value ?? false))
                 if phase == .registering { throw error }
                 store.report(error)
-            case "queries":
+            case "queries", "queries-changed":
                 if phase != .ready { becomeReady() }
-                guard let handler = config.queries, let raw = env.raw("queries") else { return }
+                let whole = env.fluxString("op") == "queries"
+                guard let entries = env.raw(whole ? "queries" : "changes"), applyQueries(entries, whole: whole) else {
+                    store.report(FluxError.protocolViolation("unreadable \(whole ? "queries" : "queries-changed") message for \(store.name)"))
+                    return
+                }
+                guard let handler = config.queries else { return }
+                let raw = activeQueriesJSON()
                 let decoder = self.decoder
                 runOutsideAction(cause: nil) { state, ctx in try handler(&state, raw, ctx, decoder) }
             case "action":
@@ -500,6 +509,34 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             default:
                 break
             }
+        }
+
+        /// Applies a `queries` array (the whole set) or a `queries-changed` array (each entry's new count; 0: gone).
+        mutating func applyQueries(_ json: ArraySlice<UInt8>, whole: Bool) -> Bool {
+            guard let list = try? JSONSerialization.jsonObject(with: Data(json), options: [.fragmentsAllowed]) as? [[String: Any]] else {
+                return false
+            }
+            if whole { activeQueries = [:] }
+            for entry in list {
+                guard let query = entry["query"], let count = entry["count"] as? Int,
+                      let key = try? JSONSerialization.data(withJSONObject: query, options: [.sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
+                else { return false }
+                if count > 0 { activeQueries[Array(key)] = count } else { activeQueries.removeValue(forKey: Array(key)) }
+            }
+            return true
+        }
+
+        /// The active queries as a `queries` array, sorted by their bytes.
+        func activeQueriesJSON() -> ArraySlice<UInt8> {
+            var out: [UInt8] = [UInt8(ascii: "[")]
+            for (i, key) in activeQueries.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }).enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(contentsOf: #"{"query":"#.utf8)
+                out.append(contentsOf: key)
+                out.append(contentsOf: #","count":\#(activeQueries[key]!)}"#.utf8)
+            }
+            out.append(UInt8(ascii: "]"))
+            return out[...]
         }
 
         mutating func becomeReady() {

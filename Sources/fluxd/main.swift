@@ -2,6 +2,7 @@ import ArgumentParser
 import CJemalloc
 import FluxCore
 import FluxDaemon
+import FluxRouter
 import Glibc
 import Logging
 
@@ -42,6 +43,53 @@ struct Fluxd: ParsableCommand {
         valueName: "bytes"))
     var maxBacklog: Int = 64 << 20
 
+    @Option(name: .long, help: ArgumentHelp("Live queries one connection may hold.", valueName: "n"))
+    var maxQueries: Int = RouterConfig().maxQueries
+
+    @Option(name: .long, help: ArgumentHelp("Bytes of live query values one connection may hold.", valueName: "bytes"))
+    var maxQueryBytes: Int = RouterConfig().maxQueryBytes
+
+    @Option(name: .long, help: ArgumentHelp("Stores one connection may be subscribed to.", valueName: "n"))
+    var maxSubscriptions: Int = RouterConfig().maxSubscriptions
+
+    @Option(name: .long, help: ArgumentHelp("Stores one register may name in waitFor.", valueName: "n"))
+    var maxWaitFor: Int = RouterConfig().maxWaitFor
+
+    @Option(name: .long, help: ArgumentHelp("Connections accepted at once, from all users.", valueName: "n"))
+    var maxConnections: Int = RouterConfig().maxConnections
+
+    @Option(name: .long, help: ArgumentHelp("Connections one user (uid) may hold at once.", valueName: "n"))
+    var maxConnectionsPerUser: Int = RouterConfig().maxConnectionsPerUser
+
+    @Option(name: .long, help: ArgumentHelp("Connections that have not said hello yet.", valueName: "n"))
+    var maxHandshakes: Int = RouterConfig().maxHandshakes
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Bytes fluxd accounts for in total: unfinished frames, unwritten frames, unsettled actions, queries, retained snapshots (docs/limits.md).",
+        valueName: "bytes"))
+    var memoryBudget: Int = MemoryBudget.Limits().total
+
+    @Option(name: .long, help: ArgumentHelp("Bytes of the memory budget one user (uid) may hold.", valueName: "bytes"))
+    var memoryPerUser: Int = MemoryBudget.Limits().perUser
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Bytes each connection may use without drawing on the shared budget (reserved at connect).", valueName: "bytes"))
+    var connectionAllowance: Int = MemoryBudget.Limits().connectionAllowance
+
+    @Option(name: .long, help: ArgumentHelp(
+        "How long a peer that asked for heartbeats may stay silent before it is pinged (0: no heartbeats).", valueName: "ms"))
+    var pingInterval: UInt64 = RouterConfig().pingInterval
+
+    @Option(name: .long, help: ArgumentHelp("Pings a peer may leave unanswered before it is closed.", valueName: "n"))
+    var maxPingsOut: Int = RouterConfig().maxPingsOut
+
+    @Option(name: .long, help: ArgumentHelp(
+        "How long a store may leave an action unanswered before it is reported stalled (0: never).", valueName: "ms"))
+    var storeTimeout: UInt64 = RouterConfig().storeTimeout
+
+    @Flag(name: .long, help: "Close a stalled store's connection (unresponsive); a supervised worker is killed and restarted.")
+    var closeStalledStores = false
+
     @Option(name: .long, help: ArgumentHelp("Permission bits of the socket file, in octal.", valueName: "octal"))
     var socketMode: String = "600"
 
@@ -59,6 +107,15 @@ struct Fluxd: ParsableCommand {
         guard storeWindow >= 1 else { throw ValidationError("--store-window must be at least 1") }
         guard maxBacklog >= Int(maxFrame) + 4 else {
             throw ValidationError("--max-backlog must be at least --max-frame + 4 (one whole frame)")
+        }
+        for (name, value) in [("--max-queries", maxQueries), ("--max-query-bytes", maxQueryBytes),
+                              ("--max-subscriptions", maxSubscriptions), ("--max-connections", maxConnections),
+                              ("--max-connections-per-user", maxConnectionsPerUser), ("--max-handshakes", maxHandshakes),
+                              ("--memory-budget", memoryBudget), ("--memory-per-user", memoryPerUser)] {
+            guard value >= 1 else { throw ValidationError("\(name) must be at least 1") }
+        }
+        guard maxWaitFor >= 0, maxPingsOut >= 0, connectionAllowance >= 0 else {
+            throw ValidationError("--max-wait-for, --max-pings-out and --connection-allowance must not be negative")
         }
         guard parsedSocketMode != nil else {
             throw ValidationError("--socket-mode must be octal permission bits (e.g. 600), got '\(socketMode)'")
@@ -110,6 +167,20 @@ struct Fluxd: ParsableCommand {
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
         config.router.maxBacklog = maxBacklog
+        config.router.maxQueries = maxQueries
+        config.router.maxQueryBytes = maxQueryBytes
+        config.router.maxSubscriptions = maxSubscriptions
+        config.router.maxWaitFor = maxWaitFor
+        config.router.maxConnections = maxConnections
+        config.router.maxConnectionsPerUser = maxConnectionsPerUser
+        config.router.maxHandshakes = maxHandshakes
+        config.router.memory.total = memoryBudget
+        config.router.memory.perUser = memoryPerUser
+        config.router.memory.connectionAllowance = connectionAllowance
+        config.router.pingInterval = pingInterval
+        config.router.maxPingsOut = maxPingsOut
+        config.router.storeTimeout = storeTimeout
+        config.router.closeStalledStores = closeStalledStores
 
         do {
             try runPluginHost(config: config, supervisorConfig: supervisorConfig,

@@ -212,7 +212,8 @@ struct StoreTests {
         let h = try await StoreHarness.start(store)
         h.fake.reply(#"{"op":"queries","store":"comments","queries":[{"query":{"site":7},"count":2},{"query":{"nope":1},"count":1},{"query":{"site":3},"count":1}]}"#)
         let queries = try await seen.wait(count: 1)[0]
-        #expect(queries == [ActiveQuery(query: SiteQuery(site: 7), count: 2), ActiveQuery(query: SiteQuery(site: 3), count: 1)])
+        // In the order of the queries' bytes, as fluxd sends them (SPEC §8.6).
+        #expect(queries == [ActiveQuery(query: SiteQuery(site: 3), count: 1), ActiveQuery(query: SiteQuery(site: 7), count: 2)])
         #expect(try await errors.wait(count: 1)[0].contains("does not decode as SiteQuery"))
         let published = try await h.next()
         #expect(published.str("op") == "state")
@@ -225,6 +226,30 @@ struct StoreTests {
         h.fake.reply(#"{"op":"queries","store":"comments","queries":[{"query":{"site":3},"count":1},{"query":{"site":7},"count":1}]}"#)
         #expect(try await h.next().str("op") == "dispatch")
         h.task.cancel()
+    }
+
+    /// FluxStore registers with `queryDeltas` and applies `queries-changed` to the set it holds: the handler sees
+    /// the whole active set, as with `queries`.
+    @Test func queryDeltasAreAppliedToTheActiveSet() async throws {
+        struct SiteQuery: Codable, Equatable, Sendable { var site: Int }
+        let store = FluxStore<[Int]>(name: "comments", initial: [], handles: ["comments/*"])
+        let seen = Recorder<[ActiveQuery<SiteQuery>]>()
+        store.onQueriesChanged(as: SiteQuery.self) { _, queries, _ in seen.append(queries) }
+        let fake = ScriptedConnection()
+        let task = Task { try await store.run(on: fake) }
+        _ = try await fake.nextSent()
+        fake.reply(welcomeJSON)
+        let register = try await fake.nextSent(op: "register")
+        #expect(register.bool("queryDeltas").value == true)
+        fake.reply(#"{"op":"registered","store":"comments","version":0,"seq":0,"resumed":false}"#)
+        fake.reply(#"{"op":"queries","store":"comments","queries":[{"query":{"site":7},"count":1}]}"#)
+        fake.reply(#"{"op":"queries-changed","store":"comments","changes":[{"query":{"site":3},"count":1}]}"#)
+        fake.reply(#"{"op":"queries-changed","store":"comments","changes":[{"query":{"site":3},"count":2},{"query":{"site":7},"count":0}]}"#)
+        let sets = try await seen.wait(count: 3)
+        #expect(sets[0] == [ActiveQuery(query: SiteQuery(site: 7), count: 1)])
+        #expect(sets[1] == [ActiveQuery(query: SiteQuery(site: 3), count: 1), ActiveQuery(query: SiteQuery(site: 7), count: 1)])
+        #expect(sets[2] == [ActiveQuery(query: SiteQuery(site: 3), count: 2)])
+        task.cancel()
     }
 
     @Test func registrationRefusalMakesRunAndReadyThrow() async throws {

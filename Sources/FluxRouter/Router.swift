@@ -70,8 +70,6 @@ public final class Router {
     @exclusivity(unchecked) private var sweepAt: Millis?
     /// Up stores (the only ones that can stall): checked by the sweep.
     @exclusivity(unchecked) private var upStores: Set<String> = []
-    /// Per user: the account its stores' retained snapshots are charged to.
-    @exclusivity(unchecked) private var userAccounts: [UInt32: MemoryBudget.Account] = [:]
     /// Heartbeat pings sent (their ids are `hb-<n>`).
     @exclusivity(unchecked) private var pingCount = 0
     /// The most stores and waitFor edges one cycle check has visited (each is visited at most once).
@@ -97,6 +95,7 @@ public final class Router {
             ("maxFrame", "\(c.maxFrame)"), ("storeWindow", "\(c.storeWindow)"), ("queueLimit", "\(c.queueLimit)"),
             ("queueTimeout", "\(c.queueTimeout)"), ("handshakeTimeout", "\(c.handshakeTimeout)"),
             ("maxPending", "\(c.maxPending)"), ("maxBacklog", "\(c.maxBacklog)"),
+            ("fairPending", "\(c.fairPending)"),
             // since fluxd 0.2.0
             ("maxQueries", "\(c.maxQueries)"), ("maxQueryBytes", "\(c.maxQueryBytes)"),
             ("maxSubscriptions", "\(c.maxSubscriptions)"), ("maxWaitFor", "\(c.maxWaitFor)"),
@@ -672,7 +671,9 @@ public final class Router {
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out, ref: refText)
         }
-        for s in targets where s.status == .up && s.queue.count >= config.queueLimit {
+        // A full queue refuses busy dispatchers only: one with fewer than `fairPending` unsettled actions is still
+        // accepted, so a flood from one connection cannot lock the others out of a store.
+        for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
             return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
         }
         let payload = env.raw(.payload) ?? ArraySlice("null".utf8)
@@ -876,9 +877,11 @@ public final class Router {
         if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
             return true
         }
-        // The retained snapshot is charged to the user that published it (it outlives the connection).
+        // The retained snapshot is charged to the connection that published it (within its allowance a small
+        // state costs the shared budget nothing); it stays charged to that account, and so to its user, after the
+        // connection closes, until a newer state replaces it.
         let cost = 96 + store.nameJSON.count + state.count
-        let account = userAccount(store.ownerPeer?.account.uid ?? store.retainedBy?.uid ?? UInt32.max)
+        guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
         if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
         guard memory.charge(account, cost) else {
             if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
@@ -908,14 +911,6 @@ public final class Router {
             e.raw("state", state)
         }
         return true
-    }
-
-    /// The account of `uid`'s retained snapshots.
-    private func userAccount(_ uid: UInt32) -> MemoryBudget.Account {
-        if let a = userAccounts[uid] { return a }
-        let a = memory.userAccount(uid: uid)
-        userAccounts[uid] = a
-        return a
     }
 
     /// A store's new state does not fit its user's share of the memory budget: the store is closed with

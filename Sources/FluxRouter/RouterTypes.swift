@@ -35,6 +35,10 @@ public struct RouterConfig: Sendable {
     public var handshakeTimeout: Millis = 5000
     /// Unsettled dispatches one connection may have at once (`overloaded` above it).
     public var maxPending: Int = 65_536
+    /// A store whose queue holds `queueLimit` actions still accepts a dispatch from a connection with fewer than
+    /// this many unsettled actions: a flood from one connection cannot lock the others out of a store (a queue
+    /// holds at most `queueLimit` + `fairPending` × connections).
+    public var fairPending: Int = 8
     /// Bytes that may wait in fluxd for one connection (queued, not yet taken by the kernel) before it is closed
     /// as a slow consumer (`slow-consumer`). Snapshots for a connection that is behind are coalesced (newest
     /// wins), so only frames that cannot be dropped count towards this in practice.

@@ -43,6 +43,11 @@ struct Fluxd: ParsableCommand {
         valueName: "bytes"))
     var maxBacklog: Int = 64 << 20
 
+    @Option(name: .long, help: ArgumentHelp(
+        "A full store queue still accepts dispatches from a connection with fewer unsettled actions than this.",
+        valueName: "n"))
+    var fairPending: Int = RouterConfig().fairPending
+
     @Option(name: .long, help: ArgumentHelp("Live queries one connection may hold.", valueName: "n"))
     var maxQueries: Int = RouterConfig().maxQueries
 
@@ -114,8 +119,8 @@ struct Fluxd: ParsableCommand {
                               ("--memory-budget", memoryBudget), ("--memory-per-user", memoryPerUser)] {
             guard value >= 1 else { throw ValidationError("\(name) must be at least 1") }
         }
-        guard maxWaitFor >= 0, maxPingsOut >= 0, connectionAllowance >= 0 else {
-            throw ValidationError("--max-wait-for, --max-pings-out and --connection-allowance must not be negative")
+        guard maxWaitFor >= 0, maxPingsOut >= 0, connectionAllowance >= 0, fairPending >= 0 else {
+            throw ValidationError("--max-wait-for, --max-pings-out, --connection-allowance and --fair-pending must not be negative")
         }
         guard parsedSocketMode != nil else {
             throw ValidationError("--socket-mode must be octal permission bits (e.g. 600), got '\(socketMode)'")
@@ -167,6 +172,7 @@ struct Fluxd: ParsableCommand {
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
         config.router.maxBacklog = maxBacklog
+        config.router.fairPending = fairPending
         config.router.maxQueries = maxQueries
         config.router.maxQueryBytes = maxQueryBytes
         config.router.maxSubscriptions = maxSubscriptions

@@ -108,6 +108,21 @@ struct IsolationLimitTests {
         #expect(bus.take(2).map { $0.rawText("queries")! } == [#"[{"query":{"site":4},"count":1},{"query":{"site":7},"count":1}]"#])
     }
 
+    /// A full queue refuses the flooding connection, not one with few unsettled actions (`fairPending`).
+    @Test func fullQueueRefusesOnlyBusyDispatchers() {
+        let bus = TestBus { $0.queueLimit = 4; $0.storeWindow = 1; $0.fairPending = 2 }
+        bus.store(1, "s", handles: ["s/*"])
+        bus.join(2, role: "client")
+        bus.join(3, role: "client")
+        for i in 0..<8 { bus.send(2, #"{"op":"dispatch","id":"f\#(i)","type":"s/x","settle":true}"#) }
+        let flood = bus.take(2)
+        #expect(flood.filter { $0.str("code") == "overloaded" }.count == 3)  // 1 in flight + 4 queued accepted
+        bus.send(3, #"{"op":"dispatch","id":"w1","type":"s/x","settle":true}"#)
+        bus.send(3, #"{"op":"dispatch","id":"w2","type":"s/x","settle":true}"#)
+        bus.send(3, #"{"op":"dispatch","id":"w3","type":"s/x","settle":true}"#)
+        #expect(bus.take(3).map { $0.str("code") } == ["overloaded"])  // the first two fit its fair share
+    }
+
     @Test func unusedStoreNamesAreForgotten() {
         let bus = TestBus()
         bus.join(1, role: "client")

@@ -552,7 +552,7 @@ struct StoreLifecycleTests {
     }
 
     @Test func fullQueueOfALiveStoreRefusesTheDispatch() {
-        let bus = TestBus { $0.queueLimit = 1; $0.storeWindow = 1 }
+        let bus = TestBus { $0.queueLimit = 1; $0.storeWindow = 1; $0.fairPending = 0 }
         bus.store(1, "slow", handles: ["x"])
         bus.join(9, role: "client")
         bus.send(9, #"{"op":"dispatch","type":"x"}"#)

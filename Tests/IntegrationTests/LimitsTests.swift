@@ -7,7 +7,8 @@ import Testing
 struct LimitsTests {
     @Test("queue limit: a live store's full queue refuses a dispatch as overloaded (no seq); a down store's full queue settles it unavailable at once")
     func fullQueues() throws {
-        try withBusBlocking(["--queue-limit", "2", "--store-window", "1", "--queue-timeout", "10000"]) { bus in
+        try withBusBlocking(["--queue-limit", "2", "--store-window", "1", "--queue-timeout", "10000",
+                             "--fair-pending", "0"]) { bus in
             let path = bus.socketPath
             var store: RawPeer? = try RawPeer.ready(path, role: "store", name: "slow")
             try store!.register("slow", handles: ["slow/*"])

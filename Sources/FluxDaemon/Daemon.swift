@@ -88,6 +88,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) private var hostRequests: [(PeerID, Envelope)] = []
     @exclusivity(unchecked) private var signals: [SignalWatcher] = []
     @exclusivity(unchecked) private var tickTimer: LoopTimer?
+    /// Feeds `.tick` every `router.sweepInterval` for the liveness sweep (heartbeats, stalled stores): a
+    /// repeating timer, so that routing never has to re-arm one. Lifecycle: created in `start`, closed in
+    /// `closeAll`.
+    @exclusivity(unchecked) private var sweepTimer: LoopTimer?
     @exclusivity(unchecked) private var armedDeadline: Millis?
     @exclusivity(unchecked) private var graceTimer: LoopTimer?
     @exclusivity(unchecked) private var phase = Phase.created
@@ -150,6 +154,14 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             self.armedDeadline = nil
             self.feed(.tick)
             self.loop.holdEnded(since: start)
+        }
+        if router.sweepInterval > 0 {
+            sweepTimer = LoopTimer(loop: loop) { [unowned self] in
+                let start = EventLoop.clock()
+                if self.router.needsSweep(now: self.loop.now) { self.feed(.tick) }
+                self.loop.holdEnded(since: start)
+            }
+            sweepTimer?.start(after: router.sweepInterval, repeat: router.sweepInterval)
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -241,7 +253,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         precondition(!feeding, "router re-entered")
         if loop.longestHold != reportedHold {
             reportedHold = loop.longestHold
-            router.longestLoopHold = reportedHold / 1000
+            router.longestLoopHold = loop.longestHoldNanoseconds / 1000
         }
         feeding = true
         router.handle(event, now: loop.now, sink: self)
@@ -466,6 +478,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         signals = []
         tickTimer?.close()
         tickTimer = nil
+        sweepTimer?.close()
+        sweepTimer = nil
         graceTimer?.close()
         graceTimer = nil
         for timer in cutOffTimers.values { timer.close() }

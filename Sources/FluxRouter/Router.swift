@@ -196,13 +196,13 @@ public final class Router {
 
     /// Whether anything can expire at all (a handshake pending, a store down, or the liveness sweep): without,
     /// `nextDeadline` is nil.
-    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty || sweepAt != nil }
+    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty }
 
-    /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring, or the
-    /// liveness sweep), if any.
+    /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any. The
+    /// liveness sweep is not among them: the host ticks every `sweepInterval` while `needsSweep` says so (a
+    /// repeating timer costs routing nothing, where a deadline would be re-checked after every event).
     public var nextDeadline: Millis? {
-        if handshakes.isEmpty && downStores.isEmpty { return sweepAt }
-        var next: Millis? = sweepAt
+        var next: Millis? = nil
         if let first = handshakes.first, let peer = peers[first] {
             next = peer.connectedAt + config.handshakeTimeout
         }
@@ -881,13 +881,18 @@ public final class Router {
         // state costs the shared budget nothing); it stays charged to that account, and so to its user, after the
         // connection closes, until a newer state replaces it.
         let cost = 96 + store.nameJSON.count + state.count
-        guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
-        if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
-        guard memory.charge(account, cost) else {
-            if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
-            return false
+        if let owner = store.ownerPeer, owner.account === store.retainedBy {
+            // The common case: the same connection publishes again; only the difference is charged.
+            guard memory.resize(owner.account, from: store.retainedCost, to: cost) else { return false }
+        } else {
+            guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
+            if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
+            guard memory.charge(account, cost) else {
+                if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
+                return false
+            }
+            store.retainedBy = account
         }
-        store.retainedBy = account
         store.retainedCost = cost
         store.version += 1
         var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
@@ -1101,6 +1106,7 @@ public final class Router {
         var first = true
         for name in stores.keys.sorted() {
             let s = stores[name]!
+            guard s.wasRegistered else { continue }  // a name only subscribed to or queried is no store (yet)
             if !first { j.append(UInt8(ascii: ",")) }
             first = false
             j.append(contentsOf: "{\"name\":".utf8); appendEscaped(name, to: &j)
@@ -1161,8 +1167,20 @@ public final class Router {
         return memory.setTransport(p.account, bytes)
     }
 
+    /// Whether a `tick` at `now` has liveness work to do (pings, closing silent peers, stalled stores).
+    public func needsSweep(now: Millis) -> Bool {
+        guard let at = sweepAt else { return false }
+        return at <= now
+    }
+
+    /// How often the host should check `needsSweep` (0: heartbeats and stall reports are off).
+    public var sweepInterval: Millis {
+        guard config.pingInterval > 0 || config.storeTimeout > 0 else { return 0 }
+        return sweepIntervalWhenOn
+    }
+
     /// How often the liveness sweep runs while some peer asked for heartbeats or some store is up.
-    private var sweepInterval: Millis {
+    private var sweepIntervalWhenOn: Millis {
         var interval: Millis = 1000
         if config.pingInterval > 0 { interval = min(interval, max(config.pingInterval / 4, 5)) }
         if config.storeTimeout > 0 { interval = min(interval, max(config.storeTimeout / 4, 5)) }
@@ -1170,7 +1188,7 @@ public final class Router {
     }
 
     private func scheduleSweep() {
-        if sweepAt == nil { sweepAt = now + sweepInterval }
+        if sweepAt == nil { sweepAt = now + sweepIntervalWhenOn }
     }
 
     /// Pings opted-in peers that have been silent for `pingInterval`, closes those silent through `maxPingsOut`
@@ -1213,7 +1231,7 @@ public final class Router {
                 }
             }
         }
-        sweepAt = heartbeatPeers.isEmpty && (config.storeTimeout == 0 || upStores.isEmpty) ? nil : now + sweepInterval
+        sweepAt = heartbeatPeers.isEmpty && (config.storeTimeout == 0 || upStores.isEmpty) ? nil : now + sweepIntervalWhenOn
     }
 
     /// A stalled store answered again.

@@ -32,6 +32,7 @@ enum JSONValue: Equatable, Sendable {
 
     var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }
     var intValue: Int? { if case .number(let n) = self { return Int(n) } else { return nil } }
+    var boolValue: Bool? { if case .bool(let b) = self { return b } else { return nil } }
 }
 
 // MARK: Parsing

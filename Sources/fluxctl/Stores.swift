@@ -50,8 +50,10 @@ struct Stores: AsyncParsableCommand {
         }
         func num(_ v: JSONValue?) -> String { v?.intValue.map(String.init) ?? "-" }
         let rows = stores.map { s -> [String] in
-            let status = s["status"]?.stringValue ?? "?"
+            var status = s["status"]?.stringValue ?? "?"
             let owner = s["owner"]
+            let stalled = s["stalled"]?.boolValue == true
+            if stalled { status += " (stalled \((s["stalledFor"]?.intValue ?? 0) / 1000) s)" }
             return [Style.bold(s["name"]?.stringValue ?? "?"), status == "up" ? Style.green(status) : Style.red(status),
                     num(s["version"]), list(s["handles"]), list(s["waitFor"]), num(s["subscribers"]),
                     num(s["queued"]), num(s["inflight"]), num(s["queries"]),
@@ -116,6 +118,8 @@ struct Stats: AsyncParsableCommand {
         line.add("seq", info["seq"])
         line.add("peers", info["peers"])
         line.add("counters", info["counters"])
+        line.add("memory", info["memory"])
+        line.add("load", info["load"])
         if case .array(let stores)? = info["stores"] {
             line.add("queues", JSONValue.array(stores.map { s in
                 var q = JSONLine()
@@ -158,6 +162,13 @@ struct Stats: AsyncParsableCommand {
             }.joined(separator: ", ")
         }
         rows.append(["queues", queues + (queues == "no stores" ? "" : Style.dim("  (queued+inflight)"))])
+        if let memory = info["memory"] {
+            func mib(_ key: String) -> String { String(format: "%.1f MiB", Double(memory[key]?.intValue ?? 0) / 1_048_576) }
+            rows.append(["memory", "\(mib("used")) of \(mib("limit")) accounted (peak \(mib("peak")), \(mib("perUser")) per user), \(memory["refusals"]?.intValue ?? 0) refused"])
+        }
+        if let load = info["load"] {
+            rows.append(["loop", "longest hold \(String(format: "%.2f", Double(load["longestLoopHoldMicros"]?.intValue ?? 0) / 1000)) ms, \(load["connections"]?.intValue ?? 0) connections, \(load["storeNames"]?.intValue ?? 0) store names"])
+        }
         lines += table(["", ""], rows).dropFirst()
         return lines
     }

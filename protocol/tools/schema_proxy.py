@@ -12,6 +12,10 @@ the copy, it reassembles the 4-byte-length frames of each direction (SPEC §3.1)
   else <op>.c2d.schema.json;
 - fluxd -> peer: against <op>.d2c.schema.json.
 
+An op is looked up by (op, direction) in index.json, so an op that exists in both directions is checked against the
+schema of the direction it travels: a peer's ping against ping.c2d, fluxd's heartbeat ping (since fluxd 0.2.0)
+against ping.d2c, and pong likewise.
+
 A frame that is not a JSON object with a string op (RFC 8259 JSON: NaN/Infinity and duplicate top-level keys are
 refused too), or whose op has no schema in its direction, is a violation as well. A test that sends bad input on
 purpose names those peers with --bad-input-peer NAME (the `name` of their hello, fnmatch patterns, repeatable):

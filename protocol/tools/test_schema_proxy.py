@@ -28,6 +28,8 @@ FLUXD = os.environ.get("FLUXD") or os.path.join(REPO, ".build", "debug", "fluxd"
 BIN = os.path.dirname(os.path.abspath(FLUXD))
 SWIFT = ["fluxd", "fluxctl", "todo-store", "stats-store", "comments-store", "todo-view", "comments-view"]
 
+PING_INTERVAL = 500  # ms (fluxd --ping-interval)
+
 # Ops of index.json this test does not produce, with the reason. Empty: the traffic below reaches every one.
 NOT_EXERCISED = {}
 
@@ -122,11 +124,11 @@ def run(argv, timeout=20, ok=(0,), env=None):
 class RawPeer:
     """A hand-written peer for the cases no SDK produces: deliberate bad input and a monitor that does not read."""
 
-    def __init__(self, path, name, role):
+    def __init__(self, path, name, role, **hello):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.buffer = b""
-        self.send({"op": "hello", "protocol": 1, "role": role, "name": name})
+        self.send({"op": "hello", "protocol": 1, "role": role, "name": name, **hello})
         assert self.until("welcome")["op"] == "welcome"
 
     def send_body(self, body):
@@ -226,7 +228,10 @@ def test_every_frame_validates_against_its_schema(bus):
     with open(config, "w") as f:  # one worker, so that the host ops (workers, stop-, restart-worker) answer
         f.write('[workers.sleeper]\ncommand = "sleep"\nargs = ["300"]\nsocket_arg = false\nrestart = "never"\n')
     real, proxy_path, report_path = (os.path.join(work, n) for n in ("fluxd.sock", "proxy.sock", "report.json"))
-    fluxd = start("fluxd", [FLUXD, "--socket", real, "--config", config], "ready")
+    # A short heartbeat interval, so that fluxd's ping (D->C) and the peers' pong (C->D) are seen: every peer that
+    # asks for heartbeats (the Swift SDK does) is pinged after PING_INTERVAL ms of silence.
+    fluxd = start("fluxd", [FLUXD, "--socket", real, "--config", config, "--ping-interval", str(PING_INTERVAL)],
+                  "ready")
     proxy = start("proxy", [sys.executable, os.path.join(HERE, "schema_proxy.py"), "--listen", proxy_path,
                             "--upstream", real, "--report", report_path, "--bad-input-peer", "bad-input*"],
                   "schema-proxy ready")
@@ -336,6 +341,22 @@ def test_every_frame_validates_against_its_schema(bus):
     assert slow.until("missed")["count"] > 0
     slow.close()
 
+    # Since fluxd 0.2.0: a peer that asked for heartbeats is pinged when silent and answers pong; a store that
+    # registered with queryDeltas is told its query changes (queries-changed) instead of whole sets.
+    heartbeat = RawPeer(proxy_path, "raw-heartbeat", "client", heartbeat=True)
+    ping = heartbeat.until("ping", timeout=PING_INTERVAL / 1000 * 10)
+    heartbeat.send({"op": "pong", "id": ping["id"]})
+    heartbeat.send({"op": "bye"})
+    heartbeat.close()
+    deltas = RawPeer(proxy_path, "raw-deltas", "store")
+    deltas.send({"op": "register", "store": "raw-deltas", "handles": [], "queryDeltas": True})
+    assert deltas.until("queries")["queries"] == []
+    with client.query("raw-deltas", {"page": 1}):
+        assert deltas.until("queries-changed")["changes"] == [{"query": {"page": 1}, "count": 1}]
+    assert deltas.until("queries-changed")["changes"] == [{"query": {"page": 1}, "count": 0}]
+    deltas.send({"op": "bye"})
+    deltas.close()
+
     # Bad input on purpose (recorded apart, as bad_input): fluxd's answers must still validate.
     bad = RawPeer(proxy_path, "bad-input", "client")
     bad.send({"op": "no-such-op"})
@@ -401,3 +422,5 @@ def test_every_frame_validates_against_its_schema(bus):
             "restart-worker"} <= sent("fluxctl", "c2d")
     assert "event" in sent("fluxctl", "d2c") and "bye" in sent("fluxctl", "d2c")
     assert {"audit-py", "activity-node", "py-watch", "node-dispatch"} <= set(peers), sorted(peers)
+    assert "pong" in sent("raw-heartbeat", "c2d") and "ping" in sent("raw-heartbeat", "d2c")
+    assert "register" in sent("raw-deltas", "s2d") and "queries-changed" in sent("raw-deltas", "d2c")

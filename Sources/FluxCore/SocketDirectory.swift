@@ -54,7 +54,9 @@ public struct SocketDirectoryRefusal: Error, Equatable, Sendable, CustomStringCo
         let what = isPrivate ? "the socket directory \(path)" : "the socket's directory \(path)"
         let facts = status.kind == .directory
             ? "it is owned by uid \(status.uid) and has mode \(octalMode(status.mode))"
-            : "it is a \(status.kind.rawValue) (owned by uid \(status.uid), mode \(octalMode(status.mode)))"
+            : status.kind == .symlink
+                ? "it is a symbolic link (owned by uid \(status.uid), mode \(octalMode(status.mode)))"
+                : "it is not a directory (owned by uid \(status.uid), mode \(octalMode(status.mode)))"
         let problem: String
         let fix: String
         switch (reason, isPrivate) {
@@ -62,7 +64,7 @@ public struct SocketDirectoryRefusal: Error, Equatable, Sendable, CustomStringCo
             problem = "fluxd needs a real directory there, owned by its user (uid \(euid)) with mode 0700"
             fix = "remove it (rm \(path)) and fluxd creates the directory, or pass --socket PATH in a directory you own"
         case (.notADirectory, false):
-            problem = "it is not a directory"
+            problem = "a socket needs a directory there"
             fix = "pass --socket PATH in a directory you own"
         case (.foreignOwner, true):
             problem = "fluxd runs as uid \(euid) and uses only a directory it owns (another user may have created this one to intercept the bus)"

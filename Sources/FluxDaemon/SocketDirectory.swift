@@ -2,16 +2,22 @@ import FluxCore
 import Glibc
 
 /// Why fluxd will not listen where it was asked to: the directory breaks a rule (`SocketDirectoryRefusal`), or it
-/// could not be created or looked at.
-public enum SocketDirectoryError: Error, CustomStringConvertible {
-    case refused(SocketDirectoryRefusal)
-    case system(operation: String, path: String, errno: Int32)
+/// could not be created or looked at. The description is the message fluxd prints.
+public struct SocketDirectoryError: Error, CustomStringConvertible {
+    public enum Problem: Error, Sendable {
+        case refused(SocketDirectoryRefusal)
+        case system(operation: String, path: String, errno: Int32)
+    }
+
+    /// The socket path fluxd was to listen on.
+    public var socketPath: String
+    public var problem: Problem
 
     public var description: String {
-        switch self {
-        case .refused(let refusal): return refusal.description
+        switch problem {
+        case .refused(let refusal): return "cannot listen on \(socketPath): \(refusal)"
         case .system(let operation, let path, let code):
-            return "cannot use the socket directory: \(operation) \(path): \(String(cString: strerror(code)))"
+            return "cannot listen on \(socketPath): \(operation) \(path): \(String(cString: strerror(code)))"
         }
     }
 }
@@ -25,6 +31,14 @@ public enum SocketDirectoryError: Error, CustomStringConvertible {
 ///   fluxd's euid or root and, when group or other users may write to it, have the sticky bit. When directories had
 ///   to be created, the nearest one that existed before must pass the same rule.
 public func prepareSocketDirectory(for location: SocketLocation, euid: UInt32 = geteuid()) throws(SocketDirectoryError) {
+    do {
+        try checkSocketDirectory(location, euid: euid)
+    } catch {
+        throw SocketDirectoryError(socketPath: location.path, problem: error)
+    }
+}
+
+private func checkSocketDirectory(_ location: SocketLocation, euid: UInt32) throws(SocketDirectoryError.Problem) {
     if let directory = location.privateDirectory {
         let parent = parentDirectory(of: directory)
         let existing = try makeDirectories(parent)
@@ -43,12 +57,12 @@ public func prepareSocketDirectory(for location: SocketLocation, euid: UInt32 = 
     }
 }
 
-private func checkParent(_ directory: String, euid: UInt32) throws(SocketDirectoryError) {
+private func checkParent(_ directory: String, euid: UInt32) throws(SocketDirectoryError.Problem) {
     let status = try directoryStatus(directory, followLinks: true)
     if let refusal = checkSocketParentDirectory(directory, status: status, euid: euid) { throw .refused(refusal) }
 }
 
-private func directoryStatus(_ path: String, followLinks: Bool) throws(SocketDirectoryError) -> DirectoryStatus {
+private func directoryStatus(_ path: String, followLinks: Bool) throws(SocketDirectoryError.Problem) -> DirectoryStatus {
     var st = stat()
     guard (followLinks ? stat(path, &st) : lstat(path, &st)) == 0 else {
         throw .system(operation: followLinks ? "stat" : "lstat", path: path, errno: errno)
@@ -64,7 +78,7 @@ private func directoryStatus(_ path: String, followLinks: Bool) throws(SocketDir
 
 /// `mkdir -p` with mode 0700 for the missing components; returns the nearest directory that already existed
 /// (`directory` itself when nothing was created).
-private func makeDirectories(_ directory: String) throws(SocketDirectoryError) -> String {
+private func makeDirectories(_ directory: String) throws(SocketDirectoryError.Problem) -> String {
     var st = stat()
     if stat(directory, &st) == 0 { return directory }
     guard errno == ENOENT else { throw .system(operation: "stat", path: directory, errno: errno) }

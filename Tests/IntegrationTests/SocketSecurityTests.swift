@@ -85,7 +85,7 @@ struct SocketSecurityTests {
         #expect(status == 1)
         let modeText = String(repeating: "0", count: max(0, 4 - String(squat.mode, radix: 8).count)) + String(squat.mode, radix: 8)
         #expect(fluxd.stderr.contains(
-            "fluxd: error: refusing the socket directory \(directory): it is owned by uid \(owner) and has mode \(modeText)"),
+            "fluxd: error: cannot listen on \(directory)/fluxd.sock: refusing the socket directory \(directory): it is owned by uid \(owner) and has mode \(modeText)"),
             "\(fluxd.stderr)")
         #expect(fluxd.stderr.contains("\(squat.expected) \(directory)"), "\(fluxd.stderr)")
         // Left as it was: no socket in it, owner and mode unchanged.
@@ -141,7 +141,7 @@ struct SocketSecurityTests {
         defer { fluxd.cleanup() }
         if let refused = parent.refused {
             #expect(fluxd.waitForExit(timeout: .seconds(20)) == 1)
-            #expect(fluxd.stderr.contains("fluxd: error: refusing the socket's directory \(directory): it is owned by uid \(owner)"),
+            #expect(fluxd.stderr.contains("fluxd: error: cannot listen on \(path): refusing the socket's directory \(directory): it is owned by uid \(owner)"),
                     "\(fluxd.stderr)")
             #expect(fluxd.stderr.contains(refused), "\(fluxd.stderr)")
             #expect(Self.status(path) == nil)

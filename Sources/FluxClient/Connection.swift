@@ -45,15 +45,9 @@ extension FluxConnection {
     }
 }
 
-/// The socket path a client uses when none is given: `$FLUXBUS_SOCKET`, else
-/// `$XDG_RUNTIME_DIR/fluxbus/fluxd.sock`, else `/tmp/fluxbus-<uid>/fluxd.sock`.
+/// The socket path a client uses when none is given: FluxCore's one rule, the same as fluxd's (see
+/// `FluxCore.defaultSocketLocation`): `$FLUXBUS_SOCKET`, else `$XDG_RUNTIME_DIR/fluxbus/fluxd.sock`, else
+/// `${TMPDIR:-/tmp}/fluxbus-<uid>/fluxd.sock`.
 public func defaultSocketPath() -> String {
-    if let explicit = environment("FLUXBUS_SOCKET"), !explicit.isEmpty { return explicit }
-    if let runtime = environment("XDG_RUNTIME_DIR"), !runtime.isEmpty { return runtime + "/fluxbus/fluxd.sock" }
-    return "/tmp/fluxbus-\(getuid())/fluxd.sock"
-}
-
-private func environment(_ name: String) -> String? {
-    guard let value = getenv(name) else { return nil }
-    return String(cString: value)
+    FluxCore.defaultSocketPath(environment: nil, uid: nil)
 }

@@ -94,10 +94,14 @@ public final class FluxClient: Sendable {
     // MARK: Connecting
 
     /// Connects to fluxd's Unix socket and does the `hello`/`welcome` handshake.
+    ///
+    /// Before sending anything it checks who listens on the socket: when `expectedServerUID` is given, or
+    /// `$FLUXBUS_SERVER_UID` is set, or this process runs as root (then 0 is expected), a listener running as another
+    /// uid is refused with `FluxError.untrustedServer` (see `SocketConnection.init(path:maxFrame:expectedServerUID:)`).
     public static func connect(
-        socketPath: String = defaultSocketPath(), name: String, role: Role = .client
+        socketPath: String = defaultSocketPath(), name: String, role: Role = .client, expectedServerUID: UInt32? = nil
     ) async throws -> FluxClient {
-        let connection = try SocketConnection(path: socketPath)
+        let connection = try SocketConnection(path: socketPath, expectedServerUID: expectedServerUID)
         return try await connect(over: connection, name: name, role: role)
     }
 

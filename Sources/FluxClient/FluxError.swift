@@ -50,6 +50,10 @@ public enum FluxError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidArgument(String)
     /// An awaited answer did not come in time.
     case timedOut(String)
+    /// The process listening on the socket runs as another uid than the one expected (`FLUXBUS_SERVER_UID`, an
+    /// explicit expected uid, or 0 for a client running as root): the connection was closed before anything was
+    /// sent.
+    case untrustedServer(path: String, uid: UInt32, expected: UInt32)
 
     /// The protocol error code when this is an error from fluxd.
     public var code: ErrorCode? {
@@ -67,6 +71,8 @@ public enum FluxError: Error, Sendable, Equatable, CustomStringConvertible {
         case .coding(let what): return "coding error: \(what)"
         case .invalidArgument(let what): return "invalid argument: \(what)"
         case .timedOut(let what): return "timed out: \(what)"
+        case .untrustedServer(let path, let uid, let expected):
+            return "fluxd at \(path) is run by uid \(uid), expected \(expected); set \(serverUIDEnvironmentVariable)=\(uid) to accept"
         }
     }
 }

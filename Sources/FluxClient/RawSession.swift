@@ -23,9 +23,9 @@ public final class RawSession: Sendable {
         }
     }
 
-    /// Opens a socket connection to fluxd.
-    public convenience init(socketPath: String = defaultSocketPath()) throws(FluxError) {
-        self.init(connection: try SocketConnection(path: socketPath))
+    /// Opens a socket connection to fluxd (checking who listens there like `FluxClient.connect`).
+    public convenience init(socketPath: String = defaultSocketPath(), expectedServerUID: UInt32? = nil) throws(FluxError) {
+        self.init(connection: try SocketConnection(path: socketPath, expectedServerUID: expectedServerUID))
     }
 
     /// Sends one frame whose body is `json` (as UTF-8, unchecked).

@@ -21,8 +21,21 @@ public final class SocketConnection: FluxConnection {
     /// The path this connection was opened to.
     public let path: String
 
+    /// The uid of the process listening on the socket (`SO_PEERCRED` right after connecting); nil for an adopted
+    /// descriptor, or when the kernel would not say and no check was required.
+    public let serverUID: UInt32?
+    /// The pid of the process listening on the socket, like `serverUID`.
+    public let serverPID: Int32?
+
     /// Connects to the socket at `path`. `maxFrame` bounds frames *received* (fluxd's frames to us).
-    public init(path: String = defaultSocketPath(), maxFrame: UInt32 = 64 << 20) throws(FluxError) {
+    ///
+    /// Right after connecting it reads who listens there (`SO_PEERCRED`) and refuses the connection
+    /// (`FluxError.untrustedServer`) when that uid is not the expected one: `expectedServerUID` if given, else
+    /// `$FLUXBUS_SERVER_UID`, else 0 when this process runs as root; otherwise any uid is accepted (see
+    /// `expectedServerUID(explicit:environmentValue:clientEUID:)`).
+    public init(path: String = defaultSocketPath(), maxFrame: UInt32 = 64 << 20,
+                expectedServerUID: UInt32? = nil) throws(FluxError) {
+        let expected = try expectedServerUIDFromEnvironment(explicit: expectedServerUID)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw .io(operation: "socket", errno: errno) }
         var addr = sockaddr_un()
@@ -47,6 +60,22 @@ public final class SocketConnection: FluxConnection {
             Glibc.close(fd)
             throw .io(operation: "connect(\(path))", errno: err)
         }
+        var server: (pid: Int32, uid: UInt32, gid: UInt32)?
+        do {
+            server = try peerCredentials(of: fd)
+        } catch {
+            // Without a required check an unknown server is fine; with one, it is refused.
+            if expected != nil {
+                Glibc.close(fd)
+                throw error
+            }
+        }
+        if let server, let refusal = checkServerUID(server.uid, expected: expected, path: path) {
+            Glibc.close(fd)
+            throw refusal
+        }
+        self.serverUID = server?.uid
+        self.serverPID = server?.pid
         self.fd = fd
         self.path = path
         self.maxFrame = maxFrame
@@ -56,6 +85,8 @@ public final class SocketConnection: FluxConnection {
     /// Adopts an already connected `AF_UNIX` stream socket (e.g. one end of `socketpair(2)`, or a descriptor
     /// inherited from the process that spawned this one). The connection owns it from now on.
     public init(fileDescriptor fd: Int32, maxFrame: UInt32 = 64 << 20) {
+        self.serverUID = nil
+        self.serverPID = nil
         self.fd = fd
         self.path = ""
         self.maxFrame = maxFrame

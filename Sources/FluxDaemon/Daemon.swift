@@ -220,8 +220,13 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         feed(.connected(id, credentials))
     }
 
+    /// Accept failures, counted by errno name (`acceptErrorCount`) and logged at most once a second
+    /// (AcceptErrors.swift).
+    @exclusivity(unchecked) var acceptFailures = AcceptFailureLog(interval: 1000)
+
     public func listener(_ listener: PipeListener, acceptFailed error: UVError) {
-        logger.error("accept failed", metadata: ["error": "\(error)"])
+        guard let report = acceptFailures.record(error.name, now: loop.now) else { return }
+        logger.error("accept failed", metadata: report.metadata(error))
     }
 
     public func connection(_ connection: Connection, received frame: DecodedFrame) {

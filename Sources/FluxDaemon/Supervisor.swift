@@ -28,8 +28,11 @@ public enum WorkerState: String, Sendable {
 /// `running` (its stores are up; if one goes down while the process lives, its connection is gone: it is killed and
 /// treated as crashed) -> on exit, restarted per its policy after a backoff delay (`backing-off`), unless more than
 /// `intensity.restarts` restarts happened within `intensity.within` (then `failed`, reported in the log and by
-/// `fluxctl workers`). A command that cannot be started at all (no such file, not executable) is `failed` at once,
-/// never retried in a loop. Store registration is watched by polling the router (every 50 ms) for each store's
+/// `fluxctl workers`). A command that cannot be started at all (no such file, not executable: `SpawnFailure.permanent`)
+/// is `failed` at once, never retried in a loop; a start that fails for a reason of the moment (`EMFILE`, `ENFILE`,
+/// `EAGAIN`, `ENOMEM`, ...: `SpawnFailure.transient`) is retried after the worker's backoff delay, whatever its
+/// restart policy (it never ran), and is not counted against the intensity limit (the worker did not fail: the
+/// machine was out of something; retries happen at most every `backoff.cap`, and are logged). Store registration is watched by polling the router (every 50 ms) for each store's
 /// status and owner.
 public final class Supervisor {
     private let loop: EventLoop
@@ -335,6 +338,9 @@ public final class Supervisor {
         do {
             worker.child = try ChildProcess.spawn(loop: loop, options: options, delegate: worker)
         } catch {
+            if case .uv(let uv) = error, SpawnFailure(uvCode: uv.code) == .transient {
+                return retryStart(worker, after: error)
+            }
             worker.state = .failed
             worker.lastError = "cannot start \(spec.command): \(describe(error))"
             logger.error("worker cannot be started; not retrying (fix the config and reload, or fluxctl restart)",
@@ -353,6 +359,18 @@ public final class Supervisor {
             worker.state = .starting
             worker.timer.start(after: spec.startTimeout)
         }
+    }
+
+    /// A start failed for a reason of the moment (`SpawnFailure.transient`): try again after the backoff delay.
+    private func retryStart(_ worker: Worker, after error: TransportError) {
+        worker.consecutiveFailures += 1
+        let delay = worker.spec.backoff.delay(attempt: worker.consecutiveFailures)
+        worker.state = .backingOff
+        worker.lastError = "cannot start \(worker.spec.command) for now: \(describe(error)); retrying in \(delay) ms"
+        logger.warning("worker start failed for now; retrying after backoff",
+                       metadata: ["worker": "\(worker.spec.name)", "command": "\(worker.spec.executable)",
+                                  "error": "\(describe(error))", "delay_ms": "\(delay)"])
+        worker.timer.start(after: delay)
     }
 
     private func describe(_ error: TransportError) -> String {

@@ -5,7 +5,9 @@ import Glibc
 public protocol ListenerDelegate: AnyObject {
     /// A connection was accepted and is reading. Set its `delegate` here, or its frames are dropped.
     func listener(_ listener: PipeListener, accepted connection: Connection)
-    /// Accepting failed (e.g. out of file descriptors). The listener keeps listening.
+    /// Accepting failed (e.g. out of file descriptors). Called once per connection that could not be accepted
+    /// (with `EMFILE`/`ENFILE` each waiting connection is closed at once, see `PipeListener`), or once per failed
+    /// attempt when the cause is not a connection of its own. The listener keeps listening.
     func listener(_ listener: PipeListener, acceptFailed error: UVError)
 }
 
@@ -23,16 +25,26 @@ public struct ListenerOptions: Sendable {
     public init() {}
 }
 
-/// A listening Unix-domain socket (`uv_pipe_t`) that accepts `Connection`s.
+/// A listening Unix-domain socket that accepts `Connection`s: the socket is fluxd's own (`socket`, `bind`,
+/// `listen`), watched by a `uv_poll_t`, and each accepted descriptor is handed to a `uv_pipe_t` (`uv_pipe_open`).
+/// Accepting ourselves rather than through `uv_listen` lets fluxd see every failure: libuv handles `EMFILE` and
+/// `ENFILE` inside its accept loop and drops the waiting connections without telling the callback.
 ///
 /// Binding is careful about the path: it refuses a path that is not a socket, refuses when a live server accepts
 /// connections there (`TransportError.addressInUse`), removes a stale socket file, and creates the socket with
 /// exactly `options.mode` (umask set around `bind`). Check and bind are serialised between processes with an
 /// `flock` on the parent directory, so two servers starting at once cannot both take the path.
 ///
-/// Handle lifecycle: `listen(...)` inits the handle (which retains this object), binds and listens; `close()`
-/// stops accepting at once, unlinks the socket file if it is still the one we bound, and closes the handle; the
-/// memory is freed and the delegate released in the close callback. Connections already accepted are unaffected.
+/// Out of descriptors (`EMFILE`, `ENFILE`), it does what libuv does: it gives up a descriptor held in reserve
+/// (`/dev/null`), accepts each waiting connection and closes it at once (the client sees end of stream instead of
+/// waiting in the backlog until it gives up), and takes the reserve back; the delegate hears one `acceptFailed`
+/// per connection closed so. After a failure that leaves the connection waiting (no reserve, `ENOBUFS`,
+/// `ENOMEM`, ...) it stops watching the socket for 100 ms, so the loop does not spin on it.
+///
+/// Handle lifecycle: `listen(...)` binds and listens, then inits the poll handle (which retains this object) and
+/// starts it; `close()` stops accepting at once, unlinks the socket file if it is still the one we bound, closes
+/// the socket, the reserve descriptor, the pause timer and the handle; the memory is freed and the delegate
+/// released in the close callback. Connections already accepted are unaffected.
 public final class PipeListener: HandleOwner {
     /// The socket path.
     public let path: String
@@ -41,13 +53,18 @@ public final class PipeListener: HandleOwner {
     private let options: ListenerOptions
     /// Identity of the socket file we created, so that `close()` never unlinks somebody else's.
     private var boundFile: (dev: dev_t, ino: ino_t)?
+    /// The listening socket (-1 before `bind` and after `close()`).
+    private var socketFD: Int32 = -1
+    /// A descriptor kept in reserve, given up to shed waiting connections when the descriptor table is full.
+    private var reserveFD: Int32 = -1
+    /// Restarts watching the socket after a pause (created on the first pause; closed by `close()`).
+    private var pauseTimer: LoopTimer?
+    private var closeRequested = false
 
     private init(loop: EventLoop, path: String, options: ListenerOptions) {
         self.path = path
         self.options = options
-        super.init(loop: loop, handleType: uv_pipe_t.self)
-        uvMust(uv_pipe_init(loop.loop, typed(uv_pipe_t.self), 0), "uv_pipe_init")
-        adopt()
+        super.init(loop: loop, handleType: uv_poll_t.self)
     }
 
     /// Binds `path` and starts accepting. On failure nothing is left listening (the handle closes on the next
@@ -64,15 +81,17 @@ public final class PipeListener: HandleOwner {
             try listener.bindAndListen()
         } catch {
             listener.delegate = nil
-            listener.closeHandle()
+            listener.close()
             throw error
         }
         return listener
     }
 
-    /// Stops accepting, removes the socket file (if it is still ours) and closes the handle. Idempotent.
+    /// Stops accepting, removes the socket file (if it is still ours), closes the socket and the handle.
+    /// Idempotent.
     public func close() {
-        guard !closeStarted else { return }
+        guard !closeRequested else { return }
+        closeRequested = true
         if let boundFile {
             var st = stat()
             if lstat(path, &st) == 0, st.st_dev == boundFile.dev, st.st_ino == boundFile.ino {
@@ -80,7 +99,11 @@ public final class PipeListener: HandleOwner {
             }
             self.boundFile = nil
         }
-        closeHandle()
+        pauseTimer?.close()
+        pauseTimer = nil
+        closeHandle() // stops polling at once (uv_close), so the descriptor may be closed now
+        if socketFD >= 0 { Glibc.close(socketFD); socketFD = -1 }
+        if reserveFD >= 0 { Glibc.close(reserveFD); reserveFD = -1 }
     }
 
     override func didClose() {
@@ -102,22 +125,32 @@ public final class PipeListener: HandleOwner {
 
         try removeStaleSocket()
 
-        let pipe = typed(uv_pipe_t.self)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .system(operation: "socket", path: path, errno: errno) }
+        socketFD = fd
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(path.utf8).prefix(raw.count - 1))
+        }
         let oldMask = umask(~options.mode & 0o777)
-        let bindResult = uv_pipe_bind(pipe, path)
+        let bindResult = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        let bindErrno = errno
         umask(oldMask)
-        if bindResult == Int32(UV_EADDRINUSE.rawValue) { throw .addressInUse(path: path) }
-        try uvCheck(bindResult, "uv_pipe_bind")
+        if bindResult != 0 {
+            if bindErrno == EADDRINUSE { throw .addressInUse(path: path) }
+            throw .system(operation: "bind", path: path, errno: bindErrno)
+        }
 
         var st = stat()
         if lstat(path, &st) == 0 { boundFile = (st.st_dev, st.st_ino) }
-        do {
-            try uvCheck(uv_listen(UnsafeMutablePointer(OpaquePointer(pipe)), options.backlog, listenerConnection),
-                        "uv_listen")
-        } catch {
-            close()
-            throw error
-        }
+        guard Glibc.listen(fd, options.backlog) == 0 else { throw .system(operation: "listen", path: path, errno: errno) }
+        reserveFD = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        try uvCheck(uv_poll_init(eventLoop.loop, typed(uv_poll_t.self), fd), "uv_poll_init")
+        adopt()
+        try uvCheck(uv_poll_start(typed(uv_poll_t.self), Int32(UV_READABLE.rawValue), listenerReadable), "uv_poll_start")
     }
 
     /// If `path` exists: refuse a non-socket, refuse a socket somebody accepts on, unlink a dead one.
@@ -189,17 +222,46 @@ public final class PipeListener: HandleOwner {
 
     // MARK: - Accepting
 
-    fileprivate func accept(status: Int32) {
+    /// The socket is readable: accept every waiting connection (until `EAGAIN`), like libuv's own accept loop.
+    fileprivate func acceptWaiting(status: Int32) {
         if status < 0 {
-            delegate?.listener(self, acceptFailed: UVError(code: status, operation: "connection"))
+            delegate?.listener(self, acceptFailed: UVError(code: status, operation: "uv_poll"))
+            pause()
             return
         }
+        while socketFD >= 0 && !closeRequested {
+            let fd = Glibc.accept(socketFD, nil, nil)
+            if fd >= 0 {
+                adopt(accepted: fd)
+                continue
+            }
+            let code = errno
+            switch code {
+            case EINTR, ECONNABORTED:
+                continue
+            case EAGAIN:
+                return
+            case EMFILE, ENFILE:
+                shedWaitingConnections(code)
+                return
+            default:
+                delegate?.listener(self, acceptFailed: UVError(code: -code, operation: "accept"))
+                pause()
+                return
+            }
+        }
+    }
+
+    /// Hands an accepted descriptor to a new `Connection` and the delegate.
+    private func adopt(accepted fd: Int32) {
+        // Not inherited by workers: they are spawned on this thread, never between accept and this call.
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         let connection = Connection(loop: eventLoop, maxFrame: options.maxFrame)
-        let server = UnsafeMutablePointer<uv_stream_t>(OpaquePointer(handle))
-        let rc = uv_accept(server, connection.stream)
+        let rc = uv_pipe_open(connection.typed(uv_pipe_t.self), fd)
         if rc < 0 {
+            Glibc.close(fd)
             connection.close(afterFlush: false)
-            delegate?.listener(self, acceptFailed: UVError(code: rc, operation: "uv_accept"))
+            delegate?.listener(self, acceptFailed: UVError(code: rc, operation: "uv_pipe_open"))
             return
         }
         do {
@@ -215,9 +277,49 @@ public final class PipeListener: HandleOwner {
             connection.close(afterFlush: false)
         }
     }
+
+    /// Out of descriptors: gives up the reserve descriptor to accept each waiting connection and close it at once,
+    /// takes the reserve back, and reports one failure per connection closed (one if none was waiting any more).
+    /// Without a reserve (it could not be reopened) the connections stay waiting and watching pauses.
+    private func shedWaitingConnections(_ code: Int32) {
+        var shed = 0
+        if reserveFD >= 0 {
+            Glibc.close(reserveFD)
+            reserveFD = -1
+            while true {
+                let fd = Glibc.accept(socketFD, nil, nil)
+                if fd >= 0 {
+                    Glibc.close(fd)
+                    shed += 1
+                } else if errno != EINTR {
+                    break
+                }
+            }
+            reserveFD = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        }
+        let error = UVError(code: -code, operation: "accept")
+        for _ in 0..<max(shed, 1) where !closeRequested {
+            delegate?.listener(self, acceptFailed: error)
+        }
+        if shed == 0 { pause() }
+    }
+
+    /// Stops watching the socket for 100 ms (after a failure that leaves the connection waiting).
+    private func pause() {
+        guard !closeRequested else { return }
+        uvMust(uv_poll_stop(typed(uv_poll_t.self)), "uv_poll_stop")
+        if pauseTimer == nil {
+            pauseTimer = LoopTimer(loop: eventLoop) { [unowned self] in
+                guard !self.closeRequested else { return }
+                uvMust(uv_poll_start(self.typed(uv_poll_t.self), Int32(UV_READABLE.rawValue), listenerReadable),
+                       "uv_poll_start")
+            }
+        }
+        pauseTimer?.start(after: 100)
+    }
 }
 
-private func listenerConnection(_ server: UnsafeMutablePointer<uv_stream_t>?, _ status: Int32) {
-    let listener = Unmanaged<PipeListener>.fromOpaque(server!.pointee.data).takeUnretainedValue()
-    listener.accept(status: status)
+private func listenerReadable(_ handle: UnsafeMutablePointer<uv_poll_t>?, _ status: Int32, _ events: Int32) {
+    let listener = Unmanaged<PipeListener>.fromOpaque(handle!.pointee.data).takeUnretainedValue()
+    listener.acceptWaiting(status: status)
 }

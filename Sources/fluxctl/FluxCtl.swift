@@ -14,14 +14,16 @@ struct FluxCtl: AsyncParsableCommand {
         abstract: "See and poke a live FluxBus.",
         discussion: """
         Every subcommand takes --socket (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, \
-        else /tmp/fluxbus-$UID/fluxd.sock), --json (one JSON object per line; formats in docs/fluxctl.md) and \
-        --timeout SECONDS.
+        else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock, the same rule as fluxd's), --server-uid UID (refuse a fluxd \
+        run by another uid; default $FLUXBUS_SERVER_UID, else 0 when run as root), --json (one JSON object per \
+        line; formats in docs/fluxctl.md) and --timeout SECONDS.
 
         Exit codes:
           0   success
           1   an action was rejected or unavailable, or no store handles it
           2   bad input: JSON argument, JSON pointer or --file line (shown where)
-          3   no fluxd at the socket, or the connection to it was lost
+          3   no fluxd at the socket, the connection to it was lost, or it runs as an
+              unexpected uid (--server-uid, $FLUXBUS_SERVER_UID; 0 when run as root)
           4   timed out (--timeout)
           5   fluxd refused a request (e.g. unknown store)
           64  bad usage (unknown option, missing argument)
@@ -60,9 +62,15 @@ func fail(_ code: Int32, _ message: String) -> ExitCode {
 struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
         "fluxd's socket.",
-        discussion: "Default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-$UID/fluxd.sock.",
+        discussion: "Default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock (the same rule as fluxd's).",
         valueName: "path"))
     var socket: String?
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Refuse fluxd unless it runs as this uid.",
+        discussion: "Default: $FLUXBUS_SERVER_UID, else 0 when fluxctl runs as root, else any uid.",
+        valueName: "uid"))
+    var serverUID: UInt32?
 
     @Flag(name: .long, help: "Machine-readable output: one JSON object per line (see docs/fluxctl.md).")
     var json = false
@@ -93,12 +101,20 @@ struct GlobalOptions: ParsableArguments {
     func connect(role: Role = .client) async throws -> FluxClient {
         let path = socketPath
         let source = socketSource
+        let serverUID = self.serverUID
         do {
             return try await withTimeout(requestTimeout, "connecting to fluxd at \(path)") {
-                try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role)
+                try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role, expectedServerUID: serverUID)
             }
         } catch let error as ExitCode {
             throw error
+        } catch FluxError.untrustedServer(let path, let uid, let expected) {
+            throw fail(Exit.noFluxd, """
+                refusing fluxd at \(path) (from \(source)): it is run by uid \(uid), expected \(expected)
+                  to accept it: --server-uid \(uid) or \(serverUIDEnvironmentVariable)=\(uid)
+                """)
+        } catch FluxError.invalidArgument(let what) {
+            throw fail(ExitCode.validationFailure.rawValue, what)
         } catch let error as FluxError {
             var why = "\(error)"
             if case .io(_, let errno) = error {

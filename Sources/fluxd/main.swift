@@ -19,7 +19,13 @@ struct Fluxd: ParsableCommand {
     )
 
     @Option(name: .long, help: ArgumentHelp(
-        "Socket path (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-<uid>/fluxd.sock).",
+        "Socket path (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else ${TMPDIR:-/tmp}/fluxbus-<uid>/fluxd.sock).",
+        discussion: """
+            The default directory ($XDG_RUNTIME_DIR/fluxbus or ${TMPDIR:-/tmp}/fluxbus-<uid>) is created with mode 0700; \
+            an existing one is used only if fluxd's user owns it and no group or other user can write to it. The \
+            directory of an explicit path must be owned by fluxd's user or root, and have the sticky bit if group or \
+            other users can write to it. Otherwise fluxd refuses to start.
+            """,
         valueName: "path"))
     var socket: String?
 
@@ -164,7 +170,16 @@ struct Fluxd: ParsableCommand {
             }
         }
 
-        var config = DaemonConfig(socketPath: socket ?? defaultSocketPath())
+        // The socket's directory is checked (and a missing default one created 0700) before anything listens.
+        let location = socket.map { SocketLocation(path: $0, privateDirectory: nil) } ?? defaultSocketLocation()
+        do {
+            try prepareSocketDirectory(for: location)
+        } catch {
+            writeAll(2, "fluxd: error: \(error)\n")
+            throw ExitCode.failure
+        }
+
+        var config = DaemonConfig(socketPath: location.path)
         config.socketMode = parsedSocketMode ?? 0o600
         config.router.maxFrame = maxFrame
         config.router.queueLimit = queueLimit

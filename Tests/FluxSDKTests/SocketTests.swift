@@ -48,9 +48,13 @@ struct SocketTests {
             #expect(path == explicit)
         } else if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
             #expect(path == runtime + "/fluxbus/fluxd.sock")
-        } else {
+        } else if let tmp = ProcessInfo.processInfo.environment["TMPDIR"], !tmp.isEmpty, tmp != "/" {
+            #expect(path == tmp.replacingOccurrences(of: "/+$", with: "", options: .regularExpression) + "/fluxbus-\(getuid())/fluxd.sock")
+        } else if ProcessInfo.processInfo.environment["TMPDIR"] != "/" {
             #expect(path == "/tmp/fluxbus-\(getuid())/fluxd.sock")
         }
+        // FluxClient's default is FluxCore's, the rule fluxd uses (protocol/vectors/socket-path.json).
+        #expect(path == FluxCore.defaultSocketPath(environment: ProcessInfo.processInfo.environment, uid: getuid()))
     }
 
     @Test func connectingToAMissingSocketThrowsIO() {

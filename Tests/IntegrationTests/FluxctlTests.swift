@@ -29,7 +29,8 @@ struct FluxctlTests {
               0   success
               1   an action was rejected or unavailable, or no store handles it
               2   bad input: JSON argument, JSON pointer or --file line (shown where)
-              3   no fluxd at the socket, or the connection to it was lost
+              3   no fluxd at the socket, the connection to it was lost, or it runs as an
+                  unexpected uid (--server-uid, $FLUXBUS_SERVER_UID; 0 when run as root)
               4   timed out (--timeout)
               5   fluxd refused a request (e.g. unknown store)
               64  bad usage (unknown option, missing argument)
@@ -39,7 +40,7 @@ struct FluxctlTests {
         }
         let dispatch = try await fluxctl(["dispatch", "--help"], socket: nil)
         #expect(dispatch.status == 0)
-        #expect(dispatch.stdout.contains("USAGE: fluxctl dispatch [--socket <path>] [--json] [--timeout <seconds>] [<type>] [<payload-json>] [--wait] [--count <count>] [--file <file>] [--window <window>] [--include-caused]"), "\(dispatch)")
+        #expect(dispatch.stdout.contains("USAGE: fluxctl dispatch [--socket <path>] [--server-uid <uid>] [--json] [--timeout <seconds>] [<type>] [<payload-json>] [--wait] [--count <count>] [--file <file>] [--window <window>] [--include-caused]"), "\(dispatch)")
         #expect(dispatch.stdout.contains("  --wait                  Wait for the settlement and print each store's result."))
         let monitor = try await fluxctl(["help", "monitor"], socket: nil)
         #expect(monitor.stdout.contains("--record <file>"))

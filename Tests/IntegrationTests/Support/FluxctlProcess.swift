@@ -23,8 +23,10 @@ final class FluxctlProcess: @unchecked Sendable {
     private let exited = DispatchSemaphore(value: 0)
     private var hasExited = false
 
-    /// Starts `fluxctl arguments`; `socket` is passed as `FLUXBUS_SOCKET` (nil: unset) and `environment` is added.
-    init(_ arguments: [String], socket: String?, environment: [String: String] = [:], stdin: String? = nil) throws {
+    /// Starts `fluxctl arguments`; `socket` is passed as `FLUXBUS_SOCKET` (nil: unset), `environment` is added and
+    /// the variables in `unsetting` are removed.
+    init(_ arguments: [String], socket: String?, environment: [String: String] = [:], unsetting: [String] = [],
+         stdin: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxctl"))
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
@@ -33,6 +35,7 @@ final class FluxctlProcess: @unchecked Sendable {
         env["CLICOLOR_FORCE"] = nil
         env["COLUMNS"] = "80"
         for (k, v) in environment { env[k] = v }
+        for k in unsetting { env[k] = nil }
         process.environment = env
         let outPipe = Pipe(), errPipe = Pipe(), inPipe = Pipe()
         process.standardOutput = outPipe

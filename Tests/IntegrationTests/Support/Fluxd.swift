@@ -69,15 +69,23 @@ final class Fluxd: @unchecked Sendable {
     private var stdoutBuffer: [UInt8] = []
 
     /// Starts fluxd with `arguments` (plus `--socket <socketPath>` unless `passSocket` is false). The default socket
-    /// path lies in a fresh temp directory. Does not wait for the ready line.
+    /// path lies in a fresh temp directory. Does not wait for the ready line. With a `launcher` (e.g.
+    /// `["/usr/bin/setpriv", "--reuid", "4242", ...]`) fluxd's path and arguments are appended to it and it is run
+    /// instead (it must exec fluxd, so that the pid is fluxd's).
     init(arguments: [String] = [], socketPath: String? = nil, passSocket: Bool = true,
-         environment: [String: String]? = nil) throws {
+         environment: [String: String]? = nil, launcher: [String] = []) throws {
         directory = try TempDirectory()
         self.socketPath = socketPath ?? directory.path + "/fluxd.sock"
         stderrPath = directory.path + "/stderr.log"
         do {
-            process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxd"))
-            process.arguments = (passSocket ? ["--socket", self.socketPath] : []) + arguments
+            let fluxdArguments = (passSocket ? ["--socket", self.socketPath] : []) + arguments
+            if let program = launcher.first {
+                process.executableURL = URL(fileURLWithPath: program)
+                process.arguments = Array(launcher.dropFirst()) + [try BuiltProducts.path(of: "fluxd")] + fluxdArguments
+            } else {
+                process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxd"))
+                process.arguments = fluxdArguments
+            }
             if let environment { process.environment = environment }
             try launchProcess(process, stdout: stdout, stderrPath: stderrPath, exited: exited)
         } catch {

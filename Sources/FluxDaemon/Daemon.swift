@@ -225,7 +225,9 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) var acceptFailures = AcceptFailureLog(interval: 1000)
 
     public func listener(_ listener: PipeListener, acceptFailed error: UVError) {
-        guard let report = acceptFailures.record(error.name, now: loop.now) else { return }
+        let report = acceptFailures.record(error.name, now: loop.now)
+        router.acceptErrors = acceptFailures.counts  // shown in info's load
+        guard let report else { return }
         logger.error("accept failed", metadata: report.metadata(error))
     }
 

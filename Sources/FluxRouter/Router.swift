@@ -77,6 +77,8 @@ public final class Router {
     /// The longest time one loop callback held fluxd's loop, in microseconds, as the host measured it (shown in
     /// `info`; the router only reports it).
     @exclusivity(unchecked) public var longestLoopHold: UInt64 = 0
+    /// Connections the host failed to accept, by errno name (e.g. `EMFILE`), as it counted them (shown in `info`).
+    @exclusivity(unchecked) public var acceptErrors: [String: UInt64] = [:]
 
     /// How many action types' routes are cached before the cache starts over.
     static let routeCacheLimit = 4096
@@ -1144,7 +1146,8 @@ public final class Router {
         }
         users.append(UInt8(ascii: "]"))
         b.raw("memory", Array("{\"used\":\(memory.used),\"peak\":\(memory.peak),\"limit\":\(config.memory.total),\"perUser\":\(config.memory.perUser),\"connectionAllowance\":\(config.memory.connectionAllowance),\"refusals\":\(memory.refusals),\"users\":".utf8) + users + [UInt8(ascii: "}")])
-        b.raw("load", Array("{\"connections\":\(peers.count),\"handshakes\":\(handshakes.count),\"storeNames\":\(stores.count),\"longestLoopHoldMicros\":\(longestLoopHold),\"maxCycleCheckSteps\":\(maxCycleCheckSteps)}".utf8))
+        let accepts = acceptErrors.keys.sorted().map { "\"\($0)\":\(acceptErrors[$0]!)" }.joined(separator: ",")
+        b.raw("load", Array("{\"connections\":\(peers.count),\"handshakes\":\(handshakes.count),\"storeNames\":\(stores.count),\"longestLoopHoldMicros\":\(longestLoopHold),\"maxCycleCheckSteps\":\(maxCycleCheckSteps),\"acceptErrors\":{\(accepts)}}".utf8))
         out.send(peer, b.finish())
     }
 

@@ -7,7 +7,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 1
 #: The largest frame body fluxd accepts by default; the real value is ``Welcome.limits["maxFrame"]``.
@@ -43,14 +43,19 @@ class Disconnected(FluxError):
         super().__init__("disconnected", message, True)
 
 
-def default_socket_path() -> str:
-    """fluxd's socket: ``$FLUXBUS_SOCKET``, else ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock``, else
-    ``/tmp/fluxbus-<uid>/fluxd.sock`` (the same rule as fluxd and the Swift SDK)."""
-    if os.environ.get("FLUXBUS_SOCKET"):
-        return os.environ["FLUXBUS_SOCKET"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "fluxbus", "fluxd.sock")
-    return f"/tmp/fluxbus-{os.getuid()}/fluxd.sock"
+def default_socket_path(env: Optional[Mapping[str, str]] = None, uid: Optional[int] = None) -> str:
+    """fluxd's socket, by the rule fluxd and every SDK share: ``$FLUXBUS_SOCKET`` if set and non-empty, else
+    ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock`` if that is set and non-empty, else ``$TMPDIR/fluxbus-<uid>/fluxd.sock``
+    with ``TMPDIR`` = ``/tmp`` when unset or empty. Plain concatenation: no slash is added or removed.
+    ``env`` (default ``os.environ``) and ``uid`` (default ``os.getuid()``) are injectable for tests
+    (``protocol/vectors/socket-path.json``)."""
+    env = os.environ if env is None else env
+    if env.get("FLUXBUS_SOCKET"):
+        return env["FLUXBUS_SOCKET"]
+    if env.get("XDG_RUNTIME_DIR"):
+        return env["XDG_RUNTIME_DIR"] + "/fluxbus/fluxd.sock"
+    tmpdir = env.get("TMPDIR") or "/tmp"
+    return f"{tmpdir}/fluxbus-{os.getuid() if uid is None else uid}/fluxd.sock"
 
 
 def is_valid_store_name(name: str) -> bool:

@@ -6,7 +6,11 @@ import time
 from typing import Any, AsyncIterator, Dict, Optional
 
 from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
-from .wire import Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, default_socket_path
+from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid,
+                   default_socket_path, expected_server_uid)
+
+
+_expected_server_uid = expected_server_uid
 
 
 class AsyncClient(ClientCore):
@@ -15,6 +19,10 @@ class AsyncClient(ClientCore):
     A reader task routes every frame: replies resolve the awaiting call (matched by the id the client generated),
     snapshots go to subscriptions, other errors to :attr:`errors`. When the connection ends, pending calls raise
     :class:`Disconnected` and subscriptions stop. Use ``async with`` or ``await client.close()``.
+
+    The reader task also answers fluxd's heartbeat ``ping`` (``heartbeat=True``, the default) as soon as it reads
+    it; that needs the event loop to run, so code on the loop must not block it for longer than
+    ``welcome.limits["pingInterval"]`` × ``maxPingsOut`` ms.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str, role: str):
@@ -32,13 +40,31 @@ class AsyncClient(ClientCore):
 
     @classmethod
     async def connect(cls, socket_path: Optional[str] = None, name: str = "", role: str = "client",
-                      timeout: Optional[float] = 30.0) -> "AsyncClient":
-        """Connects to fluxd and does the handshake; raises :class:`FluxError` if fluxd refuses."""
-        reader, writer = await asyncio.open_unix_connection(socket_path or default_socket_path(), limit=1 << 26)
+                      timeout: Optional[float] = 30.0, heartbeat: bool = True,
+                      expected_server_uid: Optional[int] = None) -> "AsyncClient":
+        """Connects to fluxd and does the handshake; raises :class:`FluxError` if fluxd refuses (e.g.
+        ``too-many-connections``). ``heartbeat`` and ``expected_server_uid`` are as in ``Client.connect``: the
+        server uid (else ``$FLUXBUS_SERVER_UID``, else 0 when root) is checked with ``SO_PEERCRED`` before
+        ``hello``."""
+        path = socket_path or default_socket_path()
+        expected = _expected_server_uid(expected_server_uid)
+        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 26)
+        try:
+            check_server_uid(writer.get_extra_info("socket"), path, expected)
+        except BaseException:
+            writer.close()
+            raise
         client = cls(reader, writer, name, role)
         client._task = asyncio.ensure_future(client._read_loop())
-        client._send_hello(role, name)
-        msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
+        client._send_hello(role, name, heartbeat)
+        try:
+            msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
+        except Disconnected as ended:
+            await client.close()
+            raise (ended.error or ended) from None
+        except BaseException:
+            await client.close()
+            raise
         client.welcome = client._welcome_from(msg)
         return client
 

@@ -79,16 +79,23 @@ class Store:
     so a failed handler leaves no trace. An action type the store handles but has no handler for is answered
     ``done`` without change. :meth:`on_queries` is called when the set of active queries changes;
     :meth:`publish` sends a new state outside an action (e.g. after fetching what a query asked for).
+
+    Its connection asks for heartbeats (:attr:`heartbeat`); the client's reader thread answers them even while a
+    handler runs.
     """
 
     name: str = ""
     handles: List[str] = []
     wait_for: List[str] = []
     initial_state: Any = None
+    #: Ask fluxd to ping the connection when it is silent (answered by the client's reader thread).
+    heartbeat: bool = True
 
-    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None):
+    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
+                 expected_server_uid: Optional[int] = None):
         self.socket_path = socket_path
         self.client_name = client_name or f"{self.name}-py"
+        self.expected_server_uid = expected_server_uid
         self.state: Any = None
         self.version = 0
         self.queries: List[ActiveQuery] = []
@@ -114,7 +121,8 @@ class Store:
 
     def connect(self) -> Client:
         """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
-        client = Client.connect(self.socket_path, self.client_name, role="store")
+        client = Client.connect(self.socket_path, self.client_name, role="store", heartbeat=self.heartbeat,
+                                expected_server_uid=self.expected_server_uid)
         self.client = client
         register: Dict[str, Any] = {"op": "register", "store": self.name, "handles": list(self.handles),
                                     "waitFor": list(self.wait_for)}

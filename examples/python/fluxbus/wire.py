@@ -474,6 +474,52 @@ class ActiveQuery:
     count: int
 
 
+def _query_key(query: Any) -> bytes:
+    try:
+        return dumps(query)
+    except ValueError:  # a number too large for a float (1e400) decodes as inf
+        return json.dumps(query, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class QuerySet:
+    """A store's active queries, kept from fluxd's full ``queries`` message and the ``queries-changed`` deltas
+    that follow it when the store registered with ``"queryDeltas": true``. Keyed by the query's canonical JSON
+    text (:func:`dumps`); :attr:`active` lists them sorted by those bytes, as fluxd sorts ``queries``."""
+
+    def __init__(self) -> None:
+        self._by_key: Dict[bytes, ActiveQuery] = {}
+        self._sorted: Optional[List[ActiveQuery]] = []
+
+    def replace(self, entries: List[Dict[str, Any]]) -> None:
+        """Takes a full ``queries`` list: it replaces whatever was known."""
+        self._by_key = {}
+        self._apply(entries)
+
+    def apply(self, changes: List[Dict[str, Any]]) -> None:
+        """Takes a ``queries-changed`` list: each entry's ``count`` is the query's new count, 0 = withdrawn."""
+        self._apply(changes)
+
+    def _apply(self, entries: List[Dict[str, Any]]) -> None:
+        for entry in entries:
+            key = _query_key(entry.get("query"))
+            count = entry.get("count", 0)
+            if isinstance(count, int) and count > 0:
+                self._by_key[key] = ActiveQuery(entry.get("query"), count)
+            else:
+                self._by_key.pop(key, None)
+        self._sorted = None
+
+    @property
+    def active(self) -> List[ActiveQuery]:
+        """The active queries (a new list each time), sorted by canonical bytes."""
+        if self._sorted is None:
+            self._sorted = [self._by_key[k] for k in sorted(self._by_key)]
+        return list(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
 def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
     """Where a message from fluxd goes: ``("reply", id)``, ``("subscription", store)``, ``("store", store)``,
     ``("error", ref)``, ``("ping", id)`` (a heartbeat), ``("bye", None)`` or ``("ignore", None)`` for ops this library does not know (§13)."""
@@ -484,7 +530,7 @@ def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
         return ("reply", f"{op}:{msg.get('store')}")
     if op in ("snapshot", "store-down", "store-up"):
         return ("subscription", msg.get("store"))
-    if op in ("registered", "queries", "action"):
+    if op in ("registered", "queries", "queries-changed", "action"):
         return ("store", msg.get("store"))
     if op == "ping":  # a heartbeat ping (only to a peer that said hello with "heartbeat": true)
         return ("ping", msg.get("id") if isinstance(msg.get("id"), str) else None)

@@ -26,11 +26,16 @@ export class FluxError extends Error {
   }
 }
 
-/** fluxd's socket: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-<uid>/fluxd.sock. */
-export function defaultSocketPath() {
-  if (process.env.FLUXBUS_SOCKET) return process.env.FLUXBUS_SOCKET;
-  if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'fluxbus', 'fluxd.sock');
-  return `/tmp/fluxbus-${os.userInfo().uid}/fluxd.sock`;
+/**
+ * fluxd's socket, by the rule fluxd and every SDK share: $FLUXBUS_SOCKET if set and non-empty, else
+ * $XDG_RUNTIME_DIR/fluxbus/fluxd.sock if that is set and non-empty, else $TMPDIR/fluxbus-<uid>/fluxd.sock with
+ * TMPDIR = /tmp when unset or empty (plain concatenation: no slash added or removed).
+ * @param {{env?: Record<string, string|undefined>, uid?: number}} [options] injectable for tests
+ */
+export function defaultSocketPath({ env = process.env, uid = process.getuid?.() ?? os.userInfo().uid } = {}) {
+  if (env.FLUXBUS_SOCKET) return env.FLUXBUS_SOCKET;
+  if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR}/fluxbus/fluxd.sock`;
+  return `${env.TMPDIR || '/tmp'}/fluxbus-${uid}/fluxd.sock`;
 }
 
 /** @param {string} name SPEC §4.1 store name. */

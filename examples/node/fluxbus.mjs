@@ -1,5 +1,6 @@
 // FluxBus for Node.js (18+, standard library only): a client with a Promise / async-iterator API, a Store base
 // class for store workers, and the wire layer (frame decoder, strict envelope check). Protocol: protocol/SPEC.md.
+import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,11 +9,39 @@ import { EventEmitter } from 'node:events';
 export const PROTOCOL_VERSION = 1;
 const NAME = /^[A-Za-z0-9._:/-]+$/;
 
-/** An `error` from fluxd (SPEC §8.9; codes in §11) or a local failure. Unknown codes are valid. */
+/** Error codes callers commonly test for (SPEC §11); any other code is valid too (§13). */
+export const ErrorCodes = Object.freeze({
+  /** a per-connection limit (live queries, subscriptions, query bytes) refused a request; not fatal */
+  LIMIT_EXCEEDED: 'limit-exceeded',
+  /** fluxd refused the connection at connect (fatal) */
+  TOO_MANY_CONNECTIONS: 'too-many-connections',
+  /** heartbeat pings went unanswered, or a store stalled (fatal) */
+  UNRESPONSIVE: 'unresponsive',
+  /** fluxd's memory budget for this peer is spent (fatal) */
+  MEMORY_BUDGET: 'memory-budget',
+  /** local: fluxd's socket is not owned by the expected uid (see `expectedServerUid`) */
+  WRONG_SERVER_UID: 'wrong-server-uid',
+  /** local: the connection ended (`cause` holds fluxd's fatal error, if one ended it) */
+  DISCONNECTED: 'disconnected',
+});
+
+const DESCRIPTIONS = {
+  'limit-exceeded': 'a per-connection limit of fluxd was reached (too many live queries or subscriptions, or too many query bytes); the request was refused, the connection stays',
+  'too-many-connections': 'fluxd refused the connection: too many connections',
+  unresponsive: 'fluxd closed the connection as unresponsive',
+  'memory-budget': "fluxd closed the connection: its memory budget for this peer is spent",
+};
+
+/**
+ * An `error` from fluxd (SPEC §8.9; codes in §11) or a local failure. Unknown codes are valid: `fatal` says
+ * whether the connection survived. The codes of `ErrorCodes` get a short explanation in `message`. A
+ * `disconnected` error ended by a fatal error from fluxd (`unresponsive`, `memory-budget`, ...) has it as `cause`.
+ */
 export class FluxError extends Error {
-  /** @param {string} code @param {string} [message] @param {boolean} [fatal] @param {string} [ref] */
-  constructor(code, message = '', fatal = false, ref = undefined) {
-    super(message ? `${code}: ${message}` : code);
+  /** @param {string} code @param {string} [message] @param {boolean} [fatal] @param {string} [ref] @param {FluxError} [cause] */
+  constructor(code, message = '', fatal = false, ref = undefined, cause = undefined) {
+    const text = message ? `${code}: ${message}` : code;
+    super(DESCRIPTIONS[code] ? `${text} (${DESCRIPTIONS[code]})` : text, cause ? { cause } : undefined);
     this.name = 'FluxError';
     /** @type {string} */ this.code = code;
     /** @type {string} */ this.detail = message;
@@ -36,6 +65,46 @@ export function defaultSocketPath({ env = process.env, uid = process.getuid?.() 
   if (env.FLUXBUS_SOCKET) return env.FLUXBUS_SOCKET;
   if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR}/fluxbus/fluxd.sock`;
   return `${env.TMPDIR || '/tmp'}/fluxbus-${uid}/fluxd.sock`;
+}
+
+/**
+ * The uid fluxd must run as, or undefined for no check: `expected` if given, else $FLUXBUS_SERVER_UID if set and
+ * non-empty (a number), else 0 when this process runs as root (euid 0).
+ * @param {number|undefined} [expected] @param {Record<string, string|undefined>} [env] @param {number} [euid]
+ * @returns {number|undefined}
+ */
+export function expectedServerUid(expected, env = process.env, euid = process.geteuid?.()) {
+  if (expected !== undefined && expected !== null) return Number(expected);
+  const text = env.FLUXBUS_SERVER_UID;
+  if (text) {
+    if (!/^\s*[0-9]+\s*$/.test(text)) throw new TypeError(`FLUXBUS_SERVER_UID must be a uid (a number), not ${JSON.stringify(text)}`);
+    return Number(text);
+  }
+  return euid === 0 ? 0 : undefined;
+}
+
+/**
+ * Node has no SO_PEERCRED: the check is that the socket file and its directory (symlinks resolved) are owned by
+ * `expected`, and that the directory is not writable by group or others unless it is sticky (so nobody else can
+ * have put a socket there). Throws FluxError `wrong-server-uid`.
+ * @param {string} socketPath @param {number|undefined} expected
+ */
+export async function checkServerUid(socketPath, expected) {
+  if (expected === undefined) return;
+  const real = await fs.promises.realpath(socketPath);
+  const file = await fs.promises.stat(real);
+  const hint = (uid) => `set FLUXBUS_SERVER_UID=${uid} to accept`;
+  if (file.uid !== expected) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath} is run by uid ${file.uid}, expected ${expected}; ${hint(file.uid)}`, true);
+  }
+  const directory = path.dirname(real);
+  const dir = await fs.promises.stat(directory);
+  if (dir.uid !== expected) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is owned by uid ${dir.uid}, expected ${expected}; ${hint(dir.uid)}`, true);
+  }
+  if ((dir.mode & 0o022) !== 0 && (dir.mode & 0o1000) === 0) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is writable by group or others (mode ${(dir.mode & 0o7777).toString(8)}) and not sticky, so uid ${expected} may not own the listener`, true);
+  }
 }
 
 /** @param {string} name SPEC §4.1 store name. */
@@ -232,6 +301,7 @@ function routeKey(msg) {
     case 'subscribed': case 'unsubscribed': return ['reply', `${msg.op}:${msg.store}`];
     case 'snapshot': case 'store-down': case 'store-up': return ['subscription', msg.store];
     case 'registered': case 'queries': case 'action': return ['store', msg.store];
+    case 'ping': return ['ping', undefined]; // a heartbeat (only to a peer that said hello with heartbeat: true)
     case 'error': return ['error', typeof msg.ref === 'string' ? msg.ref : undefined];
     case 'bye': return ['bye', undefined];
     default: return ['ignore', undefined]; // ops this library does not know are ignored (SPEC §13)
@@ -256,6 +326,8 @@ export class Client extends EventEmitter {
     /** @type {FluxError[]} */ this.errors = [];
     /** @type {FluxError|null} */ this.closedReason = null;
     /** @type {Welcome|undefined} */ this.welcome = undefined;
+    /** Heartbeat pings from fluxd answered (each also emits 'heartbeat' with the ping's id). */
+    this.pingsAnswered = 0;
     const decoder = new FrameDecoder();
     socket.on('data', (data) => { for (const e of decoder.feed(data)) if ('frame' in e) this.#route(e.frame); });
     socket.on('close', () => this.#finish(new FluxError('disconnected', 'fluxd closed the connection', true)));
@@ -263,17 +335,29 @@ export class Client extends EventEmitter {
   }
 
   /**
-   * Connects and does the handshake.
-   * @param {{socketPath?: string, name?: string, role?: 'client'|'store'|'monitor', timeout?: number}} [options]
+   * Connects and does the handshake; rejects with FluxError if fluxd refuses (e.g. `too-many-connections`).
+   * `heartbeat` (default true) asks fluxd to ping the connection when it is silent; the client answers each ping
+   * with `pong` as soon as the event loop reads it (so code that blocks the event loop for longer than
+   * `welcome.limits.pingInterval` × `maxPingsOut` ms gets the connection closed as `unresponsive`; awaiting does not).
+   * `expectedServerUid` (else $FLUXBUS_SERVER_UID, else 0 when running as root; else no check) is the uid fluxd
+   * must run as, checked before hello with `checkServerUid` (file ownership: Node has no SO_PEERCRED).
+   * @param {{socketPath?: string, name?: string, role?: 'client'|'store'|'monitor', timeout?: number,
+   *          heartbeat?: boolean, expectedServerUid?: number}} [options]
    * @returns {Promise<Client>}
    */
-  static async connect({ socketPath, name = '', role = 'client', timeout = 30000 } = {}) {
-    const socket = net.createConnection(socketPath || defaultSocketPath());
+  static async connect({ socketPath, name = '', role = 'client', timeout = 30000, heartbeat = true, expectedServerUid: serverUid } = {}) {
+    const target = socketPath || defaultSocketPath();
+    const expected = expectedServerUid(serverUid);
+    const socket = net.createConnection(target);
     await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject); });
+    try { await checkServerUid(target, expected); } catch (err) { socket.destroy(); throw err; }
     const client = new Client(socket, name, role);
     const welcome = client.#expect('welcome');
-    client.#send({ op: 'hello', protocol: PROTOCOL_VERSION, role, name });
-    const msg = await withTimeout(welcome, timeout, 'welcome');
+    const hello = { op: 'hello', protocol: PROTOCOL_VERSION, role, name };
+    if (heartbeat) hello.heartbeat = true; // fluxd pings us when it heard nothing for welcome.limits.pingInterval
+    client.#send(hello);
+    let msg;
+    try { msg = await withTimeout(welcome, timeout, 'welcome'); } catch (err) { client.abort(); throw err; }
     client.welcome = { peer: msg.peer, server: msg.server, protocol: msg.protocol, limits: msg.limits };
     return client;
   }
@@ -437,7 +521,11 @@ export class Client extends EventEmitter {
         if (key !== undefined && this.storeSinks.has(key)) this.storeSinks.get(key)(msg);
         else { this.errors.push(error); if (this.errors.length > 256) this.errors.shift(); this.emit('error-frame', error); }
       }
-      if (error.fatal) this.#finish(new FluxError('disconnected', `fluxd closed the connection: ${error.message}`, true));
+      if (error.fatal) this.#finish(new FluxError('disconnected', `fluxd closed the connection: ${error.message}`, true, undefined, error));
+    } else if (kind === 'ping') {
+      if (!this.closed) this.#send(typeof msg.id === 'string' ? { op: 'pong', id: msg.id } : { op: 'pong' });
+      this.pingsAnswered++;
+      this.emit('heartbeat', msg.id);
     } else if (kind === 'bye') this.#finish(new FluxError('disconnected', `fluxd said bye (${msg.reason})`, true));
   }
 
@@ -589,10 +677,12 @@ export class Store {
   }
   /**
    * Connects, registers, adopts the retained state and starts serving actions. Resolves once registered.
-   * @param {{socketPath?: string, clientName?: string}} [options] @returns {Promise<{resumed: boolean}>}
+   * `heartbeat` and `expectedServerUid` are passed to `Client.connect`.
+   * @param {{socketPath?: string, clientName?: string, heartbeat?: boolean, expectedServerUid?: number}} [options]
+   * @returns {Promise<{resumed: boolean}>}
    */
-  async start({ socketPath, clientName } = {}) {
-    const client = await Client.connect({ socketPath, name: clientName ?? `${this.name}-node`, role: 'store' });
+  async start({ socketPath, clientName, heartbeat = true, expectedServerUid } = {}) {
+    const client = await Client.connect({ socketPath, name: clientName ?? `${this.name}-node`, role: 'store', heartbeat, expectedServerUid });
     this.client = client;
     let registered; let resumed = false;
     const ready = new Promise((resolve, reject) => { registered = { resolve, reject }; });

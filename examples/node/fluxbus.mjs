@@ -300,7 +300,7 @@ function routeKey(msg) {
       return ['reply', typeof msg.id === 'string' ? msg.id : undefined];
     case 'subscribed': case 'unsubscribed': return ['reply', `${msg.op}:${msg.store}`];
     case 'snapshot': case 'store-down': case 'store-up': return ['subscription', msg.store];
-    case 'registered': case 'queries': case 'action': return ['store', msg.store];
+    case 'registered': case 'queries': case 'queries-changed': case 'action': return ['store', msg.store];
     case 'ping': return ['ping', undefined]; // a heartbeat (only to a peer that said hello with heartbeat: true)
     case 'error': return ['error', typeof msg.ref === 'string' ? msg.ref : undefined];
     case 'bye': return ['bye', undefined];
@@ -617,6 +617,34 @@ export class QueryReceipt {
   async close() { if (this.active) { this.active = false; await this.client.unquery(this.id); } }
 }
 
+/**
+ * A store's active queries, kept from fluxd's full `queries` message and the `queries-changed` deltas that follow
+ * it when the store registered with "queryDeltas": true. Keyed by the query's canonical JSON; `active()` lists them
+ * sorted by the UTF-8 bytes of that text, as fluxd sorts `queries`.
+ */
+export class QuerySet {
+  constructor() { /** @type {Map<string, ActiveQuery>} */ this.byKey = new Map(); /** @type {ActiveQuery[]|null} */ this.sorted = []; }
+  /** Takes a full `queries` list: it replaces whatever was known. @param {ActiveQuery[]} entries */
+  replace(entries) { this.byKey.clear(); this.apply(entries); }
+  /** Takes a `queries-changed` list: each `count` is the query's new count, 0 = withdrawn. @param {ActiveQuery[]} changes */
+  apply(changes) {
+    for (const { query, count } of changes) {
+      const key = canonicalJSON(query);
+      if (Number.isInteger(count) && count > 0) this.byKey.set(key, { query, count }); else this.byKey.delete(key);
+    }
+    this.sorted = null;
+  }
+  /** The active queries (a new array each time), sorted by canonical bytes. @returns {ActiveQuery[]} */
+  active() {
+    if (this.sorted === null) {
+      this.sorted = [...this.byKey.keys()].map((k) => [Buffer.from(k, 'utf8'), k])
+        .sort((a, b) => Buffer.compare(a[0], b[0])).map(([, k]) => this.byKey.get(k));
+    }
+    return [...this.sorted];
+  }
+  get size() { return this.byKey.size; }
+}
+
 /** Thrown by a handler to reject an action; the store answers `reject` with `{code, message, ...details}`. */
 export class Reject extends Error {
   /** @param {string} code @param {string} [message] @param {Record<string, any>} [details] */
@@ -648,15 +676,22 @@ export class Reject extends Error {
  * change; `publish(state)` sends a state outside an action.
  */
 export class Store {
-  /** @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any}} [options] */
-  constructor({ name, handles, waitFor, initialState } = {}) {
+  /**
+   * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
+   * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
+   * `queries` and `onQueries` see the full set as before.
+   * @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any, queryDeltas?: boolean}} [options]
+   */
+  constructor({ name, handles, waitFor, initialState, queryDeltas } = {}) {
     this.name = name ?? this.constructor.storeName ?? '';
     this.handles = handles ?? this.constructor.handles ?? [];
     this.waitFor = waitFor ?? this.constructor.waitFor ?? [];
     this.initialState = initialState ?? this.constructor.initialState;
+    this.queryDeltas = queryDeltas ?? this.constructor.queryDeltas ?? true;
     /** @type {any} */ this.state = undefined;
     this.version = 0;
     /** @type {ActiveQuery[]} */ this.queries = [];
+    this.querySet = new QuerySet();
     /** @type {Array<[string, Handler]>} */ this.handlers = [];
     /** @type {Client|undefined} */ this.client = undefined;
     this.chain = Promise.resolve();
@@ -698,6 +733,7 @@ export class Store {
       this.chain = this.chain.then(() => this.#handle(msg)).catch((err) => this.#report(err));
     });
     const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
+    if (this.queryDeltas) register.queryDeltas = true;
     if (this.initialState !== undefined) register.state = this.initialState;
     client.send(register);
     return ready;
@@ -712,10 +748,16 @@ export class Store {
   async stop() { await this.chain; await this.client?.close(); }
   #report(err) { this.client?.emit('store-error', err); }
   #adopt(msg) { if (msg.version >= this.version) { this.version = msg.version; this.state = msg.state; } }
-  #queries(msg) { this.queries = msg.queries.map((q) => ({ query: q.query, count: q.count })); this.onQueries([...this.queries]); }
+  /** A full `queries` set, or a `queries-changed` delta applied to the set kept so far. */
+  #queries(msg) {
+    if (msg.op === 'queries-changed') this.querySet.apply(msg.changes ?? []);
+    else this.querySet.replace(msg.queries ?? []);
+    this.queries = this.querySet.active();
+    this.onQueries([...this.queries]);
+  }
   async #handle(msg) {
     if (msg.op === 'snapshot') return this.#adopt(msg);
-    if (msg.op === 'queries') return this.#queries(msg);
+    if (msg.op === 'queries' || msg.op === 'queries-changed') return this.#queries(msg);
     if (msg.op !== 'action' || this.client.closed) return;
     const followUps = [];
     const ctx = { seq: msg.seq, type: msg.type, origin: msg.origin, cause: msg.cause, redelivered: msg.redelivered === true,

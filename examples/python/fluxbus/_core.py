@@ -35,10 +35,14 @@ class ClientCore:
         self._send_raw(encode_frame(dumps(fields)))
 
     def _send_hello(self, role: str, name: str, heartbeat: bool = True) -> None:
+        self._send_raw(self._hello_frame(role, name, heartbeat))
+
+    @staticmethod
+    def _hello_frame(role: str, name: str, heartbeat: bool = True) -> bytes:
         fields: Message = {"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name}
         if heartbeat:
             fields["heartbeat"] = True  # fluxd pings us when it heard nothing for welcome.limits.pingInterval
-        self._send(fields)
+        return encode_frame(dumps(fields))
 
     @staticmethod
     def _pong_frame(msg: Message) -> bytes:

@@ -2,15 +2,37 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any, AsyncIterator, Dict, Optional
 
 from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
 from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid,
-                   default_socket_path, expected_server_uid)
+                   default_socket_path, expected_server_uid, loads)
 
 
 _expected_server_uid = expected_server_uid
+
+
+async def _refusal(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: Optional[float],
+                   error: OSError) -> FluxError:
+    """What fluxd said before it closed a connection whose hello could not be sent (its fatal error, if any)."""
+    decoder = FrameDecoder()
+    deadline = None if timeout is None else loop.time() + timeout
+    try:
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            data = await asyncio.wait_for(loop.sock_recv(sock, 65536), remaining)
+            if not data:
+                break
+            for kind, body in decoder.feed(data):
+                if kind == "frame":
+                    msg = loads(body)  # type: ignore[arg-type]
+                    if isinstance(msg, dict) and msg.get("op") == "error":
+                        return FluxError.from_frame(msg)
+    except (OSError, ValueError, asyncio.TimeoutError):
+        pass
+    return Disconnected(f"fluxd closed the connection before the handshake: {error}")
 
 
 class AsyncClient(ClientCore):
@@ -48,15 +70,25 @@ class AsyncClient(ClientCore):
         ``hello``."""
         path = socket_path or default_socket_path()
         expected = _expected_server_uid(expected_server_uid)
-        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 26)
+        loop = asyncio.get_running_loop()
+        # The hello is sent on the bare socket, before the stream exists: fluxd may refuse a connection before it
+        # says anything (too-many-connections) and close it, and a stream whose write fails discards what was
+        # still to be read, the refusal included.
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            check_server_uid(writer.get_extra_info("socket"), path, expected)
+            await loop.sock_connect(sock, path)
+            check_server_uid(sock, path, expected)
+            try:
+                await loop.sock_sendall(sock, cls._hello_frame(role, name, heartbeat))
+            except OSError as error:
+                raise await _refusal(loop, sock, timeout, error) from None
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
         except BaseException:
-            writer.close()
+            sock.close()
             raise
         client = cls(reader, writer, name, role)
         client._task = asyncio.ensure_future(client._read_loop())
-        client._send_hello(role, name, heartbeat)
         try:
             msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
         except Disconnected as ended:

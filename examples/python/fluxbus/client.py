@@ -51,6 +51,7 @@ class Client(ClientCore):
         self._incoming_bytes = 0
         #: Heartbeat pings answered by the reader thread.
         self.pings_answered = 0
+        self._handshaking = False
         self._reader = threading.Thread(target=self._read_loop, name="fluxbus-reader", daemon=True)
         self._replies: Dict[str, Message] = {}
         self._awaited: set = set()
@@ -85,7 +86,11 @@ class Client(ClientCore):
         client = cls(sock, name, role, timeout)
         client._reader.start()
         try:
+            # fluxd may refuse a connection before it says anything (too-many-connections) and close it, so the
+            # hello can fail to send: the reader thread still delivers the refusal, which _wait then raises.
+            client._handshaking = True
             client._send_hello(role, name, heartbeat)
+            client._handshaking = False
             msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
         except Disconnected as ended:
             client._finish(ended)
@@ -225,6 +230,8 @@ class Client(ClientCore):
                 self._sock.sendall(frame)
             except OSError as error:
                 failure = error
+        if failure is not None and self._handshaking:
+            return  # the reader reports why fluxd closed the connection (see connect)
         if failure is not None:  # finished outside the lock: _finish joins the reader, which may want it
             self._finish(Disconnected(f"send failed: {failure}"))
             raise self._closed  # type: ignore[misc]
@@ -301,6 +308,8 @@ class Client(ClientCore):
                             self._cond.wait()
         except (OSError, ValueError) as error:
             end = Disconnected(f"receive failed: {error}")
+        except Exception as error:  # never leave the caller waiting for a reader that died
+            end = Disconnected(f"reader thread failed: {type(error).__name__}: {error}")
         with self._cond:
             self._incoming.append(end)
             self._cond.notify_all()

@@ -17,19 +17,22 @@ _NAME = re.compile(r"[A-Za-z0-9._:/-]+\Z")
 
 
 #: Error codes fluxd sends (SPEC §11) that callers commonly test for. Any other code is valid too (§13).
-LIMIT_EXCEEDED = "limit-exceeded"            #: a per-connection limit (live queries, subscriptions, query bytes); not fatal
-TOO_MANY_CONNECTIONS = "too-many-connections"  #: refused at connect (fatal)
-UNRESPONSIVE = "unresponsive"                #: heartbeat pings unanswered, or a store stalled (fatal)
-MEMORY_BUDGET = "memory-budget"              #: fluxd's memory budget for this peer is spent (fatal)
+LIMIT_EXCEEDED = "limit-exceeded"  #: a per-connection limit (live queries, subscriptions, query bytes); not fatal
+TOO_MANY_CONNECTIONS = "too-many-connections"  #: refused at connect, before welcome (fatal)
+UNRESPONSIVE = "unresponsive"  #: heartbeat pings unanswered, or a stalled store closed (fatal)
+MEMORY_BUDGET = "memory-budget"  #: no room in fluxd's memory budget (a request refused, or fatal: closed)
 #: A local refusal: fluxd's socket is owned by another uid than the expected one (see ``server_uid_check``).
 WRONG_SERVER_UID = "wrong-server-uid"
 
 _DESCRIPTIONS = {
-    LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (too many live queries or subscriptions, or "
-                    "too many query bytes); the request was refused, the connection stays",
-    TOO_MANY_CONNECTIONS: "fluxd refused the connection: too many connections",
-    UNRESPONSIVE: "fluxd closed the connection as unresponsive",
-    MEMORY_BUDGET: "fluxd closed the connection: its memory budget for this peer is spent",
+    LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (live queries, query bytes, subscriptions or "
+                    "waitFor stores; see welcome.limits); the request was refused, the connection stays",
+    TOO_MANY_CONNECTIONS: "fluxd refused the connection: too many connections (in total, for this user or in "
+                          "the handshake), or no room in its memory budget",
+    UNRESPONSIVE: "fluxd closed the connection as unresponsive: heartbeat pings went unanswered, or a store "
+                  "left an action unanswered too long",
+    MEMORY_BUDGET: "fluxd's memory budget had no room for this peer's request or backlog (fatal: the connection "
+                   "was closed; otherwise only the request was refused)",
 }
 
 

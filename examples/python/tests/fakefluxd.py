@@ -1,7 +1,8 @@
 """A fake fluxd for unit tests: a Unix socket server speaking protocol-1 frames, driven by the test.
 
 Each accepted connection is a :class:`FakePeer`; a thread per connection reads its frames into a queue. The fake
-answers ``hello`` itself (``welcome`` with the limits given, or the ``refuse`` error) and, if ``auto_pong``, the
+answers ``hello`` itself (``welcome`` with the limits given, or the ``refuse`` error; ``refuse_at_connect``
+sends that error and closes as soon as a connection is accepted, before any hello) and, if ``auto_pong``, the
 client's own ``ping`` requests; everything else the test reads with :meth:`FakePeer.expect` and answers with
 :meth:`FakePeer.send`. ``close()`` ends every connection and removes the socket and its directory.
 """
@@ -112,9 +113,10 @@ class FakePeer:
 
 
 class FakeFluxd:
-    def __init__(self, limits=None, refuse=None, auto_pong=True):
+    def __init__(self, limits=None, refuse=None, auto_pong=True, refuse_at_connect=None):
         self.limits = dict(LIMITS if limits is None else limits)
         self.refuse = refuse
+        self.refuse_at_connect = refuse_at_connect
         self.auto_pong = auto_pong
         self.peer_ids = 0
         self.directory = tempfile.mkdtemp(prefix="fakefluxd-")
@@ -133,6 +135,11 @@ class FakeFluxd:
                 sock, _ = self.listener.accept()
             except OSError:
                 return
+            if self.refuse_at_connect is not None:  # as fluxd past its connection limits: before any hello
+                sock.sendall(frame({"op": "error", "code": self.refuse_at_connect, "message": "refused at connect",
+                                    "fatal": True}))
+                sock.close()
+                continue
             peer = FakePeer(self, sock)
             self._all.append(peer)
             self.peers.put(peer)

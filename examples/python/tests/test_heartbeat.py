@@ -50,14 +50,14 @@ def test_heartbeat_can_be_turned_off(fake):
 
 
 def test_reader_thread_answers_pings_while_the_caller_does_nothing(fake):
-    client = Client.connect(fake.socket_path)
+    client = CountingClient.connect(fake.socket_path)
     try:
         peer = fake.accept()
         for n in range(1, 4):
             peer.send({"op": "ping", "id": f"hb-{n}"})
             # the test thread makes no client call: only the reader thread can answer
             assert peer.expect_op("pong") == {"op": "pong", "id": f"hb-{n}"}
-        assert client.pings_answered == 3
+        assert client.answered(3)  # counted just after the send
         assert client.ping(5) >= 0  # the connection still works, and pings never reach the caller's inbox
         assert not client.errors
     finally:
@@ -120,8 +120,12 @@ def test_async_client_answers_pings(fake):
 
 # -- error codes ----------------------------------------------------------------------------------------------
 
-def test_too_many_connections_is_raised_by_connect():
-    server = FakeFluxd(refuse="too-many-connections")
+@pytest.mark.parametrize("when", ["after-hello", "at-connect"])
+def test_too_many_connections_is_raised_by_connect(when):
+    if when == "at-connect":  # what fluxd does: the error and the close come before the client's hello
+        server = FakeFluxd(refuse_at_connect="too-many-connections")
+    else:
+        server = FakeFluxd(refuse="too-many-connections")
     try:
         with pytest.raises(FluxError) as caught:
             Client.connect(server.socket_path, timeout=5)
@@ -275,3 +279,24 @@ def test_live_store_stays_up_while_its_handler_blocks(fluxd_factory):
         store.stop()
         thread.join(10)
         watcher.close()
+
+
+def test_live_limit_exceeded_and_too_many_connections(fluxd_factory):
+    daemon = fluxd_factory("--max-queries", "2", "--max-connections", "1")
+    with Client.connect(daemon.socket_path) as client:
+        client.query("comments", {"site": 1})
+        client.query("comments", {"site": 2})
+        with pytest.raises(FluxError) as caught:
+            client.query("comments", {"site": 3}, timeout=5)
+        assert (caught.value.code, caught.value.fatal) == ("limit-exceeded", False)
+        assert client.ping(5) >= 0
+        with pytest.raises(FluxError) as refused:
+            Client.connect(daemon.socket_path, timeout=5)
+        assert (refused.value.code, refused.value.fatal) == ("too-many-connections", True)
+
+        async def scenario():
+            with pytest.raises(FluxError) as caught:
+                await AsyncClient.connect(daemon.socket_path, timeout=5)
+            assert caught.value.code == "too-many-connections"
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert client.ping(5) >= 0

@@ -11,13 +11,13 @@ const NAME = /^[A-Za-z0-9._:/-]+$/;
 
 /** Error codes callers commonly test for (SPEC §11); any other code is valid too (§13). */
 export const ErrorCodes = Object.freeze({
-  /** a per-connection limit (live queries, subscriptions, query bytes) refused a request; not fatal */
+  /** a per-connection limit (live queries, query bytes, subscriptions, waitFor) refused a request; not fatal */
   LIMIT_EXCEEDED: 'limit-exceeded',
-  /** fluxd refused the connection at connect (fatal) */
+  /** fluxd refused the connection at connect, in place of welcome (fatal) */
   TOO_MANY_CONNECTIONS: 'too-many-connections',
-  /** heartbeat pings went unanswered, or a store stalled (fatal) */
+  /** heartbeat pings went unanswered, or a stalled store was closed (fatal) */
   UNRESPONSIVE: 'unresponsive',
-  /** fluxd's memory budget for this peer is spent (fatal) */
+  /** no room in fluxd's memory budget: a request refused, or (fatal) the connection closed */
   MEMORY_BUDGET: 'memory-budget',
   /** local: fluxd's socket is not owned by the expected uid (see `expectedServerUid`) */
   WRONG_SERVER_UID: 'wrong-server-uid',
@@ -26,10 +26,10 @@ export const ErrorCodes = Object.freeze({
 });
 
 const DESCRIPTIONS = {
-  'limit-exceeded': 'a per-connection limit of fluxd was reached (too many live queries or subscriptions, or too many query bytes); the request was refused, the connection stays',
-  'too-many-connections': 'fluxd refused the connection: too many connections',
-  unresponsive: 'fluxd closed the connection as unresponsive',
-  'memory-budget': "fluxd closed the connection: its memory budget for this peer is spent",
+  'limit-exceeded': 'a per-connection limit of fluxd was reached (live queries, query bytes, subscriptions or waitFor stores; see welcome.limits); the request was refused, the connection stays',
+  'too-many-connections': 'fluxd refused the connection: too many connections (in total, for this user or in the handshake), or no room in its memory budget',
+  unresponsive: 'fluxd closed the connection as unresponsive: heartbeat pings went unanswered, or a store left an action unanswered too long',
+  'memory-budget': "fluxd's memory budget had no room for this peer's request or backlog (fatal: the connection was closed; otherwise only the request was refused)",
 };
 
 /**
@@ -331,7 +331,8 @@ export class Client extends EventEmitter {
     const decoder = new FrameDecoder();
     socket.on('data', (data) => { for (const e of decoder.feed(data)) if ('frame' in e) this.#route(e.frame); });
     socket.on('close', () => this.#finish(new FluxError('disconnected', 'fluxd closed the connection', true)));
-    socket.on('error', (err) => this.#finish(new FluxError('disconnected', err.message, true)));
+    socket.on('error', (err) => this.#finish(new FluxError('disconnected', this.welcome || !['EPIPE', 'ECONNRESET'].includes(err.code) ? err.message
+      : `fluxd closed the connection during the handshake (${err.code}); it may have refused it (e.g. too-many-connections) before its error could be read`, true)));
   }
 
   /**

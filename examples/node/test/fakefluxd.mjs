@@ -61,14 +61,24 @@ class FakePeer {
 }
 
 export class FakeFluxd {
-  /** @param {{limits?: Record<string, number>, refuse?: string}} [options] */
-  static async start({ limits = LIMITS, refuse } = {}) {
+  /**
+   * `refuse`: answer hello with that fatal error; `refuseAtConnect`: send it and close as soon as a connection is
+   * accepted, before any hello (what fluxd does past its connection limits).
+   * @param {{limits?: Record<string, number>, refuse?: string, refuseAtConnect?: string}} [options]
+   */
+  static async start({ limits = LIMITS, refuse, refuseAtConnect } = {}) {
     const fake = new FakeFluxd();
     fake.limits = { ...limits }; fake.refuse = refuse; fake.peerIds = 0;
     fake.directory = fs.mkdtempSync(path.join(os.tmpdir(), 'fakefluxd-'));
     fake.socketPath = path.join(fake.directory, 'fluxd.sock');
     /** @type {FakePeer[]} */ fake.all = []; /** @type {FakePeer[]} */ fake.incoming = []; fake.waiter = null;
     fake.server = net.createServer((socket) => {
+      if (refuseAtConnect) {
+        socket.on('error', () => {});
+        socket.end(encodeFrame(JSON.stringify({ op: 'error', code: refuseAtConnect, message: 'refused at connect', fatal: true })));
+        socket.destroySoon?.();
+        return;
+      }
       const peer = new FakePeer(fake, socket);
       fake.all.push(peer); fake.incoming.push(peer);
       const w = fake.waiter; fake.waiter = null; w?.();

@@ -76,11 +76,15 @@ test('a store answers pings while an async handler is still running', async () =
 
 // -- error codes --------------------------------------------------------------------------------------------
 
-test('too-many-connections rejects connect with the code', async () => {
-  const f = await fake({ refuse: 'too-many-connections' });
-  await assert.rejects(Client.connect({ socketPath: f.socketPath, timeout: 5000 }), (e) =>
-    e instanceof FluxError && e.code === 'too-many-connections' && e.fatal && /too many connections/.test(e.message));
-});
+for (const when of ['after-hello', 'at-connect']) {
+  test(`too-many-connections (${when}) rejects connect with the code`, async () => {
+    const f = await fake(when === 'at-connect' ? { refuseAtConnect: 'too-many-connections' } : { refuse: 'too-many-connections' });
+    for (let i = 0; i < 10; i++) {
+      await assert.rejects(Client.connect({ socketPath: f.socketPath, timeout: 5000 }), (e) =>
+        e instanceof FluxError && e.code === 'too-many-connections' && e.fatal && /too many connections/.test(e.message));
+    }
+  });
+}
 
 for (const code of ['unresponsive', 'memory-budget']) {
   test(`${code} ends the connection; pending calls reject with it as cause`, async () => {
@@ -198,4 +202,15 @@ test('fake: no hello reaches a refused server; a group-writable directory is ref
     const client = await connect({ socketPath: f.socketPath });
     assert.ok(client.welcome.peer >= 1);
   });
+});
+
+test('live: limit-exceeded refuses a query; too-many-connections refuses a connect', async () => {
+  const fluxd = await live(['--max-queries', '2', '--max-connections', '1']);
+  const client = await connect({ socketPath: fluxd.socketPath });
+  await client.query('comments', { site: 1 });
+  await client.query('comments', { site: 2 });
+  await assert.rejects(client.query('comments', { site: 3 }, { timeout: 5000 }), (e) => e.code === 'limit-exceeded' && !e.fatal);
+  assert.ok(await client.ping({ timeout: 5000 }) >= 0);
+  await assert.rejects(Client.connect({ socketPath: fluxd.socketPath, timeout: 5000 }), (e) => e.code === 'too-many-connections' && e.fatal);
+  assert.ok(await client.ping({ timeout: 5000 }) >= 0);
 });

@@ -1,5 +1,6 @@
 // FluxBus for Node.js (18+, standard library only): a client with a Promise / async-iterator API, a Store base
 // class for store workers, and the wire layer (frame decoder, strict envelope check). Protocol: protocol/SPEC.md.
+import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,11 +9,39 @@ import { EventEmitter } from 'node:events';
 export const PROTOCOL_VERSION = 1;
 const NAME = /^[A-Za-z0-9._:/-]+$/;
 
-/** An `error` from fluxd (SPEC §8.9; codes in §11) or a local failure. Unknown codes are valid. */
+/** Error codes callers commonly test for (SPEC §11); any other code is valid too (§13). */
+export const ErrorCodes = Object.freeze({
+  /** a per-connection limit (live queries, query bytes, subscriptions, waitFor) refused a request; not fatal */
+  LIMIT_EXCEEDED: 'limit-exceeded',
+  /** fluxd refused the connection at connect, in place of welcome (fatal) */
+  TOO_MANY_CONNECTIONS: 'too-many-connections',
+  /** heartbeat pings went unanswered, or a stalled store was closed (fatal) */
+  UNRESPONSIVE: 'unresponsive',
+  /** no room in fluxd's memory budget: a request refused, or (fatal) the connection closed */
+  MEMORY_BUDGET: 'memory-budget',
+  /** local: fluxd's socket is not owned by the expected uid (see `expectedServerUid`) */
+  WRONG_SERVER_UID: 'wrong-server-uid',
+  /** local: the connection ended (`cause` holds fluxd's fatal error, if one ended it) */
+  DISCONNECTED: 'disconnected',
+});
+
+const DESCRIPTIONS = {
+  'limit-exceeded': 'a per-connection limit of fluxd was reached (live queries, query bytes, subscriptions or waitFor stores; see welcome.limits); the request was refused, the connection stays',
+  'too-many-connections': 'fluxd refused the connection: too many connections (in total, for this user or in the handshake), or no room in its memory budget',
+  unresponsive: 'fluxd closed the connection as unresponsive: heartbeat pings went unanswered, or a store left an action unanswered too long',
+  'memory-budget': "fluxd's memory budget had no room for this peer's request or backlog (fatal: the connection was closed; otherwise only the request was refused)",
+};
+
+/**
+ * An `error` from fluxd (SPEC §8.9; codes in §11) or a local failure. Unknown codes are valid: `fatal` says
+ * whether the connection survived. The codes of `ErrorCodes` get a short explanation in `message`. A
+ * `disconnected` error ended by a fatal error from fluxd (`unresponsive`, `memory-budget`, ...) has it as `cause`.
+ */
 export class FluxError extends Error {
-  /** @param {string} code @param {string} [message] @param {boolean} [fatal] @param {string} [ref] */
-  constructor(code, message = '', fatal = false, ref = undefined) {
-    super(message ? `${code}: ${message}` : code);
+  /** @param {string} code @param {string} [message] @param {boolean} [fatal] @param {string} [ref] @param {FluxError} [cause] */
+  constructor(code, message = '', fatal = false, ref = undefined, cause = undefined) {
+    const text = message ? `${code}: ${message}` : code;
+    super(DESCRIPTIONS[code] ? `${text} (${DESCRIPTIONS[code]})` : text, cause ? { cause } : undefined);
     this.name = 'FluxError';
     /** @type {string} */ this.code = code;
     /** @type {string} */ this.detail = message;
@@ -26,11 +55,56 @@ export class FluxError extends Error {
   }
 }
 
-/** fluxd's socket: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else /tmp/fluxbus-<uid>/fluxd.sock. */
-export function defaultSocketPath() {
-  if (process.env.FLUXBUS_SOCKET) return process.env.FLUXBUS_SOCKET;
-  if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, 'fluxbus', 'fluxd.sock');
-  return `/tmp/fluxbus-${os.userInfo().uid}/fluxd.sock`;
+/**
+ * fluxd's socket, by the rule fluxd and every SDK share: $FLUXBUS_SOCKET if set and non-empty, else
+ * $XDG_RUNTIME_DIR/fluxbus/fluxd.sock if that is set and non-empty, else $TMPDIR/fluxbus-<uid>/fluxd.sock with
+ * TMPDIR = /tmp when unset or empty (plain concatenation: no slash added or removed).
+ * @param {{env?: Record<string, string|undefined>, uid?: number}} [options] injectable for tests
+ */
+export function defaultSocketPath({ env = process.env, uid = process.getuid?.() ?? os.userInfo().uid } = {}) {
+  if (env.FLUXBUS_SOCKET) return env.FLUXBUS_SOCKET;
+  if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR}/fluxbus/fluxd.sock`;
+  return `${env.TMPDIR || '/tmp'}/fluxbus-${uid}/fluxd.sock`;
+}
+
+/**
+ * The uid fluxd must run as, or undefined for no check: `expected` if given, else $FLUXBUS_SERVER_UID if set and
+ * non-empty (a number), else 0 when this process runs as root (euid 0).
+ * @param {number|undefined} [expected] @param {Record<string, string|undefined>} [env] @param {number} [euid]
+ * @returns {number|undefined}
+ */
+export function expectedServerUid(expected, env = process.env, euid = process.geteuid?.()) {
+  if (expected !== undefined && expected !== null) return Number(expected);
+  const text = env.FLUXBUS_SERVER_UID;
+  if (text) {
+    if (!/^\s*[0-9]+\s*$/.test(text)) throw new TypeError(`FLUXBUS_SERVER_UID must be a uid (a number), not ${JSON.stringify(text)}`);
+    return Number(text);
+  }
+  return euid === 0 ? 0 : undefined;
+}
+
+/**
+ * Node has no SO_PEERCRED: the check is that the socket file and its directory (symlinks resolved) are owned by
+ * `expected`, and that the directory is not writable by group or others unless it is sticky (so nobody else can
+ * have put a socket there). Throws FluxError `wrong-server-uid`.
+ * @param {string} socketPath @param {number|undefined} expected
+ */
+export async function checkServerUid(socketPath, expected) {
+  if (expected === undefined) return;
+  const real = await fs.promises.realpath(socketPath);
+  const file = await fs.promises.stat(real);
+  const hint = (uid) => `set FLUXBUS_SERVER_UID=${uid} to accept`;
+  if (file.uid !== expected) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath} is run by uid ${file.uid}, expected ${expected}; ${hint(file.uid)}`, true);
+  }
+  const directory = path.dirname(real);
+  const dir = await fs.promises.stat(directory);
+  if (dir.uid !== expected) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is owned by uid ${dir.uid}, expected ${expected}; ${hint(dir.uid)}`, true);
+  }
+  if ((dir.mode & 0o022) !== 0 && (dir.mode & 0o1000) === 0) {
+    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is writable by group or others (mode ${(dir.mode & 0o7777).toString(8)}) and not sticky, so uid ${expected} may not own the listener`, true);
+  }
 }
 
 /** @param {string} name SPEC §4.1 store name. */
@@ -226,7 +300,8 @@ function routeKey(msg) {
       return ['reply', typeof msg.id === 'string' ? msg.id : undefined];
     case 'subscribed': case 'unsubscribed': return ['reply', `${msg.op}:${msg.store}`];
     case 'snapshot': case 'store-down': case 'store-up': return ['subscription', msg.store];
-    case 'registered': case 'queries': case 'action': return ['store', msg.store];
+    case 'registered': case 'queries': case 'queries-changed': case 'action': return ['store', msg.store];
+    case 'ping': return ['ping', undefined]; // a heartbeat (only to a peer that said hello with heartbeat: true)
     case 'error': return ['error', typeof msg.ref === 'string' ? msg.ref : undefined];
     case 'bye': return ['bye', undefined];
     default: return ['ignore', undefined]; // ops this library does not know are ignored (SPEC §13)
@@ -251,24 +326,39 @@ export class Client extends EventEmitter {
     /** @type {FluxError[]} */ this.errors = [];
     /** @type {FluxError|null} */ this.closedReason = null;
     /** @type {Welcome|undefined} */ this.welcome = undefined;
+    /** Heartbeat pings from fluxd answered (each also emits 'heartbeat' with the ping's id). */
+    this.pingsAnswered = 0;
     const decoder = new FrameDecoder();
     socket.on('data', (data) => { for (const e of decoder.feed(data)) if ('frame' in e) this.#route(e.frame); });
     socket.on('close', () => this.#finish(new FluxError('disconnected', 'fluxd closed the connection', true)));
-    socket.on('error', (err) => this.#finish(new FluxError('disconnected', err.message, true)));
+    socket.on('error', (err) => this.#finish(new FluxError('disconnected', this.welcome || !['EPIPE', 'ECONNRESET'].includes(err.code) ? err.message
+      : `fluxd closed the connection during the handshake (${err.code}); it may have refused it (e.g. too-many-connections) before its error could be read`, true)));
   }
 
   /**
-   * Connects and does the handshake.
-   * @param {{socketPath?: string, name?: string, role?: 'client'|'store'|'monitor', timeout?: number}} [options]
+   * Connects and does the handshake; rejects with FluxError if fluxd refuses (e.g. `too-many-connections`).
+   * `heartbeat` (default true) asks fluxd to ping the connection when it is silent; the client answers each ping
+   * with `pong` as soon as the event loop reads it (so code that blocks the event loop for longer than
+   * `welcome.limits.pingInterval` × `maxPingsOut` ms gets the connection closed as `unresponsive`; awaiting does not).
+   * `expectedServerUid` (else $FLUXBUS_SERVER_UID, else 0 when running as root; else no check) is the uid fluxd
+   * must run as, checked before hello with `checkServerUid` (file ownership: Node has no SO_PEERCRED).
+   * @param {{socketPath?: string, name?: string, role?: 'client'|'store'|'monitor', timeout?: number,
+   *          heartbeat?: boolean, expectedServerUid?: number}} [options]
    * @returns {Promise<Client>}
    */
-  static async connect({ socketPath, name = '', role = 'client', timeout = 30000 } = {}) {
-    const socket = net.createConnection(socketPath || defaultSocketPath());
+  static async connect({ socketPath, name = '', role = 'client', timeout = 30000, heartbeat = true, expectedServerUid: serverUid } = {}) {
+    const target = socketPath || defaultSocketPath();
+    const expected = expectedServerUid(serverUid);
+    const socket = net.createConnection(target);
     await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject); });
+    try { await checkServerUid(target, expected); } catch (err) { socket.destroy(); throw err; }
     const client = new Client(socket, name, role);
     const welcome = client.#expect('welcome');
-    client.#send({ op: 'hello', protocol: PROTOCOL_VERSION, role, name });
-    const msg = await withTimeout(welcome, timeout, 'welcome');
+    const hello = { op: 'hello', protocol: PROTOCOL_VERSION, role, name };
+    if (heartbeat) hello.heartbeat = true; // fluxd pings us when it heard nothing for welcome.limits.pingInterval
+    client.#send(hello);
+    let msg;
+    try { msg = await withTimeout(welcome, timeout, 'welcome'); } catch (err) { client.abort(); throw err; }
     client.welcome = { peer: msg.peer, server: msg.server, protocol: msg.protocol, limits: msg.limits };
     return client;
   }
@@ -432,7 +522,11 @@ export class Client extends EventEmitter {
         if (key !== undefined && this.storeSinks.has(key)) this.storeSinks.get(key)(msg);
         else { this.errors.push(error); if (this.errors.length > 256) this.errors.shift(); this.emit('error-frame', error); }
       }
-      if (error.fatal) this.#finish(new FluxError('disconnected', `fluxd closed the connection: ${error.message}`, true));
+      if (error.fatal) this.#finish(new FluxError('disconnected', `fluxd closed the connection: ${error.message}`, true, undefined, error));
+    } else if (kind === 'ping') {
+      if (!this.closed) this.#send(typeof msg.id === 'string' ? { op: 'pong', id: msg.id } : { op: 'pong' });
+      this.pingsAnswered++;
+      this.emit('heartbeat', msg.id);
     } else if (kind === 'bye') this.#finish(new FluxError('disconnected', `fluxd said bye (${msg.reason})`, true));
   }
 
@@ -524,6 +618,34 @@ export class QueryReceipt {
   async close() { if (this.active) { this.active = false; await this.client.unquery(this.id); } }
 }
 
+/**
+ * A store's active queries, kept from fluxd's full `queries` message and the `queries-changed` deltas that follow
+ * it when the store registered with "queryDeltas": true. Keyed by the query's canonical JSON; `active()` lists them
+ * sorted by the UTF-8 bytes of that text, as fluxd sorts `queries`.
+ */
+export class QuerySet {
+  constructor() { /** @type {Map<string, ActiveQuery>} */ this.byKey = new Map(); /** @type {ActiveQuery[]|null} */ this.sorted = []; }
+  /** Takes a full `queries` list: it replaces whatever was known. @param {ActiveQuery[]} entries */
+  replace(entries) { this.byKey.clear(); this.apply(entries); }
+  /** Takes a `queries-changed` list: each `count` is the query's new count, 0 = withdrawn. @param {ActiveQuery[]} changes */
+  apply(changes) {
+    for (const { query, count } of changes) {
+      const key = canonicalJSON(query);
+      if (Number.isInteger(count) && count > 0) this.byKey.set(key, { query, count }); else this.byKey.delete(key);
+    }
+    this.sorted = null;
+  }
+  /** The active queries (a new array each time), sorted by canonical bytes. @returns {ActiveQuery[]} */
+  active() {
+    if (this.sorted === null) {
+      this.sorted = [...this.byKey.keys()].map((k) => [Buffer.from(k, 'utf8'), k])
+        .sort((a, b) => Buffer.compare(a[0], b[0])).map(([, k]) => this.byKey.get(k));
+    }
+    return [...this.sorted];
+  }
+  get size() { return this.byKey.size; }
+}
+
 /** Thrown by a handler to reject an action; the store answers `reject` with `{code, message, ...details}`. */
 export class Reject extends Error {
   /** @param {string} code @param {string} [message] @param {Record<string, any>} [details] */
@@ -555,15 +677,22 @@ export class Reject extends Error {
  * change; `publish(state)` sends a state outside an action.
  */
 export class Store {
-  /** @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any}} [options] */
-  constructor({ name, handles, waitFor, initialState } = {}) {
+  /**
+   * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
+   * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
+   * `queries` and `onQueries` see the full set as before.
+   * @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any, queryDeltas?: boolean}} [options]
+   */
+  constructor({ name, handles, waitFor, initialState, queryDeltas } = {}) {
     this.name = name ?? this.constructor.storeName ?? '';
     this.handles = handles ?? this.constructor.handles ?? [];
     this.waitFor = waitFor ?? this.constructor.waitFor ?? [];
     this.initialState = initialState ?? this.constructor.initialState;
+    this.queryDeltas = queryDeltas ?? this.constructor.queryDeltas ?? true;
     /** @type {any} */ this.state = undefined;
     this.version = 0;
     /** @type {ActiveQuery[]} */ this.queries = [];
+    this.querySet = new QuerySet();
     /** @type {Array<[string, Handler]>} */ this.handlers = [];
     /** @type {Client|undefined} */ this.client = undefined;
     this.chain = Promise.resolve();
@@ -584,10 +713,12 @@ export class Store {
   }
   /**
    * Connects, registers, adopts the retained state and starts serving actions. Resolves once registered.
-   * @param {{socketPath?: string, clientName?: string}} [options] @returns {Promise<{resumed: boolean}>}
+   * `heartbeat` and `expectedServerUid` are passed to `Client.connect`.
+   * @param {{socketPath?: string, clientName?: string, heartbeat?: boolean, expectedServerUid?: number}} [options]
+   * @returns {Promise<{resumed: boolean}>}
    */
-  async start({ socketPath, clientName } = {}) {
-    const client = await Client.connect({ socketPath, name: clientName ?? `${this.name}-node`, role: 'store' });
+  async start({ socketPath, clientName, heartbeat = true, expectedServerUid } = {}) {
+    const client = await Client.connect({ socketPath, name: clientName ?? `${this.name}-node`, role: 'store', heartbeat, expectedServerUid });
     this.client = client;
     let registered; let resumed = false;
     const ready = new Promise((resolve, reject) => { registered = { resolve, reject }; });
@@ -603,6 +734,7 @@ export class Store {
       this.chain = this.chain.then(() => this.#handle(msg)).catch((err) => this.#report(err));
     });
     const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
+    if (this.queryDeltas) register.queryDeltas = true;
     if (this.initialState !== undefined) register.state = this.initialState;
     client.send(register);
     return ready;
@@ -617,10 +749,16 @@ export class Store {
   async stop() { await this.chain; await this.client?.close(); }
   #report(err) { this.client?.emit('store-error', err); }
   #adopt(msg) { if (msg.version >= this.version) { this.version = msg.version; this.state = msg.state; } }
-  #queries(msg) { this.queries = msg.queries.map((q) => ({ query: q.query, count: q.count })); this.onQueries([...this.queries]); }
+  /** A full `queries` set, or a `queries-changed` delta applied to the set kept so far. */
+  #queries(msg) {
+    if (msg.op === 'queries-changed') this.querySet.apply(msg.changes ?? []);
+    else this.querySet.replace(msg.queries ?? []);
+    this.queries = this.querySet.active();
+    this.onQueries([...this.queries]);
+  }
   async #handle(msg) {
     if (msg.op === 'snapshot') return this.#adopt(msg);
-    if (msg.op === 'queries') return this.#queries(msg);
+    if (msg.op === 'queries' || msg.op === 'queries-changed') return this.#queries(msg);
     if (msg.op !== 'action' || this.client.closed) return;
     const followUps = [];
     const ctx = { seq: msg.seq, type: msg.type, origin: msg.origin, cause: msg.cause, redelivered: msg.redelivered === true,

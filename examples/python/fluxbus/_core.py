@@ -34,8 +34,23 @@ class ClientCore:
     def _send(self, fields: Message) -> None:
         self._send_raw(encode_frame(dumps(fields)))
 
-    def _send_hello(self, role: str, name: str) -> None:
-        self._send({"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name})
+    def _send_hello(self, role: str, name: str, heartbeat: bool = True) -> None:
+        self._send_raw(self._hello_frame(role, name, heartbeat))
+
+    @staticmethod
+    def _hello_frame(role: str, name: str, heartbeat: bool = True) -> bytes:
+        fields: Message = {"op": "hello", "protocol": PROTOCOL_VERSION, "role": role, "name": name}
+        if heartbeat:
+            fields["heartbeat"] = True  # fluxd pings us when it heard nothing for welcome.limits.pingInterval
+        return encode_frame(dumps(fields))
+
+    @staticmethod
+    def _pong_frame(msg: Message) -> bytes:
+        """The answer to fluxd's heartbeat ``ping``: a ``pong`` with the same id."""
+        fields: Message = {"op": "pong"}
+        if "id" in msg:
+            fields["id"] = msg["id"]
+        return encode_frame(dumps(fields))
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids)}"
@@ -107,6 +122,9 @@ class ClientCore:
         except ValueError:
             self._keep_error(FluxError("bad-json", f"unreadable frame from fluxd: {body[:80]!r}"))
             return
+        self._route_message(msg)
+
+    def _route_message(self, msg: Any) -> None:
         if not isinstance(msg, dict):
             return
         if msg.get("op") == "welcome":
@@ -123,7 +141,12 @@ class ClientCore:
             error = FluxError.from_frame(msg)
             self._on_error(key, msg, error)
             if error.fatal:
-                self._finish(Disconnected(f"fluxd closed the connection: {error}"))
+                self._finish(Disconnected(f"fluxd closed the connection: {error}", error))
+        elif kind == "ping":
+            try:
+                self._send_raw(self._pong_frame(msg))
+            except FluxError:
+                pass  # the connection is ending; the reader will see it
         elif kind == "bye":
             self._finish(Disconnected(f"fluxd said bye ({msg.get('reason')})"))
 

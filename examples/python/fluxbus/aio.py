@@ -2,11 +2,37 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any, AsyncIterator, Dict, Optional
 
 from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
-from .wire import Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, default_socket_path
+from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid,
+                   default_socket_path, expected_server_uid, loads)
+
+
+_expected_server_uid = expected_server_uid
+
+
+async def _refusal(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: Optional[float],
+                   error: OSError) -> FluxError:
+    """What fluxd said before it closed a connection whose hello could not be sent (its fatal error, if any)."""
+    decoder = FrameDecoder()
+    deadline = None if timeout is None else loop.time() + timeout
+    try:
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            data = await asyncio.wait_for(loop.sock_recv(sock, 65536), remaining)
+            if not data:
+                break
+            for kind, body in decoder.feed(data):
+                if kind == "frame":
+                    msg = loads(body)  # type: ignore[arg-type]
+                    if isinstance(msg, dict) and msg.get("op") == "error":
+                        return FluxError.from_frame(msg)
+    except (OSError, ValueError, asyncio.TimeoutError):
+        pass
+    return Disconnected(f"fluxd closed the connection before the handshake: {error}")
 
 
 class AsyncClient(ClientCore):
@@ -15,6 +41,10 @@ class AsyncClient(ClientCore):
     A reader task routes every frame: replies resolve the awaiting call (matched by the id the client generated),
     snapshots go to subscriptions, other errors to :attr:`errors`. When the connection ends, pending calls raise
     :class:`Disconnected` and subscriptions stop. Use ``async with`` or ``await client.close()``.
+
+    The reader task also answers fluxd's heartbeat ``ping`` (``heartbeat=True``, the default) as soon as it reads
+    it; that needs the event loop to run, so code on the loop must not block it for longer than
+    ``welcome.limits["pingInterval"]`` × ``maxPingsOut`` ms.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str, role: str):
@@ -32,13 +62,41 @@ class AsyncClient(ClientCore):
 
     @classmethod
     async def connect(cls, socket_path: Optional[str] = None, name: str = "", role: str = "client",
-                      timeout: Optional[float] = 30.0) -> "AsyncClient":
-        """Connects to fluxd and does the handshake; raises :class:`FluxError` if fluxd refuses."""
-        reader, writer = await asyncio.open_unix_connection(socket_path or default_socket_path(), limit=1 << 26)
+                      timeout: Optional[float] = 30.0, heartbeat: bool = True,
+                      expected_server_uid: Optional[int] = None) -> "AsyncClient":
+        """Connects to fluxd and does the handshake; raises :class:`FluxError` if fluxd refuses (e.g.
+        ``too-many-connections``). ``heartbeat`` and ``expected_server_uid`` are as in ``Client.connect``: the
+        server uid (else ``$FLUXBUS_SERVER_UID``, else 0 when root) is checked with ``SO_PEERCRED`` before
+        ``hello``."""
+        path = socket_path or default_socket_path()
+        expected = _expected_server_uid(expected_server_uid)
+        loop = asyncio.get_running_loop()
+        # The hello is sent on the bare socket, before the stream exists: fluxd may refuse a connection before it
+        # says anything (too-many-connections) and close it, and a stream whose write fails discards what was
+        # still to be read, the refusal included.
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, path)
+            check_server_uid(sock, path, expected)
+            try:
+                await loop.sock_sendall(sock, cls._hello_frame(role, name, heartbeat))
+            except OSError as error:
+                raise await _refusal(loop, sock, timeout, error) from None
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
+        except BaseException:
+            sock.close()
+            raise
         client = cls(reader, writer, name, role)
         client._task = asyncio.ensure_future(client._read_loop())
-        client._send_hello(role, name)
-        msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
+        try:
+            msg = await asyncio.wait_for(asyncio.shield(client._welcome), timeout)
+        except Disconnected as ended:
+            await client.close()
+            raise (ended.error or ended) from None
+        except BaseException:
+            await client.close()
+            raise
         client.welcome = client._welcome_from(msg)
         return client
 

@@ -2,37 +2,57 @@
 from __future__ import annotations
 
 import collections
-import select
 import socket
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, Optional
+from typing import Any, Deque, Dict, Iterator, List, Optional, Union
 
 from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
-from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, default_socket_path,
-                   encode_frame)
+from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid,
+                   default_socket_path, encode_frame, loads)
+from .wire import expected_server_uid as _expected_server_uid
+
+#: What the reader thread hands to the calling thread: a decoded message, an unreadable body, or the end.
+_Incoming = Union[Message, bytes, Disconnected]
 
 
 class Client(ClientCore):
     """A connection to fluxd speaking protocol 1 (see ``protocol/SPEC.md``).
 
-    Create one with :meth:`connect`. The client has no thread of its own: every call reads the socket until its
-    answer arrives, and keeps what else arrived (snapshots, settlements, store messages) for whoever asks for it.
-    Use a client from one thread at a time (sends are locked, so a store may publish from a worker thread).
+    Create one with :meth:`connect`. A daemon reader thread (``fluxbus-reader``) reads the socket: it answers
+    fluxd's heartbeat ``ping`` with ``pong`` itself, at once, and hands every other message to the calling
+    thread, which routes it when a call waits (every call waits until its answer arrives, and keeps what else
+    arrived, snapshots, settlements, store messages, for whoever asks for it). So a caller that is busy, or a
+    store handler or callback that blocks, never keeps the connection from answering pings. Messages the caller
+    has not taken yet are held up to ``max_buffered`` bytes; beyond that the reader stops reading (and so stops
+    answering pings) until the caller catches up, so a client that never reads is treated by fluxd as a slow
+    consumer rather than growing without bound. Use a client from one thread at a time (sends are locked, so a
+    store may publish from a worker thread).
 
     Errors from fluxd become :class:`FluxError` raised by the call they answer. Errors that answer no call
     (e.g. ``no-handler`` for a fire-and-forget :meth:`dispatch`) are kept in :attr:`errors` (``ref`` = the id
     ``dispatch`` returned). Calls take an optional ``timeout`` in seconds (``None`` = the client's default).
     """
 
-    def __init__(self, sock: socket.socket, name: str, role: str, timeout: Optional[float]):
+    #: Bytes of messages the reader thread holds for the caller before it stops reading (see the class doc).
+    DEFAULT_MAX_BUFFERED = 64 << 20
+
+    def __init__(self, sock: socket.socket, name: str, role: str, timeout: Optional[float],
+                 max_buffered: int = DEFAULT_MAX_BUFFERED):
         super().__init__()
         self._sock = sock
         self.name = name
         self.role = role
         self.timeout = timeout
-        self._decoder = FrameDecoder()
+        self.max_buffered = max_buffered
         self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._incoming: Deque[_Incoming] = collections.deque()
+        self._incoming_bytes = 0
+        #: Heartbeat pings answered by the reader thread.
+        self.pings_answered = 0
+        self._handshaking = False
+        self._reader = threading.Thread(target=self._read_loop, name="fluxbus-reader", daemon=True)
         self._replies: Dict[str, Message] = {}
         self._awaited: set = set()
         self._subscriptions: Dict[str, "Subscription"] = {}
@@ -44,18 +64,40 @@ class Client(ClientCore):
 
     @classmethod
     def connect(cls, socket_path: Optional[str] = None, name: str = "", role: str = "client",
-                timeout: Optional[float] = 30.0) -> "Client":
+                timeout: Optional[float] = 30.0, heartbeat: bool = True,
+                expected_server_uid: Optional[int] = None) -> "Client":
         """Connects to fluxd (``socket_path`` or :func:`default_socket_path`) and does the handshake.
-        ``role`` is ``client``, ``store`` or ``monitor``. Raises :class:`FluxError` if fluxd refuses."""
+        ``role`` is ``client``, ``store`` or ``monitor``. Raises :class:`FluxError` if fluxd refuses (e.g.
+        ``too-many-connections``).
+
+        ``heartbeat`` (default on) asks fluxd to ping this connection when it is silent; the reader thread
+        answers. ``expected_server_uid`` (else ``$FLUXBUS_SERVER_UID``, else 0 when running as root; else no
+        check) is the uid fluxd must run as: it is checked with ``SO_PEERCRED`` before ``hello`` is sent, and a
+        mismatch raises :class:`FluxError` ``wrong-server-uid``."""
+        path = socket_path or default_socket_path()
+        expected = _expected_server_uid(expected_server_uid)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(socket_path or default_socket_path())
-        except OSError:
+            sock.connect(path)
+            check_server_uid(sock, path, expected)
+        except BaseException:
             sock.close()
             raise
         client = cls(sock, name, role, timeout)
-        client._send_hello(role, name)
-        msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
+        client._reader.start()
+        try:
+            # fluxd may refuse a connection before it says anything (too-many-connections) and close it, so the
+            # hello can fail to send: the reader thread still delivers the refusal, which _wait then raises.
+            client._handshaking = True
+            client._send_hello(role, name, heartbeat)
+            client._handshaking = False
+            msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
+        except Disconnected as ended:
+            client._finish(ended)
+            raise (ended.error or ended) from None  # a refusal (fatal error) is raised as itself
+        except BaseException:
+            client._finish(Disconnected("handshake failed"))
+            raise
         client.welcome = client._welcome_from(msg)
         return client
 
@@ -182,12 +224,17 @@ class Client(ClientCore):
     def _send_raw(self, frame: bytes) -> None:
         if self._closed is not None:
             raise self._closed
+        failure: Optional[OSError] = None
         with self._send_lock:
             try:
                 self._sock.sendall(frame)
             except OSError as error:
-                self._finish(Disconnected(f"send failed: {error}"))
-                raise self._closed from None  # type: ignore[misc]
+                failure = error
+        if failure is not None and self._handshaking:
+            return  # the reader reports why fluxd closed the connection (see connect)
+        if failure is not None:  # finished outside the lock: _finish joins the reader, which may want it
+            self._finish(Disconnected(f"send failed: {failure}"))
+            raise self._closed  # type: ignore[misc]
 
     def _reply(self, key: str, timeout: Optional[float]) -> Message:
         self._awaited.add(key)
@@ -215,23 +262,67 @@ class Client(ClientCore):
             self._pump(remaining)
 
     def _pump(self, timeout: Optional[float]) -> None:
-        """Reads what is available (waiting at most ``timeout``) and routes every complete frame."""
+        """Takes what the reader thread has received (waiting at most ``timeout``) and routes it."""
         if self._closed is not None:
             return
+        with self._cond:
+            if not self._incoming:
+                self._cond.wait(timeout)
+            batch: List[_Incoming] = list(self._incoming)
+            self._incoming.clear()
+            self._incoming_bytes = 0
+            self._cond.notify_all()  # room again for a reader that waits for it
+        for item in batch:
+            if isinstance(item, Disconnected):
+                self._finish(item)
+            elif isinstance(item, bytes):
+                self._keep_error(FluxError("bad-json", f"unreadable frame from fluxd: {item[:80]!r}"))
+            else:
+                self._route_message(item)
+
+    def _read_loop(self) -> None:
+        """The reader thread: reads frames, answers heartbeat pings at once, queues the rest for the caller."""
+        decoder = FrameDecoder()
+        end = Disconnected("fluxd closed the connection")
         try:
-            readable = select.select([self._sock], [], [], timeout)[0]
-            if not readable:
-                return
-            data = self._sock.recv(262144)
+            while self._closed is None:
+                data = self._sock.recv(262144)
+                if not data:
+                    break
+                for kind, body in decoder.feed(data):
+                    if kind != "frame":
+                        continue
+                    assert isinstance(body, bytes)
+                    try:
+                        item: _Incoming = loads(body)
+                    except ValueError:
+                        item = body
+                    if isinstance(item, dict) and item.get("op") == "ping":
+                        self._answer_ping(item)
+                        continue
+                    with self._cond:
+                        self._incoming.append(item)
+                        self._incoming_bytes += len(body)
+                        self._cond.notify_all()
+                        while self._incoming_bytes > self.max_buffered and self._closed is None:
+                            self._cond.wait()
         except (OSError, ValueError) as error:
-            self._finish(Disconnected(f"receive failed: {error}"))
+            end = Disconnected(f"receive failed: {error}")
+        except Exception as error:  # never leave the caller waiting for a reader that died
+            end = Disconnected(f"reader thread failed: {type(error).__name__}: {error}")
+        with self._cond:
+            self._incoming.append(end)
+            self._cond.notify_all()
+
+    def _answer_ping(self, msg: Message) -> None:
+        if self._closed is not None:
             return
-        if not data:
-            self._finish(Disconnected("fluxd closed the connection"))
-            return
-        for kind, value in self._decoder.feed(data):
-            if kind == "frame":
-                self._route(value)  # type: ignore[arg-type]
+        with self._send_lock:
+            try:
+                self._sock.sendall(self._pong_frame(msg))
+                self.pings_answered += 1
+            except OSError:
+                pass  # the connection is going; recv will say so
 
     def _keep_error(self, error: FluxError) -> None:
         self.errors.append(error)
@@ -265,6 +356,14 @@ class Client(ClientCore):
     def _finish(self, reason: Disconnected) -> None:
         if self._closed is None:
             self._closed = reason
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread's recv
+            except OSError:
+                pass
+            with self._cond:
+                self._cond.notify_all()  # and a reader waiting for room
+            if self._reader.is_alive() and threading.current_thread() is not self._reader:
+                self._reader.join(5)
             try:
                 self._sock.close()
             except OSError:
@@ -339,6 +438,7 @@ class QueryReceipt(QueryReceiptCore):
 
 
 def connect(socket_path: Optional[str] = None, name: str = "", role: str = "client",
-            timeout: Optional[float] = 30.0) -> Client:
+            timeout: Optional[float] = 30.0, heartbeat: bool = True,
+            expected_server_uid: Optional[int] = None) -> Client:
     """Shorthand for :meth:`Client.connect`."""
-    return Client.connect(socket_path, name, role, timeout)
+    return Client.connect(socket_path, name, role, timeout, heartbeat, expected_server_uid)

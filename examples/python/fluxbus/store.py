@@ -6,7 +6,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from .client import Client
-from .wire import ActiveQuery, Disconnected, FluxError, Snapshot, dumps, pattern_matches
+from .wire import ActiveQuery, Disconnected, FluxError, QuerySet, Snapshot, dumps, pattern_matches
 
 Handler = Callable[..., Any]
 
@@ -79,19 +79,31 @@ class Store:
     so a failed handler leaves no trace. An action type the store handles but has no handler for is answered
     ``done`` without change. :meth:`on_queries` is called when the set of active queries changes;
     :meth:`publish` sends a new state outside an action (e.g. after fetching what a query asked for).
+
+    The store registers with ``"queryDeltas": true`` (:attr:`query_deltas`): after the first full ``queries``
+    fluxd sends only the queries whose count changed (``queries-changed``), and the store keeps the whole set
+    itself, so :attr:`queries` and :meth:`on_queries` see the full set exactly as before. Its connection asks
+    for heartbeats (:attr:`heartbeat`); the client's reader thread answers them even while a handler runs.
     """
 
     name: str = ""
     handles: List[str] = []
     wait_for: List[str] = []
     initial_state: Any = None
+    #: Ask fluxd for ``queries-changed`` deltas instead of the whole set on every change.
+    query_deltas: bool = True
+    #: Ask fluxd to ping the connection when it is silent (answered by the client's reader thread).
+    heartbeat: bool = True
 
-    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None):
+    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
+                 expected_server_uid: Optional[int] = None):
         self.socket_path = socket_path
         self.client_name = client_name or f"{self.name}-py"
+        self.expected_server_uid = expected_server_uid
         self.state: Any = None
         self.version = 0
         self.queries: List[ActiveQuery] = []
+        self._query_set = QuerySet()
         self.client: Optional[Client] = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -114,10 +126,13 @@ class Store:
 
     def connect(self) -> Client:
         """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
-        client = Client.connect(self.socket_path, self.client_name, role="store")
+        client = Client.connect(self.socket_path, self.client_name, role="store", heartbeat=self.heartbeat,
+                                expected_server_uid=self.expected_server_uid)
         self.client = client
         register: Dict[str, Any] = {"op": "register", "store": self.name, "handles": list(self.handles),
                                     "waitFor": list(self.wait_for)}
+        if self.query_deltas:
+            register["queryDeltas"] = True
         if self.initial_state is not None:
             register["state"] = self.initial_state
         inbox = client._store_inbox.setdefault(self.name, __import__("collections").deque())
@@ -188,7 +203,7 @@ class Store:
         op = msg.get("op")
         if op == "action":
             self._handle_action(msg)
-        elif op == "queries":
+        elif op in ("queries", "queries-changed"):
             self._queries(msg)
         elif op == "snapshot":
             self._adopt(msg)
@@ -236,5 +251,10 @@ class Store:
                 self.state = msg.get("state")
 
     def _queries(self, msg: Dict[str, Any]) -> None:
-        self.queries = [ActiveQuery(q["query"], q["count"]) for q in msg.get("queries", [])]
+        """A full ``queries`` set, or a ``queries-changed`` delta applied to the set kept so far."""
+        if msg.get("op") == "queries-changed":
+            self._query_set.apply(msg.get("changes", []))
+        else:
+            self._query_set.replace(msg.get("queries", []))
+        self.queries = self._query_set.active
         self.on_queries(list(self.queries))

@@ -7,7 +7,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 1
 #: The largest frame body fluxd accepts by default; the real value is ``Welcome.limits["maxFrame"]``.
@@ -16,15 +16,40 @@ MAX_DEPTH = 64
 _NAME = re.compile(r"[A-Za-z0-9._:/-]+\Z")
 
 
+#: Error codes fluxd sends (SPEC §11) that callers commonly test for. Any other code is valid too (§13).
+LIMIT_EXCEEDED = "limit-exceeded"  #: a per-connection limit (live queries, subscriptions, query bytes); not fatal
+TOO_MANY_CONNECTIONS = "too-many-connections"  #: refused at connect, before welcome (fatal)
+UNRESPONSIVE = "unresponsive"  #: heartbeat pings unanswered, or a stalled store closed (fatal)
+MEMORY_BUDGET = "memory-budget"  #: no room in fluxd's memory budget (a request refused, or fatal: closed)
+#: A local refusal: fluxd's socket is owned by another uid than the expected one (see ``server_uid_check``).
+WRONG_SERVER_UID = "wrong-server-uid"
+
+_DESCRIPTIONS = {
+    LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (live queries, query bytes, subscriptions or "
+                    "waitFor stores; see welcome.limits); the request was refused, the connection stays",
+    TOO_MANY_CONNECTIONS: "fluxd refused the connection: too many connections (in total, for this user or in "
+                          "the handshake), or no room in its memory budget",
+    UNRESPONSIVE: "fluxd closed the connection as unresponsive: heartbeat pings went unanswered, or a store "
+                  "left an action unanswered too long",
+    MEMORY_BUDGET: "fluxd's memory budget had no room for this peer's request or backlog (fatal: the connection "
+                   "was closed; otherwise only the request was refused)",
+}
+
+
 class FluxError(Exception):
     """An ``error`` from fluxd (SPEC §8.9, codes in §11), or a local failure with a code of its own.
 
     Attributes: ``code`` (stable string), ``message`` (human text), ``fatal`` (fluxd closes the connection),
-    ``ref`` (the offending request's id or store, if any). Unknown codes are valid: treat them generically.
+    ``ref`` (the offending request's id or store, if any). Unknown codes are valid: treat them generically
+    (``fatal`` says whether the connection survived). The codes of this module's constants (``LIMIT_EXCEEDED``,
+    ``TOO_MANY_CONNECTIONS``, ``UNRESPONSIVE``, ``MEMORY_BUDGET``) get a short explanation in ``str(error)``.
     """
 
     def __init__(self, code: str, message: str = "", fatal: bool = False, ref: Optional[str] = None):
-        super().__init__(f"{code}: {message}" if message else code)
+        text = f"{code}: {message}" if message else code
+        if code in _DESCRIPTIONS:
+            text += f" ({_DESCRIPTIONS[code]})"
+        super().__init__(text)
         self.code = code
         self.message = message
         self.fatal = fatal
@@ -37,20 +62,67 @@ class FluxError(Exception):
 
 
 class Disconnected(FluxError):
-    """The connection to fluxd ended (closed locally, fluxd said ``bye``, or the socket dropped)."""
+    """The connection to fluxd ended (closed locally, fluxd said ``bye``, or the socket dropped). ``code`` is
+    ``disconnected``; when fluxd ended it with a fatal ``error`` (e.g. ``unresponsive``, ``memory-budget``,
+    ``slow-consumer``), that error is :attr:`error` (``error.code`` says why)."""
 
-    def __init__(self, message: str = "connection closed"):
+    def __init__(self, message: str = "connection closed", error: Optional[FluxError] = None):
         super().__init__("disconnected", message, True)
+        self.error = error
 
 
-def default_socket_path() -> str:
-    """fluxd's socket: ``$FLUXBUS_SOCKET``, else ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock``, else
-    ``/tmp/fluxbus-<uid>/fluxd.sock`` (the same rule as fluxd and the Swift SDK)."""
-    if os.environ.get("FLUXBUS_SOCKET"):
-        return os.environ["FLUXBUS_SOCKET"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "fluxbus", "fluxd.sock")
-    return f"/tmp/fluxbus-{os.getuid()}/fluxd.sock"
+def default_socket_path(env: Optional[Mapping[str, str]] = None, uid: Optional[int] = None) -> str:
+    """fluxd's socket, by the rule fluxd and every SDK share: ``$FLUXBUS_SOCKET`` if set and non-empty, else
+    ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock`` if that is set and non-empty, else ``$TMPDIR/fluxbus-<uid>/fluxd.sock``
+    with ``TMPDIR`` = ``/tmp`` when unset or empty. Plain concatenation: no slash is added or removed.
+    ``env`` (default ``os.environ``) and ``uid`` (default ``os.getuid()``) are injectable for tests
+    (``protocol/vectors/socket-path.json``)."""
+    env = os.environ if env is None else env
+    if env.get("FLUXBUS_SOCKET"):
+        return env["FLUXBUS_SOCKET"]
+    if env.get("XDG_RUNTIME_DIR"):
+        return env["XDG_RUNTIME_DIR"] + "/fluxbus/fluxd.sock"
+    tmpdir = env.get("TMPDIR") or "/tmp"
+    return f"{tmpdir}/fluxbus-{os.getuid() if uid is None else uid}/fluxd.sock"
+
+
+def expected_server_uid(expected: Optional[int] = None, env: Optional[Mapping[str, str]] = None,
+                        euid: Optional[int] = None) -> Optional[int]:
+    """The uid fluxd's listener must run as, or ``None`` for no check: ``expected`` if given, else
+    ``$FLUXBUS_SERVER_UID`` if set and non-empty (a number), else 0 when this process runs as root (euid 0)."""
+    if expected is not None:
+        return int(expected)
+    env = os.environ if env is None else env
+    text = env.get("FLUXBUS_SERVER_UID")
+    if text:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"FLUXBUS_SERVER_UID must be a uid (a number), not {text!r}") from None
+        if value < 0:
+            raise ValueError(f"FLUXBUS_SERVER_UID must be a uid (a number >= 0), not {text!r}")
+        return value
+    if (os.geteuid() if euid is None else euid) == 0:
+        return 0
+    return None
+
+
+def server_uid_error(path: str, actual: int, expected: int) -> FluxError:
+    """The refusal a client raises when fluxd's listener runs as ``actual`` instead of ``expected``."""
+    return FluxError(WRONG_SERVER_UID, f"fluxd at {path} is run by uid {actual}, expected {expected}; "
+                                       f"set FLUXBUS_SERVER_UID={actual} to accept", True)
+
+
+def check_server_uid(sock: Any, path: str, expected: Optional[int]) -> None:
+    """Checks with ``SO_PEERCRED`` that the peer of the connected Unix socket ``sock`` runs as ``expected``
+    (nothing to do when ``expected`` is ``None``). Raises :class:`FluxError` ``wrong-server-uid``."""
+    if expected is None:
+        return
+    import socket as _socket
+    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    if uid != expected:
+        raise server_uid_error(path, uid, expected)
 
 
 def is_valid_store_name(name: str) -> bool:
@@ -405,9 +477,55 @@ class ActiveQuery:
     count: int
 
 
+def _query_key(query: Any) -> bytes:
+    try:
+        return dumps(query)
+    except ValueError:  # a number too large for a float (1e400) decodes as inf
+        return json.dumps(query, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class QuerySet:
+    """A store's active queries, kept from fluxd's full ``queries`` message and the ``queries-changed`` deltas
+    that follow it when the store registered with ``"queryDeltas": true``. Keyed by the query's canonical JSON
+    text (:func:`dumps`); :attr:`active` lists them sorted by those bytes, as fluxd sorts ``queries``."""
+
+    def __init__(self) -> None:
+        self._by_key: Dict[bytes, ActiveQuery] = {}
+        self._sorted: Optional[List[ActiveQuery]] = []
+
+    def replace(self, entries: List[Dict[str, Any]]) -> None:
+        """Takes a full ``queries`` list: it replaces whatever was known."""
+        self._by_key = {}
+        self._apply(entries)
+
+    def apply(self, changes: List[Dict[str, Any]]) -> None:
+        """Takes a ``queries-changed`` list: each entry's ``count`` is the query's new count, 0 = withdrawn."""
+        self._apply(changes)
+
+    def _apply(self, entries: List[Dict[str, Any]]) -> None:
+        for entry in entries:
+            key = _query_key(entry.get("query"))
+            count = entry.get("count", 0)
+            if isinstance(count, int) and count > 0:
+                self._by_key[key] = ActiveQuery(entry.get("query"), count)
+            else:
+                self._by_key.pop(key, None)
+        self._sorted = None
+
+    @property
+    def active(self) -> List[ActiveQuery]:
+        """The active queries (a new list each time), sorted by canonical bytes."""
+        if self._sorted is None:
+            self._sorted = [self._by_key[k] for k in sorted(self._by_key)]
+        return list(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
 def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
     """Where a message from fluxd goes: ``("reply", id)``, ``("subscription", store)``, ``("store", store)``,
-    ``("error", ref)``, ``("bye", None)`` or ``("ignore", None)`` for ops this library does not know (§13)."""
+    ``("error", ref)``, ``("ping", id)`` (a heartbeat), ``("bye", None)`` or ``("ignore", None)`` for ops this library does not know (§13)."""
     op = msg.get("op")
     if op in ("pong", "info", "got", "query-ok", "unquery-ok", "settled"):
         return ("reply", msg.get("id") if isinstance(msg.get("id"), str) else None)
@@ -415,8 +533,10 @@ def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
         return ("reply", f"{op}:{msg.get('store')}")
     if op in ("snapshot", "store-down", "store-up"):
         return ("subscription", msg.get("store"))
-    if op in ("registered", "queries", "action"):
+    if op in ("registered", "queries", "queries-changed", "action"):
         return ("store", msg.get("store"))
+    if op == "ping":  # a heartbeat ping (only to a peer that said hello with "heartbeat": true)
+        return ("ping", msg.get("id") if isinstance(msg.get("id"), str) else None)
     if op == "error":
         return ("error", msg.get("ref") if isinstance(msg.get("ref"), str) else None)
     if op == "bye":

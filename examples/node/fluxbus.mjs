@@ -58,13 +58,14 @@ export class FluxError extends Error {
 /**
  * fluxd's socket, by the rule fluxd and every SDK share: $FLUXBUS_SOCKET if set and non-empty, else
  * $XDG_RUNTIME_DIR/fluxbus/fluxd.sock if that is set and non-empty, else $TMPDIR/fluxbus-<uid>/fluxd.sock with
- * TMPDIR = /tmp when unset or empty (plain concatenation: no slash added or removed).
+ * TMPDIR = /tmp when unset or empty (trailing slashes dropped).
  * @param {{env?: Record<string, string|undefined>, uid?: number}} [options] injectable for tests
  */
 export function defaultSocketPath({ env = process.env, uid = process.getuid?.() ?? os.userInfo().uid } = {}) {
   if (env.FLUXBUS_SOCKET) return env.FLUXBUS_SOCKET;
-  if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR}/fluxbus/fluxd.sock`;
-  return `${env.TMPDIR || '/tmp'}/fluxbus-${uid}/fluxd.sock`;
+  // Trailing slashes are dropped ('/tmp/' is '/tmp', '/' the root directory), as fluxd and the Swift SDK do.
+  if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR.replace(/\/+$/, '')}/fluxbus/fluxd.sock`;
+  return `${(env.TMPDIR || '/tmp').replace(/\/+$/, '')}/fluxbus-${uid}/fluxd.sock`;
 }
 
 /**

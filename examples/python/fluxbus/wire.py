@@ -74,15 +74,16 @@ class Disconnected(FluxError):
 def default_socket_path(env: Optional[Mapping[str, str]] = None, uid: Optional[int] = None) -> str:
     """fluxd's socket, by the rule fluxd and every SDK share: ``$FLUXBUS_SOCKET`` if set and non-empty, else
     ``$XDG_RUNTIME_DIR/fluxbus/fluxd.sock`` if that is set and non-empty, else ``$TMPDIR/fluxbus-<uid>/fluxd.sock``
-    with ``TMPDIR`` = ``/tmp`` when unset or empty. Plain concatenation: no slash is added or removed.
+    with ``TMPDIR`` = ``/tmp`` when unset or empty. Trailing slashes of ``XDG_RUNTIME_DIR`` and ``TMPDIR`` are dropped
+    (``/tmp/`` is ``/tmp``; ``/`` is the root directory).
     ``env`` (default ``os.environ``) and ``uid`` (default ``os.getuid()``) are injectable for tests
     (``protocol/vectors/socket-path.json``)."""
     env = os.environ if env is None else env
     if env.get("FLUXBUS_SOCKET"):
         return env["FLUXBUS_SOCKET"]
     if env.get("XDG_RUNTIME_DIR"):
-        return env["XDG_RUNTIME_DIR"] + "/fluxbus/fluxd.sock"
-    tmpdir = env.get("TMPDIR") or "/tmp"
+        return env["XDG_RUNTIME_DIR"].rstrip("/") + "/fluxbus/fluxd.sock"
+    tmpdir = (env.get("TMPDIR") or "/tmp").rstrip("/")
     return f"{tmpdir}/fluxbus-{os.getuid() if uid is None else uid}/fluxd.sock"
 
 

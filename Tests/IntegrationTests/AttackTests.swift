@@ -247,10 +247,15 @@ struct AttackTests {
             var refused = 0
             for i in 0..<40 {
                 guard let p = try? RawPeer(connectingTo: bus.socketPath) else { refused += 1; continue }
-                try p.send(frame: #"{"op":"hello","protocol":1,"role":"client","name":"c\#(i)"}"#)
-                let m = try p.message()
-                if m.op == "welcome" { ready.append(p) } else {
-                    #expect(m.string("code") == "too-many-connections")
+                // A refused connection may be closed before its hello is written (EPIPE): the error is read anyway.
+                try? p.send(frame: #"{"op":"hello","protocol":1,"role":"client","name":"c\#(i)"}"#)
+                guard case .frame(let body) = try p.next() else {
+                    Issue.record("connection \(i): closed without a word")
+                    continue
+                }
+                let m = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] ?? [:]
+                if m["op"] as? String == "welcome" { ready.append(p) } else {
+                    #expect(m["code"] as? String == "too-many-connections")
                     refused += 1
                 }
             }

@@ -1042,19 +1042,9 @@ public final class Router {
         var b = FrameBuilder(op: "queries-changed")
         b.raw("store", store.nameJSON)
         b.key("changes")
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
-        var first = true
         var seen: Set<[UInt8]> = []
-        for q in changed.sorted(by: { $0.lexicographicallyPrecedes($1) }) where seen.insert(q).inserted {
-            if !first { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
-            first = false
-            b.rawBytes("{\"query\":".utf8)
-            b.rawBytes(q)
-            b.rawBytes(",\"count\":".utf8)
-            b.intValue(store.queryCounts[q] ?? 0)
-            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
-        }
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
+        let queries = changed.sorted(by: { $0.lexicographicallyPrecedes($1) }).filter { seen.insert($0).inserted }
+        appendQueryCounts(queries, of: store, to: &b)
         out.send(peer, b.finish())
     }
 
@@ -1064,8 +1054,14 @@ public final class Router {
         var b = FrameBuilder(op: "queries")
         b.string("store", store.name)
         b.key("queries")
+        appendQueryCounts(store.queryOrder, of: store, to: &b)
+        out.send(peer, b.finish())
+    }
+
+    /// `[{"query": Q, "count": N}, ...]` for `queries`, with each one's current count in `store` (0: withdrawn).
+    private func appendQueryCounts(_ queries: [[UInt8]], of store: StoreEntry, to b: inout FrameBuilder) {
         b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
-        for (i, q) in store.queryOrder.enumerated() {
+        for (i, q) in queries.enumerated() {
             if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
             b.rawBytes("{\"query\":".utf8)
             b.rawBytes(q)
@@ -1074,7 +1070,6 @@ public final class Router {
             b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
         }
         b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
-        out.send(peer, b.finish())
     }
 
     // MARK: - Introspection and liveness

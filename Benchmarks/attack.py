@@ -1,0 +1,1428 @@
+#!/usr/bin/env python3
+"""FluxBus attack benchmark (issue 13): each attack of docs/limits.md against a release fluxd, with a well-behaved
+client doing 100 settled round trips per second beside it. Writes Benchmarks/ATTACKS.md.
+
+Run through scripts/attack-bench.sh (it builds fluxd, flux-bench-store and todo-store in release and raises the
+open-file limit). Python 3 standard library only, raw sockets, Unix sockets only.
+
+For each attack: a fresh fluxd on a socket in a temporary directory, flux-bench-store (store b0), and the
+well-behaved client in its own process (so the attacker's Python threads do not share its interpreter lock). The
+client dispatches b0/act with settle:true every 10 ms and records each round trip (send -> settled) with its
+monotonic send time; the driver measures 5 s without the attack (baseline), then the attack (during: from its
+start to its end, at least 5 s), reads fluxd's `info` (memory, load) on a connection opened before the attack and
+/proc/PID/status (VmRSS before, VmHWM after), and stops everything by pid.
+
+    python3 Benchmarks/attack.py --fluxd F --bench-store B --todo-store T [--scale N] [--only 1,4a] [--out FILE]
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PERIOD = 0.01  # the well-behaved client's interval: 100 round trips/s
+OP_RE = re.compile(rb'"op":"([^"]*)"')
+CODE_RE = re.compile(rb'"code":"([^"]*)"')
+KIND_RE = re.compile(rb'"kind":"([^"]*)"')
+STORE_RE = re.compile(rb'"store":"([^"]*)"')
+
+
+def log(msg):
+    print(f"[attack {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def now():
+    return time.monotonic()
+
+
+def enc(obj):
+    body = obj if isinstance(obj, (bytes, bytearray)) else json.dumps(obj, separators=(",", ":")).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def op_of(body):
+    m = OP_RE.search(body, 0, 200)
+    return m.group(1).decode() if m else "?"
+
+
+def code_of(body):
+    m = CODE_RE.search(body)
+    return m.group(1).decode() if m else "?"
+
+
+def tally(d, key, n=1):
+    d[key] = d.get(key, 0) + n
+
+
+class Refused(Exception):
+    def __init__(self, code, body=b""):
+        super().__init__(code)
+        self.code = code
+        self.body = body
+
+
+class Peer:
+    """A raw FluxBus connection: frames out with sendall, frames in reassembled from recv."""
+
+    def __init__(self, path, timeout=10.0):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.connect(path)
+        self.buf = bytearray()
+        self.pos = 0
+        self.bytes_in = 0
+
+    def fileno(self):
+        return self.s.fileno()
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def _take(self):
+        avail = len(self.buf) - self.pos
+        if avail >= 4:
+            n = struct.unpack_from(">I", self.buf, self.pos)[0]
+            if avail >= 4 + n:
+                body = bytes(self.buf[self.pos + 4:self.pos + 4 + n])
+                self.pos += 4 + n
+                if self.pos > (1 << 20) and self.pos * 2 > len(self.buf):
+                    del self.buf[:self.pos]
+                    self.pos = 0
+                return body
+        return None
+
+    def frame(self, timeout=10.0):
+        """The next frame body; None at EOF (or reset); raises socket.timeout."""
+        deadline = now() + timeout
+        while True:
+            body = self._take()
+            if body is not None:
+                return body
+            left = deadline - now()
+            if left <= 0:
+                raise socket.timeout("no frame")
+            self.s.settimeout(left)
+            try:
+                chunk = self.s.recv(1 << 20)
+            except (ConnectionResetError, BrokenPipeError):
+                return None
+            if not chunk:
+                return None
+            self.bytes_in += len(chunk)
+            self.buf += chunk
+
+    def until(self, pred, timeout=10.0, what="frame"):
+        deadline = now() + timeout
+        while True:
+            body = self.frame(max(0.001, deadline - now()))
+            if body is None:
+                raise EOFError(f"EOF while waiting for {what}")
+            if pred(body):
+                return body
+
+    def hello(self, role="client", name="peer", heartbeat=False, timeout=10.0):
+        h = {"op": "hello", "protocol": 1, "role": role, "name": name}
+        if heartbeat:
+            h["heartbeat"] = True
+        try:
+            self.send(enc(h))
+        except OSError:
+            pass  # refused at connect: fluxd's error is still there to read
+        body = self.frame(timeout)
+        if body is None:
+            raise Refused("eof")
+        if op_of(body) != "welcome":
+            raise Refused(code_of(body), body)
+        return json.loads(body)
+
+    def close(self):
+        try:
+            self.s.close()
+        except OSError:
+            pass
+
+
+def ready_peer(path, role="client", name="peer", **kw):
+    p = Peer(path)
+    p.hello(role, name, **kw)
+    return p
+
+
+def send_until(sock, data, deadline):
+    """Writes data on a non-blocking socket until done or the deadline; returns (bytes sent, error or None)."""
+    view = memoryview(data)
+    sent = 0
+    while sent < len(view):
+        left = deadline - now()
+        if left <= 0:
+            return sent, None
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_WRITE)
+        ready = sel.select(min(left, 0.5))
+        sel.close()
+        if not ready:
+            continue
+        try:
+            sent += sock.send(view[sent:])
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            return sent, e
+    return sent, None
+
+
+def drain_codes(sock, seconds):
+    """Reads what fluxd sent a connection that never read (up to `seconds`): ops and error codes, and whether it
+    ended (EOF/reset)."""
+    sock.setblocking(False)
+    buf = bytearray()
+    pos = 0
+    ops, codes = {}, {}
+    ended = False
+    deadline = now() + seconds
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    while now() < deadline:
+        if not sel.select(min(0.2, max(0.0, deadline - now()))):
+            break  # nothing more for 200 ms
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            continue
+        except OSError:
+            ended = True
+            break
+        if not chunk:
+            ended = True
+            break
+        buf += chunk
+        while len(buf) - pos >= 4:
+            n = struct.unpack_from(">I", buf, pos)[0]
+            if len(buf) - pos < 4 + n:
+                break
+            head = bytes(buf[pos + 4:pos + 4 + min(n, 400)])
+            op = op_of(head)
+            tally(ops, op)
+            if op == "error":
+                tally(codes, code_of(head))
+            pos += 4 + n
+        if pos > (1 << 22):
+            del buf[:pos]
+            pos = 0
+    sel.close()
+    return ops, codes, ended
+
+
+# --------------------------------------------------------------------------------------------------- processes
+
+class Proc:
+    """A child process whose stdout is read for a ready line; stderr to a file; stopped by pid."""
+
+    def __init__(self, argv, ready, logfile, timeout=30):
+        self.argv = argv
+        self.err = open(logfile, "wb")
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err, start_new_session=True)
+        buf = b""
+        deadline = now() + timeout
+        while ready.encode() not in buf:
+            left = deadline - now()
+            if left <= 0 or self.p.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{argv[0]} not ready: {buf[-300:]!r} (log {logfile})")
+            sel = selectors.DefaultSelector()
+            sel.register(self.p.stdout, selectors.EVENT_READ)
+            if sel.select(left):
+                chunk = os.read(self.p.stdout.fileno(), 4096)
+                buf += chunk
+            sel.close()
+        self.ready_output = buf
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        try:
+            while os.read(self.p.stdout.fileno(), 65536):
+                pass
+        except (OSError, ValueError):
+            pass
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def send_signal(self, sig):
+        if self.p.poll() is None:
+            os.kill(self.p.pid, sig)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.p.poll() is None:
+            try:
+                os.kill(self.p.pid, sig)
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.p.pid, signal.SIGKILL)
+                self.p.wait(timeout=5)
+            except ProcessLookupError:
+                pass
+        self.err.close()
+
+
+def proc_status(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM", "Threads", "FDSize"):
+                    out[k] = int(v.split()[0]) if k.startswith("Vm") else int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def proc_cpu_seconds(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def open_fds(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------- well-behaved
+
+def well_behaved_main(path, outfile, period):
+    """The well-behaved client (its own process): one settled dispatch of b0/act every `period` s, each line of
+    `outfile` `send_time latency_s status` (status ok, or what went wrong)."""
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    out = open(outfile, "w", buffering=1 << 16)
+    p = ready_peer(path, name="well-behaved")
+    print("well-behaved ready", flush=True)
+    n = 0
+    next_t = now()
+    last_flush = now()
+    while not stop[0]:
+        t = now()
+        if t < next_t:
+            time.sleep(next_t - t)
+            continue
+        next_t = max(next_t + period, now())  # no catching up in bursts after a slow round trip
+        n += 1
+        rid = f"wb{n}"
+        t0 = now()
+        status = "ok"
+        try:
+            p.send(enc(b'{"op":"dispatch","id":"%s","type":"b0/act","payload":{},"settle":true}' % rid.encode()))
+            ref = rid.encode()
+            while True:
+                body = p.frame(10.0)
+                if body is None:
+                    status = "eof"
+                    break
+                op = op_of(body)
+                if op == "settled" and (b'"id":"%s"' % ref) in body:
+                    m = json.loads(body)
+                    bad = [r for r in m.get("results", []) if r.get("status") != "done"]
+                    if bad or not m.get("results"):
+                        status = "settled-" + (bad[0].get("status", "?") if bad else "empty")
+                    break
+                if op == "error":
+                    status = "error-" + code_of(body)
+                    break
+        except socket.timeout:
+            status = "timeout"
+        except OSError as e:
+            status = "oserror-" + type(e).__name__
+        lat = now() - t0
+        out.write(f"{t0:.6f} {lat:.6f} {status}\n")
+        if status in ("eof",) or status.startswith("oserror"):
+            out.flush()
+            try:
+                p.close()
+                p = ready_peer(path, name="well-behaved")
+            except Exception as e:  # noqa: BLE001 - recorded, retried after a pause
+                out.write(f"{now():.6f} 0 reconnect-failed-{type(e).__name__}\n")
+                time.sleep(0.5)
+        if now() - last_flush > 0.5:
+            out.flush()
+            last_flush = now()
+    out.flush()
+    out.close()
+
+
+def query_store_main(path, deltas, outfile):
+    """The store `qs` of attack 2 (its own process): registers, then reads everything, writing a summary (frames
+    by op, bytes, largest frame, time of the last frame, whether fluxd closed it) to `outfile` every 0.2 s and at
+    the end."""
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    p = ready_peer(path, role="store", name="query-store")
+    p.send(enc({"op": "register", "store": "qs", "handles": [], "queryDeltas": deltas}))
+    p.until(lambda b: op_of(b) == "registered", 10.0, "registered")
+    p.until(lambda b: op_of(b) == "queries", 10.0, "queries")
+    st = {"frames": {}, "bytes": 0, "largest": 0, "last": now(), "ended": False}
+
+    def dump():
+        with open(outfile + ".tmp", "w") as f:
+            json.dump(st, f)
+        os.replace(outfile + ".tmp", outfile)
+
+    dump()
+    print("query-store ready", flush=True)
+    last_dump = now()
+    while not stop[0]:
+        try:
+            body = p.frame(0.2)
+        except socket.timeout:
+            body = b""
+        except OSError:
+            body = None
+        if body is None:
+            st["ended"] = True
+            break
+        if body:
+            op = op_of(body)
+            tally(st["frames"], op if op != "error" else "error " + code_of(body))
+            st["bytes"] += len(body) + 4
+            st["largest"] = max(st["largest"], len(body))
+            st["last"] = now()
+        if now() - last_dump > 0.2:
+            dump()
+            last_dump = now()
+    dump()
+    while not stop[0]:
+        time.sleep(0.05)
+
+
+def read_samples(path):
+    samples = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3:
+                    samples.append((float(parts[0]), float(parts[1]), parts[2]))
+    except OSError:
+        pass
+    return samples
+
+
+def pct(values, q):
+    if not values:
+        return None
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, math.ceil(q / 100.0 * len(v)) - 1))  # nearest rank
+    return v[k]
+
+
+def window_stats(samples, t0, t1):
+    w = [s for s in samples if t0 <= s[0] < t1]
+    lats = [s[1] for s in w if s[2] == "ok"]
+    # The client waits for each round trip before the next, so a stall of T delays ~T/period round trips that are
+    # never sent (coordinated omission). The corrected figures add them back, as HdrHistogram's
+    # recordValueWithExpectedInterval does: a round trip of L adds L - period, L - 2 period, ... (> period).
+    co = list(lats)
+    for lat in lats:
+        k = lat - PERIOD
+        while k > PERIOD:
+            co.append(k)
+            k -= PERIOD
+    errors = {}
+    for s in w:
+        if s[2] != "ok":
+            tally(errors, s[2])
+    return {
+        "count": len(w),
+        "p50_ms": round(pct(lats, 50) * 1000, 3) if lats else None,
+        "p99_ms": round(pct(lats, 99) * 1000, 3) if lats else None,
+        "p99_corrected_ms": round(pct(co, 99) * 1000, 3) if co else None,
+        "max_ms": round(max(lats) * 1000, 3) if lats else None,
+        "errors": errors,
+        "rate": round(len(w) / (t1 - t0), 1) if t1 > t0 else None,
+    }
+
+
+# -------------------------------------------------------------------------------------------------- the bus
+
+class Bus:
+    """fluxd + flux-bench-store + the well-behaved client + an observer connection for `info`."""
+
+    def __init__(self, bench, key, fluxd_args):
+        self.bench = bench
+        self.dir = tempfile.mkdtemp(prefix=f"fluxbus-attack-{key}-", dir=bench.tmp)
+        self.sock = os.path.join(self.dir, "fluxd.sock")
+        self.fluxd = Proc([bench.args.fluxd, "--socket", self.sock] + fluxd_args, "fluxd ready on",
+                          os.path.join(self.dir, "fluxd.log"))
+        self.procs = []
+        self.observer = None
+        try:
+            self.store = self.start(bench.args.bench_store, ["--socket", self.sock], "store ready", "bench-store")
+            self.observer = ready_peer(self.sock, name="observer")
+            self.wb_file = os.path.join(self.dir, "well-behaved.txt")
+            self.wb = Proc([sys.executable, os.path.abspath(__file__), "--well-behaved", self.sock, self.wb_file],
+                           "well-behaved ready", os.path.join(self.dir, "well-behaved.log"))
+            self.procs.append(self.wb)
+        except Exception:
+            self.stop()
+            raise
+
+    def start(self, exe, args, ready, name):
+        p = Proc([exe] + args, ready, os.path.join(self.dir, f"{name}.log"))
+        self.procs.append(p)
+        return p
+
+    def info(self, timeout=20.0):
+        rid = f"i{now():.6f}"
+        self.observer.send(enc({"op": "info", "id": rid}))
+        body = self.observer.until(lambda b: op_of(b) == "info" and f'"id":"{rid}"'.encode() in b[:300],
+                                   timeout, "info")
+        return json.loads(body)
+
+    def stop(self):
+        if self.observer:
+            self.observer.close()
+        for p in reversed(self.procs):
+            p.stop()
+        self.fluxd.stop()
+
+
+def mem_of(info):
+    m = info.get("memory", {})
+    return {k: m.get(k) for k in ("used", "peak", "limit", "perUser", "refusals")}
+
+
+def load_of(info):
+    return dict(info.get("load", {}))
+
+
+def errors_of(info):
+    return dict(info.get("counters", {}).get("errors", {}))
+
+
+def diff_counts(after, before):
+    return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v - before.get(k, 0)}
+
+
+# ---------------------------------------------------------------------------------------------------- attacks
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.scale = args.scale
+        self.tmp = tempfile.mkdtemp(prefix="fluxbus-attack-")
+        self.results = []
+        self.keep = False
+        self.total_seconds = 0.0
+        self.t_attack = now()
+
+    def n(self, count):
+        return max(1, int(round(count * self.scale)))
+
+    def run_attack(self, key, title, fluxd_args, attack, min_during=5.0):
+        log(f"{key}: {title} (fluxd {' '.join(fluxd_args) or 'defaults'})")
+        res = {"key": key, "title": title, "fluxd_args": fluxd_args}
+        try:
+            bus = Bus(self, key, fluxd_args)
+        except Exception as e:  # noqa: BLE001
+            res["failure"] = f"setup: {type(e).__name__}: {e}"
+            self.keep = True
+            self.results.append(res)
+            log(f"{key}: FAILED {res['failure']}")
+            return res
+        try:
+            time.sleep(1.0)  # warm-up, not measured
+            t_base = now()
+            time.sleep(self.args.baseline)
+            i0 = bus.info()
+            st0 = proc_status(bus.fluxd.pid)
+            cpu0 = proc_cpu_seconds(bus.fluxd.pid)
+            t_attack = now()
+            self.t_attack = t_attack
+            res["loadavg_before"] = loadavg()
+            res["baseline_window"] = (t_base, t_attack)
+            detail = attack(bus) or {}
+            t_end = now()
+            res["attack_seconds"] = round(t_end - t_attack, 3)
+            if t_end - t_attack < min_during:
+                time.sleep(min_during - (t_end - t_attack))
+                t_end = now()
+            i1 = bus.info()
+            # fluxd reads the loop-hold figure before it builds an info reply, so a second one shows the first's cost.
+            i2 = bus.info()
+            res["loop_hold_after_info_us"] = load_of(i2).get("longestLoopHoldMicros")
+            res["loadavg_after"] = loadavg()
+            st1 = proc_status(bus.fluxd.pid)
+            cpu1 = proc_cpu_seconds(bus.fluxd.pid)
+            res["fluxd_alive"] = bus.fluxd.alive()
+            res["detail"] = detail
+            res["rss_before_kib"] = st0.get("VmRSS")
+            res["rss_peak_kib"] = st1.get("VmHWM")
+            res["rss_after_kib"] = st1.get("VmRSS")
+            res["fluxd_cpu_seconds"] = round(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None else None
+            res["memory_before"] = mem_of(i0)
+            res["memory_after"] = mem_of(i1)
+            res["loop_hold_before_us"] = load_of(i0).get("longestLoopHoldMicros")
+            res["loop_hold_after_us"] = load_of(i1).get("longestLoopHoldMicros")
+            res["load_after"] = load_of(i1)
+            res["errors_sent"] = diff_counts(errors_of(i1), errors_of(i0))
+            res["during_window"] = (t_attack, t_end)
+        except Exception as e:  # noqa: BLE001 - reported in the results, not hidden
+            res["failure"] = f"{type(e).__name__}: {e}"
+            res["fluxd_alive"] = bus.fluxd.alive()
+            self.keep = True
+            log(f"{key}: FAILED {res['failure']} (logs in {bus.dir})")
+        finally:
+            bus.wb.stop()
+            samples = read_samples(bus.wb_file)
+            if "baseline_window" in res:
+                res["wb_baseline"] = window_stats(samples, *res["baseline_window"])
+            if "during_window" in res:
+                res["wb_during"] = window_stats(samples, *res["during_window"])
+                t_a = res["during_window"][0]
+                res["wb_slowest"] = [[round(t - t_a, 3), round(lat * 1000, 1), st]
+                                     for t, lat, st in sorted(samples, key=lambda x: -x[1])[:5]]
+            res["wb_total_errors"] = window_stats(samples, 0, float("inf"))["errors"]
+            exit_code = bus.fluxd.p.poll()
+            if exit_code is not None:
+                res["fluxd_exit"] = exit_code
+            bus.stop()
+            for k in ("baseline_window", "during_window"):
+                res.pop(k, None)
+        log(f"{key}: {json.dumps(res)}")
+        self.results.append(res)
+        return res
+
+    # 1 ----------------------------------------------------------------------------------------------------
+    def attack_waitfor(self, bus, rounds_max=1):
+        layers = self.n(30)
+        per_round = []
+        codes = {}
+        rounds = 0
+        deadline = now() + 5.0
+        peers = []
+        while rounds < rounds_max and (rounds == 0 or now() < deadline):
+            p = ready_peer(bus.sock, role="store", name=f"layers-{rounds}")
+            peers.append(p)
+            pre = f"r{rounds}-"
+            t0 = now()
+            expected = 0
+
+            def reg(name, wait):
+                nonlocal expected
+                p.send(enc({"op": "register", "store": pre + name, "handles": [], "waitFor": [pre + w for w in wait]}))
+                expected += 1
+
+            # a0 and b0 (b0 is named b0 here too, under the round's prefix: the bench store owns plain "b0").
+            reg("a0", [])
+            reg("b0", [])
+            for n in range(1, layers + 1):
+                reg(f"a{n}", [f"a{n - 1}", f"b{n - 1}"])
+                reg(f"b{n}", [f"a{n - 1}", f"b{n - 1}"])
+            answered = 0
+            while answered < expected:
+                body = p.frame(60.0)
+                if body is None:
+                    raise EOFError("layers peer closed")
+                op = op_of(body)
+                if op == "registered":
+                    answered += 1
+                    tally(codes, "registered")
+                elif op == "error":
+                    answered += 1
+                    tally(codes, code_of(body))
+            per_round.append(now() - t0)
+            if rounds == 0:
+                wide = [f"w{i}" for i in range(100)]
+                p.send(enc({"op": "register", "store": pre + "wide", "handles": [], "waitFor": wide}))
+                body = p.until(lambda b: op_of(b) in ("registered", "error"), 10.0, "wide register reply")
+                codes["wide (100 waitFor)"] = code_of(body) if op_of(body) == "error" else "registered"
+            rounds += 1
+        t_close = now()
+        for p in peers:
+            p.close()  # every store they own goes down
+        return {"layers": layers, "rounds": rounds, "connections": len(peers),
+                "stores_registered": codes.get("registered", 0),
+                "replies": codes, "round_ms_max": round(max(per_round) * 1000, 2),
+                "round_ms_median": round(sorted(per_round)[len(per_round) // 2] * 1000, 2),
+                "left_at_s": round(t_close - self.t_attack, 3)}
+
+    # 2 ----------------------------------------------------------------------------------------------------
+    def attack_queries(self, bus, deltas):
+        count = self.n(5000)
+        # The store reads in its own process, so that the attacker's Python thread does not slow it down.
+        summary = os.path.join(bus.dir, f"query-store-{int(deltas)}.json")
+        store = bus.start(sys.executable, [os.path.abspath(__file__), "--query-store", bus.sock,
+                                           "1" if deltas else "0", summary], "query-store ready", "query-store")
+
+        def st():
+            try:
+                with open(summary) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                return {}
+
+        attacker = ready_peer(bus.sock, name="query-attacker")
+        pad = "p" * 268
+        replies = {}
+        batch = 500
+        t0 = now()
+        for start in range(0, count, batch):
+            frames = b"".join(
+                enc(b'{"op":"query","id":"q%d","store":"qs","query":{"i":%d,"pad":"%s"}}' % (i, i, pad.encode()))
+                for i in range(start, min(start + batch, count)))
+            attacker.send(frames)
+            for _ in range(start, min(start + batch, count)):
+                body = attacker.frame(120.0)
+                if body is None:
+                    raise EOFError("query attacker closed")
+                op = op_of(body)
+                tally(replies, op if op != "error" else code_of(body))
+        sent_s = now() - t0
+        query_bytes = len(enc(b'{"op":"query","id":"q1000","store":"qs","query":{"i":1000,"pad":"%s"}}' % pad.encode()))
+        # Then it leaves: every query is withdrawn.
+        attacker.close()
+        t_leave = now()
+        deadline = now() + 60.0
+        while now() < deadline:
+            x = st()
+            if x.get("ended") or (x and now() - max(x.get("last", 0), t_leave) > 1.5):
+                break
+            time.sleep(0.1)
+        info = bus.info()  # before the driver stops the store
+        qs = next((s for s in info.get("stores", []) if s.get("name") == "qs"), {})
+        store.stop()
+        x = st()
+        return {"queries_sent": count, "query_frame_bytes": query_bytes, "replies": replies,
+                "send_seconds": round(sent_s, 2),
+                "store_frames": x.get("frames", {}), "store_bytes": x.get("bytes"),
+                "store_largest_frame": x.get("largest"), "store_cut": x.get("ended"),
+                "store_up_after": qs.get("status") == "up",
+                "settle_seconds_after_leave": round(max(x.get("last", t_leave), t_leave) - t_leave, 2)}
+
+    # 0 ----------------------------------------------------------------------------------------------------
+    def attack_none(self, bus):
+        time.sleep(5.0)
+        return {}
+
+    # 3 ----------------------------------------------------------------------------------------------------
+    def attack_subscribes(self, bus):
+        total = self.n(200000)
+        names0 = load_of(bus.info()).get("storeNames")
+        attacker = ready_peer(bus.sock, name="subscriber-attacker")
+        replies = {}
+        batch = 2000
+        t0 = now()
+        for start in range(0, total, batch):
+            end = min(start + batch, total)
+            attacker.send(b"".join(enc(b'{"op":"subscribe","store":"ghost-%d"}' % i) for i in range(start, end)))
+            got = 0
+            while got < end - start:
+                body = attacker.frame(120.0)
+                if body is None:
+                    raise EOFError("subscriber attacker closed")
+                op = op_of(body)
+                if op in ("subscribed", "error"):
+                    got += 1
+                    tally(replies, op if op == "subscribed" else code_of(body))
+        sent_s = now() - t0
+        during = bus.info()
+        rss_during = proc_status(bus.fluxd.pid).get("VmRSS")
+        attacker.close()
+        t_leave = now()
+        names_after = None
+        while now() - t_leave < 5.0:
+            names_after = load_of(bus.info()).get("storeNames")
+            if names_after == names0:
+                break
+            time.sleep(0.1)
+        return {"subscribes_sent": total, "replies": replies, "send_seconds": round(sent_s, 2),
+                "storeNames_before": names0, "storeNames_during": load_of(during).get("storeNames"),
+                "storeNames_after": names_after, "forgotten_after_s": round(now() - t_leave, 2),
+                "memory_used_during": mem_of(during).get("used"), "rss_during_kib": rss_during,
+                "rss_after_leave_kib": proc_status(bus.fluxd.pid).get("VmRSS")}
+
+    # 4a ---------------------------------------------------------------------------------------------------
+    def attack_unfinished_frames(self, bus):
+        count = self.n(1000)
+        held = 512 << 10
+        peers = []
+        refused = {}
+        send_failed = 0
+        t0 = now()
+        header = struct.pack(">I", 1 << 20)
+        chunk = b" " * held
+        for i in range(count):
+            try:
+                p = Peer(bus.sock, timeout=5.0)
+                p.hello(name=f"holder-{i}")
+            except Refused as e:
+                tally(refused, e.code)
+                p.close()
+                continue
+            except OSError as e:
+                tally(refused, "connect-" + type(e).__name__)
+                continue
+            try:
+                p.s.settimeout(5.0)
+                p.s.sendall(header + chunk)
+            except OSError:
+                send_failed += 1
+            peers.append(p)
+        open_s = now() - t0
+        mid = bus.info()
+        rss_mid = proc_status(bus.fluxd.pid).get("VmRSS")
+        # A new connection from the same uid while the frames are held.
+        try:
+            probe = ready_peer(bus.sock, name="probe")
+            probe_result = "welcome"
+            probe.close()
+        except Refused as e:
+            probe_result = e.code
+        time.sleep(3.0)  # the frames are held
+        kept = 0
+        cut = {}
+        sel = selectors.DefaultSelector()
+        for p in peers:
+            sel.register(p.s, selectors.EVENT_READ)
+        readable = {key.fileobj for key, _ in sel.select(0.5)}
+        sel.close()
+        for p in peers:
+            if p.s not in readable:
+                kept += 1
+                continue
+            ops, codes, ended = drain_codes(p.s, 1.0)
+            if codes or ended:
+                for c, k in codes.items():
+                    tally(cut, c, k)
+                if ended and not codes:
+                    tally(cut, "closed without error")
+            else:
+                kept += 1
+        for p in peers:
+            p.close()
+        return {"connections": count, "held_bytes_each": held, "welcomed": len(peers), "refused_at_connect": refused,
+                "sends_failed": send_failed, "cut": cut, "still_holding": kept, "open_seconds": round(open_s, 2),
+                "memory_with_frames_held": mem_of(mid), "rss_with_frames_held_kib": rss_mid,
+                "new_connection_while_held": probe_result}
+
+    # 4b ---------------------------------------------------------------------------------------------------
+    def attack_never_reading(self, bus):
+        clients = 8
+        seconds = 10.0 * min(1.0, self.scale) if self.scale < 1 else 10.0
+        payload = "x" * 1000
+        stats = [{"dispatches_sent": 0, "bytes_sent": 0, "connections": 0, "cut": 0, "ops": {}, "codes": {}}
+                 for _ in range(clients)]
+        deadline = now() + seconds
+        frames = [b"".join(enc(b'{"op":"dispatch","id":"f%d-%d","type":"b0/act","payload":"%s","settle":true}'
+                               % (c, n, payload.encode())) for n in range(100)) for c in range(clients)]
+
+        def flood(c):
+            st = stats[c]
+            while now() < deadline and st["connections"] < 200:
+                try:
+                    p = ready_peer(bus.sock, name=f"flooder-{c}")
+                except (Refused, OSError) as e:
+                    tally(st["codes"], "connect: " + getattr(e, "code", type(e).__name__))
+                    time.sleep(0.1)
+                    continue
+                st["connections"] += 1
+                p.s.setblocking(False)
+                err = None
+                while now() < deadline:
+                    sent, err = send_until(p.s, frames[c], deadline)
+                    st["bytes_sent"] += sent
+                    st["dispatches_sent"] += sent // (len(frames[c]) // 100)
+                    if err is not None:
+                        break
+                # What fluxd sent it (it never read until now).
+                ops, codes, ended = drain_codes(p.s, 2.0)
+                for k, v in ops.items():
+                    tally(st["ops"], k, v)
+                for k, v in codes.items():
+                    tally(st["codes"], k, v)
+                if err is not None or ended:
+                    st["cut"] += 1
+                p.close()
+
+        ths = [threading.Thread(target=flood, args=(c,), daemon=True) for c in range(clients)]
+        for t in ths:
+            t.start()
+        peak_used = 0
+        while any(t.is_alive() for t in ths):
+            try:
+                peak_used = max(peak_used, mem_of(bus.info(5.0)).get("used") or 0)
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(0.5)
+        agg = {"clients": clients, "seconds": seconds, "payload_bytes": len(payload),
+               "dispatches_sent": sum(s["dispatches_sent"] for s in stats),
+               "MiB_sent": round(sum(s["bytes_sent"] for s in stats) / 2 ** 20, 1),
+               "connections": sum(s["connections"] for s in stats), "cut": sum(s["cut"] for s in stats),
+               "memory_used_max_sampled": peak_used, "ops_received": {}, "codes_received": {}}
+        for s in stats:
+            for k, v in s["ops"].items():
+                tally(agg["ops_received"], k, v)
+            for k, v in s["codes"].items():
+                tally(agg["codes_received"], k, v)
+        return agg
+
+    # 4c ---------------------------------------------------------------------------------------------------
+    def attack_connection_flood(self, bus):
+        count = self.n(3000)
+        socks = []
+        connect_errors = {}
+        t0 = now()
+        for _ in range(count):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5.0)
+            try:
+                s.connect(bus.sock)
+                socks.append(s)
+            except OSError as e:
+                tally(connect_errors, type(e).__name__ + (f" errno {e.errno}" if e.errno else ""))
+                s.close()
+        open_s = now() - t0
+        time.sleep(0.5)
+        mid = bus.info()
+        fds_mid = open_fds(bus.fluxd.pid)
+        try:
+            probe = ready_peer(bus.sock, name="probe")
+            probe_mid = "welcome"
+            probe.close()
+        except (Refused, OSError) as e:
+            probe_mid = getattr(e, "code", type(e).__name__)
+        # Collect what each got: too-many-connections at once, or timeout after handshakeTimeout (5 s).
+        codes = {}
+        pending = {s.fileno(): s for s in socks}
+        bufs = {fd: b"" for fd in pending}
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        deadline = now() + 8.0
+        first_timeout_at = None
+        while pending and now() < deadline:
+            for key, _ in sel.select(0.2):
+                s = key.fileobj
+                try:
+                    chunk = s.recv(65536)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    bufs[s.fileno()] += chunk
+                    continue
+                body = bufs[s.fileno()][4:]
+                code = code_of(body) if body else "closed without error"
+                if code == "timeout" and first_timeout_at is None:
+                    first_timeout_at = now() - t0
+                tally(codes, code)
+                sel.unregister(s)
+                del pending[s.fileno()]
+        sel.close()
+        tally(codes, "still open", len(pending))
+        try:
+            probe = ready_peer(bus.sock, name="probe")
+            probe_after = "welcome"
+            probe.close()
+        except (Refused, OSError) as e:
+            probe_after = getattr(e, "code", type(e).__name__)
+        for s in socks:
+            s.close()
+        return {"connections": count, "connected": len(socks), "connect_errors": connect_errors,
+                "open_seconds": round(open_s, 2), "handshakes_during": load_of(mid).get("handshakes"),
+                "connections_during": load_of(mid).get("connections"), "fluxd_fds_during": fds_mid,
+                "codes": codes, "first_timeout_s": round(first_timeout_at, 2) if first_timeout_at else None,
+                "new_connection_during": probe_mid, "new_connection_after": probe_after,
+                "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
+
+    # 5a ---------------------------------------------------------------------------------------------------
+    def attack_silent_heartbeat(self, bus):
+        p = Peer(bus.sock)
+        welcome = p.hello(name="silent", heartbeat=True)
+        t0 = now()
+        got = []
+        t_end = None
+        while now() - t0 < 10.0:
+            try:
+                body = p.frame(10.0)
+            except socket.timeout:
+                break
+            if body is None:
+                t_end = now()
+                break
+            got.append(op_of(body) if op_of(body) != "error" else "error " + code_of(body))
+        p.close()
+        return {"pingInterval": welcome.get("limits", {}).get("pingInterval"),
+                "maxPingsOut": welcome.get("limits", {}).get("maxPingsOut"), "received": got,
+                "closed_after_ms": round((t_end - t0) * 1000, 1) if t_end else None}
+
+    # 5b ---------------------------------------------------------------------------------------------------
+    def attack_stopped_store(self, bus, closing):
+        todo = bus.start(self.args.todo_store, ["--socket", bus.sock], " ready", "todo-store")
+        mon = ready_peer(bus.sock, role="monitor", name="watch")
+        events = {}
+        stop = [False]
+
+        def watch():
+            while not stop[0]:
+                try:
+                    body = mon.frame(0.2)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return
+                if body is None:
+                    return
+                m = KIND_RE.search(body, 0, 200)
+                kind = m.group(1).decode() if m else None
+                s = STORE_RE.search(body, 0, 300)
+                if kind in ("store-stalled", "store-down", "store-recovered") and s and s.group(1) == b"todos":
+                    events.setdefault(kind, now())
+
+        th = threading.Thread(target=watch, daemon=True)
+        th.start()
+        disp = ready_peer(bus.sock, name="dispatcher")
+        todo.send_signal(signal.SIGSTOP)
+        t_stop = now()
+        state = proc_state(todo.pid)
+        while state != "T" and now() - t_stop < 2.0:  # stopped before anything is sent to it
+            time.sleep(0.001)
+            state = proc_state(todo.pid)
+        t0 = now()
+        disp.send(enc({"op": "dispatch", "id": "t1", "type": "todo/create", "payload": {"title": "stuck"},
+                       "settle": True}))
+        info_stalled_at = None
+        stalled_for = None
+        while now() - t0 < 15.0:
+            if info_stalled_at is None:
+                st = next((s for s in bus.info().get("stores", []) if s.get("name") == "todos"), {})
+                if st.get("stalled"):
+                    info_stalled_at = now()
+                    stalled_for = st.get("stalledFor")
+            if "store-stalled" in events and (info_stalled_at if not closing else "store-down" in events):
+                break
+            time.sleep(0.05)
+        t_kill = now()
+        todo.send_signal(signal.SIGKILL)
+        # What the dispatcher of the stuck action was told (the store is gone: its queue times out).
+        try:
+            settled = disp.until(lambda b: op_of(b) in ("settled", "error"), 8.0, "settlement of t1")
+            outcome = json.loads(settled)
+            outcome = [f"{r.get('store')}: {r.get('status')} {r.get('error', {}).get('code', '')}".strip()
+                       for r in outcome.get("results", [])] if outcome.get("op") == "settled" else outcome.get("code")
+        except (socket.timeout, EOFError) as e:
+            outcome = f"none ({type(e).__name__})"
+        stop[0] = True
+        th.join(1.0)
+        mon.close()
+        disp.close()
+
+        def ms(t):
+            return round((t - t0) * 1000) if t else None
+
+        return {"storeTimeout": 1000, "closeStalledStores": closing,
+                "stalled_event_ms": ms(events.get("store-stalled")), "info_stalled_ms": ms(info_stalled_at),
+                "info_stalledFor": stalled_for,
+                "store_down_ms": ms(events.get("store-down")) if events.get("store-down", t_kill + 1) < t_kill else None,
+                "killed_ms": ms(t_kill), "state_after_sigstop": state,
+                "stop_seen_after_ms": round((t0 - t_stop) * 1000, 1),
+                "dispatcher_got": outcome}
+
+    # --------------------------------------------------------------------------------------------------
+    ATTACKS = [
+        ("0", "no attack (noise floor)", []),
+        ("1", "layered waitFor registrations", []),
+        ("1b", "layered registrations from 200 connections, which then leave", []),
+        ("2a", "queries, store with queryDeltas", []),
+        ("2b", "queries, store without queryDeltas (whole sets)", []),
+        ("3", "subscribes to made-up names", []),
+        ("4a", "connections holding unfinished 1 MiB frames", []),
+        ("4b", "dispatchers that never read", []),
+        ("4c", "silent connection flood", []),
+        ("5a", "heartbeat peer that never answers", ["--ping-interval", "200"]),
+        ("5b", "stopped store, reported", ["--store-timeout", "1000"]),
+        ("5b'", "stopped store, closed", ["--store-timeout", "1000", "--close-stalled-stores"]),
+    ]
+
+    def run(self):
+        fns = {"0": self.attack_none, "1": self.attack_waitfor, "1b": lambda b: self.attack_waitfor(b, self.n(200)), "2a": lambda b: self.attack_queries(b, True),
+               "2b": lambda b: self.attack_queries(b, False), "3": self.attack_subscribes,
+               "4a": self.attack_unfinished_frames, "4b": self.attack_never_reading,
+               "4c": self.attack_connection_flood, "5a": self.attack_silent_heartbeat,
+               "5b": lambda b: self.attack_stopped_store(b, False), "5b'": lambda b: self.attack_stopped_store(b, True)}
+        only = set(self.args.only.split(",")) if self.args.only else None
+        t0 = now()
+        for key, title, fargs in self.ATTACKS:
+            if only and key not in only and key.rstrip("'") not in only:
+                continue
+            self.run_attack(key, title, fargs, fns[key])
+        self.total_seconds = now() - t0
+
+
+# ------------------------------------------------------------------------------------------------------ report
+
+def mib(kib):
+    return f"{kib / 1024:.0f}" if kib is not None else "?"
+
+
+def mb(b):
+    if b is None:
+        return "?"
+    return f"{b / 2 ** 20:.1f}" if b < 10 * 2 ** 20 else f"{b / 2 ** 20:.0f}"
+
+
+def size(b):
+    if b is None:
+        return "?"
+    return f"{b / 2 ** 20:.1f} MiB" if b >= 2 ** 20 else f"{b / 1024:.0f} KiB"
+
+
+def ms_us(us):
+    return f"{us / 1000:.2f}" if us is not None else "?"
+
+
+def fmt_ms(v):
+    return "?" if v is None else (f"{v:.2f}" if v < 10 else f"{v:.0f}")
+
+
+def fmt_counts(d):
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])) if d else "none"
+
+
+def targets(r):
+    """(loop hold <= 10 ms, p99 within 2x baseline, no errors) as (bool|None, text)."""
+    out = []
+    hold = r.get("loop_hold_after_us")
+    out.append((None, "?") if hold is None else (hold <= 10000, f"{hold / 1000:.2f} ms"))
+    b, d = r.get("wb_baseline", {}), r.get("wb_during", {})
+    if b.get("p99_ms") and d.get("p99_ms"):
+        ratio = d["p99_ms"] / b["p99_ms"]
+        cratio = d["p99_corrected_ms"] / b["p99_corrected_ms"]
+        text = f"{ratio:.1f}x the baseline"
+        if (cratio <= 2.0) != (ratio <= 2.0):
+            text += f"; corrected for omitted round trips {cratio:.1f}x: {'met' if cratio <= 2.0 else 'not met'}"
+        out.append((ratio <= 2.0 and cratio <= 2.0, text))
+    else:
+        out.append((None, "?"))
+    errs = r.get("wb_total_errors", {})
+    n = sum(errs.values())
+    out.append((n == 0, "0" if n == 0 else fmt_counts(errs)))
+    return out
+
+
+def attacker_summary(r):
+    d = r.get("detail", {})
+    k = r["key"]
+    if "failure" in r:
+        return f"run failed: {r['failure']}"
+    if k == "0":
+        return "(nothing: a second 5 s window)"
+    if k in ("1", "1b"):
+        la = r.get("load_after", {})
+        return (f"{d['rounds']} x {2 * (d['layers'] + 1)} registers ({d['layers']} layers, {d['connections']} "
+                f"connection(s)): {fmt_counts({x: y for x, y in d['replies'].items() if not x.startswith('wide')})}; "
+                f"100-entry waitFor: {d['replies'].get('wide (100 waitFor)')}; slowest round {d['round_ms_max']} ms; "
+                f"maxCycleCheckSteps {la.get('maxCycleCheckSteps')}")
+    if k in ("2a", "2b"):
+        return (f"{d['queries_sent']} queries: {fmt_counts(d['replies'])}; store received "
+                f"{size(d['store_bytes'])} in {sum(d['store_frames'].values())} frames "
+                f"({fmt_counts(d['store_frames'])}), largest {size(d['store_largest_frame'])}"
+                + ("; store CUT" if d["store_cut"] else ""))
+    if k == "3":
+        return (f"{d['subscribes_sent']} subscribes: {fmt_counts(d['replies'])}; storeNames "
+                f"{d['storeNames_before']} -> {d['storeNames_during']} -> {d['storeNames_after']} after it left")
+    if k == "4a":
+        return (f"{d['connections']} x 512 KiB held: refused at connect {fmt_counts(d['refused_at_connect'])}; "
+                f"cut {fmt_counts(d['cut'])}; {d['still_holding']} still holding; new connection while held: "
+                f"{d['new_connection_while_held']}")
+    if k == "4b":
+        return (f"{d['clients']} clients, {d['dispatches_sent']} dispatches ({d['MiB_sent']} MiB) in "
+                f"{d['seconds']:.0f} s, {d['connections']} connections, {d['cut']} cut; codes "
+                f"{fmt_counts(d['codes_received'])}")
+    if k == "4c":
+        return (f"{d['connected']} silent connections: {fmt_counts(d['codes'])}; new client during: "
+                f"{d['new_connection_during']}, after: {d['new_connection_after']}")
+    if k == "5a":
+        return f"received {', '.join(d['received'])}; closed {d['closed_after_ms']} ms after its hello"
+    if k.startswith("5b"):
+        s = f"store-stalled event after {d['stalled_event_ms']} ms"
+        if d.get("info_stalled_ms") is not None:
+            s += f" (info: {d['info_stalled_ms']} ms)"
+        if d["closeStalledStores"]:
+            s += f"; cut (store-down) after {d['store_down_ms']} ms"
+        return s + f"; dispatcher: {d['dispatcher_got']}"
+    return ""
+
+
+PARAGRAPHS = {
+    "0": lambda r, d: (
+        "No attack: the same measurement with nothing happening during the second window. It shows how much the "
+        "well-behaved client's p99 moves by itself on this shared machine, against which the 2x target is read."),
+    "1": lambda r, d: (
+        f"One store-role connection registers `a0`, `b0`, then {d['layers']} layers `aN`, `bN` each waiting for "
+        f"`a(N-1)` and `b(N-1)` ({d['stores_registered']} registers, pipelined; the names carry a prefix since the "
+        f"bench store owns plain `b0`), then a `register` with 100 `waitFor` entries, which got "
+        f"`{d['replies'].get('wide (100 waitFor)')}`; then it leaves. The whole layered registration took "
+        f"{d['round_ms_max']} ms where the old path walk needed minutes; the longest cycle check visited "
+        f"{r.get('load_after', {}).get('maxCycleCheckSteps')} stores and edges."),
+    "1b": lambda r, d: (
+        f"Attack 1 repeated from {d['connections']} store-role connections (fresh names each, {d['rounds']} rounds "
+        f"in {d['left_at_s']} s, {d['stores_registered']:,} stores registered; no limit bounds how many stores one "
+        f"connection or uid registers), which then all close at once ({d['left_at_s']} s into the attack), taking "
+        f"every store down. One round took {d['round_ms_median']} ms (median; slowest {d['round_ms_max']} ms). fluxd "
+        f"remembers the {r.get('load_after', {}).get('storeNames'):,} names after their owners left; they are not "
+        f"in the accounted memory (used {mb(r.get('memory_after', {}).get('used'))} MiB after). An `info` reply "
+        f"listing them held the loop {ms_us(r.get('loop_hold_after_info_us'))} ms (the loop-hold figure after the "
+        f"driver's own `info` calls). The disconnects (store-down of every store, one log line each) are not counted "
+        f"in `longestLoopHoldMicros` (only reads and timers are), so the stall they cause shows only in the "
+        f"well-behaved client's latency."),
+    "2a": lambda r, d: (
+        f"The store `qs` registered with `queryDeltas: true` and read everything. The attacker pipelined "
+        f"{d['queries_sent']} queries of {d['query_frame_bytes']} bytes (500 per batch) and got "
+        f"{fmt_counts(d['replies'])}; then it closed. The store received {d['store_bytes']:,} bytes in total "
+        f"({fmt_counts(d['store_frames'])}): one small delta per accepted query and one frame withdrawing them all "
+        f"(largest frame {d['store_largest_frame']:,} bytes). Store still up afterwards: {d['store_up_after']}."),
+    "2b": lambda r, d: (
+        f"The same flood against a store that did not opt in, so fluxd sends the whole `queries` set on every "
+        f"change: the store received {d['store_bytes']:,} bytes ({fmt_counts(d['store_frames'])}, largest frame "
+        f"{d['store_largest_frame']:,} bytes), and the attacker got {fmt_counts(d['replies'])}. The volume grows "
+        f"with the square of the accepted queries; `maxQueries`/`maxQueryBytes` bound it per connection. The store "
+        f"(reading in its own process) was " + (
+            ("closed by fluxd" + ("" if any(k.startswith("error") for k in d["store_frames"]) else
+                                  " without receiving any `error` frame first") + f" after {d['store_bytes']:,} bytes"
+             if d["store_cut"] else "not closed") + f"; still up afterwards: {d['store_up_after']}.")),
+    "3": lambda r, d: (
+        f"{d['subscribes_sent']:,} `subscribe`s to distinct made-up names, 2,000 per pipelined batch: "
+        f"{fmt_counts(d['replies'])}. While it held them fluxd knew {d['storeNames_during']} store names (accounted "
+        f"{mb(d['memory_used_during'])} MiB, RSS {mib(d['rss_during_kib'])} MiB); {d['forgotten_after_s']} s after "
+        f"the attacker closed it knew {d['storeNames_after']} (before: {d['storeNames_before']}); RSS then "
+        f"{mib(d['rss_after_leave_kib'])} MiB (jemalloc keeps freed pages)."),
+    "4a": lambda r, d: (
+        f"{d['connections']} client connections each said hello, announced a 1 MiB frame and sent 512 KiB of it, "
+        f"with the default budget (1 GiB total, 256 MiB per uid; all connections here share one uid, the "
+        f"well-behaved client's included). Refused at connect: {fmt_counts(d['refused_at_connect'])}; cut while "
+        f"sending: {fmt_counts(d['cut'])}; {d['still_holding']} held their frames to the end. With the frames held "
+        f"fluxd accounted {mb(d['memory_with_frames_held']['used'])} MiB (limit "
+        f"{mb(d['memory_with_frames_held']['limit'])} MiB), RSS {mib(d['rss_with_frames_held_kib'])} MiB; a new "
+        f"connection from the same uid then got `{d['new_connection_while_held']}`. The well-behaved client, "
+        f"connected before, kept working within its allowance."),
+    "4b": lambda r, d: (
+        f"{d['clients']} clients pipelined settled `b0/act` dispatches with {d['payload_bytes']}-byte payloads "
+        f"without ever reading, reconnecting when cut, for {d['seconds']:.0f} s: {d['dispatches_sent']:,} "
+        f"dispatches ({d['MiB_sent']} MiB) over {d['connections']} connections, {d['cut']} of them cut. What they "
+        f"were sent (read after the fact): {fmt_counts(d['ops_received'])}; error codes "
+        f"{fmt_counts(d['codes_received'])}. Accounted memory sampled every 0.5 s peaked at "
+        f"{mb(d['memory_used_max_sampled'])} MiB. The well-behaved client dispatches to the same store `b0`, so "
+        f"its actions wait behind the flood's in `b0`'s queue (`fairPending` keeps it from being refused)."),
+    "4c": lambda r, d: (
+        f"{d['connections']} connections opened in {d['open_seconds']} s and kept silent (fd limit "
+        f"{d['fd_limit']}; connect errors: {fmt_counts(d['connect_errors'])}): fluxd had "
+        f"{d['handshakes_during']} in the handshake ({d['fluxd_fds_during']} fds open). They got "
+        f"{fmt_counts(d['codes'])} (first `timeout` {d['first_timeout_s']} s after the flood began). A new client "
+        f"during the flood got `{d['new_connection_during']}`, after it `{d['new_connection_after']}`."),
+    "5a": lambda r, d: (
+        f"A client that asked for heartbeats (`pingInterval` {d['pingInterval']} ms, `maxPingsOut` "
+        f"{d['maxPingsOut']}) and never answers received {', '.join(d['received'])} and was closed "
+        f"{d['closed_after_ms']} ms after its hello (expected about pingInterval x (maxPingsOut + 1))."),
+    "5b": lambda r, d: (
+        f"todo-store was sent SIGSTOP, then a client dispatched `todo/create` to it (`--store-timeout 1000`): "
+        f"the `store-stalled` monitor event came {d['stalled_event_ms']} ms after the dispatch, `info` showed "
+        f"`stalled` at {d['info_stalled_ms']} ms (`stalledFor` {d['info_stalledFor']}; polled every 50 ms). The store "
+        f"stays up while stalled; the driver killed it at {d['killed_ms']} ms, and the dispatcher got: "
+        f"{d['dispatcher_got']} (after `queueTimeout`)."),
+    "5b'": lambda r, d: (
+        f"The same with `--close-stalled-stores`: `store-stalled` after {d['stalled_event_ms']} ms and the store "
+        f"cut (`store-down` event) after {d['store_down_ms']} ms; its action went back to the queue and, with no "
+        f"new owner, the dispatcher got: {d['dispatcher_got']}."),
+}
+
+
+def machine():
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) // 1024} MiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu": cpu, "memory": mem,
+            "python": platform.python_version(), "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
+
+
+def write_report(bench, path, command):
+    m = machine()
+    rs = bench.results
+    lines = []
+    a = lines.append
+    a("# FluxBus attack benchmark (issue 13)")
+    a("")
+    a("Generated by `Benchmarks/attack.py` through `scripts/attack-bench.sh`; do not edit by hand. What each limit is "
+      "for: [docs/limits.md](../docs/limits.md).")
+    a("")
+    a(f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    a(f"- Machine: {m['nproc']} cores ({m['cpu']}), {m['memory']}, Linux {m['kernel']}, Python {m['python']}, "
+      f"open-file limit {m['fd_limit']}. The cores are shared with other work, so figures vary between runs.")
+    a(f"- Command: `{command.strip()}` (scale {bench.scale:g}; total run {bench.total_seconds / 60:.1f} min)")
+    a("- fluxd: release build, default limits unless the attack names options; a fresh fluxd per attack, with "
+      "flux-bench-store serving `b0`.")
+    a("- Well-behaved client: its own process, one `dispatch` of `b0/act` with `settle:true` every 10 ms (100 round "
+      "trips/s); latency = send to `settled`. Baseline: 5 s before the attack; during: from the attack's start to "
+      "its end (at least 5 s). Errors: any round trip not settled `done` within 10 s, over the whole run. Since "
+      "the client waits for each round trip, a stall delays round trips it never sends; *corrected* p99 adds them "
+      "back (HdrHistogram's expected-interval correction) and the p99 target must hold for both.")
+    a("- RSS from /proc: VmRSS just before the attack -> VmHWM (peak) after it. Accounted memory: `info.memory` "
+      "peak since start / limit. Loop hold: `info.load.longestLoopHoldMicros` (a maximum since fluxd started) just "
+      "before -> just after the attack (read before fluxd builds that `info` reply; what a big reply itself cost is "
+      "in the per-attack text). fluxd counts a read callback or a timer as one hold; work done when a connection "
+      "closes or is accepted is not counted. The attacker runs in the driver's process, on the same 2 cores as "
+      "fluxd, the store and the well-behaved client; the 1-minute load average is in the raw results.")
+    a("")
+    a("| attack | RSS MiB before -> peak | accounted peak / limit MiB | loop hold ms before -> after | "
+      "well-behaved p50 / p99 ms, baseline | during (corrected p99; max) | well-behaved errors | the attacker got |")
+    a("|---|---|---|---|---|---|---|---|")
+    for r in rs:
+        b, d = r.get("wb_baseline", {}), r.get("wb_during", {})
+        mem = r.get("memory_after", {})
+        a(f"| {r['key']}. {r['title']} | {mib(r.get('rss_before_kib'))} -> {mib(r.get('rss_peak_kib'))} | "
+          f"{mb(mem.get('peak'))} / {mb(mem.get('limit'))} | {ms_us(r.get('loop_hold_before_us'))} -> "
+          f"{ms_us(r.get('loop_hold_after_us'))} | {fmt_ms(b.get('p50_ms'))} / {fmt_ms(b.get('p99_ms'))} | "
+          f"{fmt_ms(d.get('p50_ms'))} / {fmt_ms(d.get('p99_ms'))} ({fmt_ms(d.get('p99_corrected_ms'))}; "
+          f"{fmt_ms(d.get('max_ms'))}) | "
+          f"{sum(r.get('wb_total_errors', {}).values())} | {attacker_summary(r)} |")
+    a("")
+    a("## Targets")
+    a("")
+    a("No loop hold over 10 ms; the well-behaved client's p99 during the attack within 2x its baseline; no error for "
+      "the well-behaved client.")
+    a("")
+    a("| attack | loop hold <= 10 ms | p99 within 2x baseline | no well-behaved errors |")
+    a("|---|---|---|---|")
+
+    def mark(t):
+        ok, text = t
+        return f"{'met' if ok else 'not met' if ok is not None else '?'} ({text})"
+
+    for r in rs:
+        t = targets(r)
+        a(f"| {r['key']} | {mark(t[0])} | {mark(t[1])} | {mark(t[2])} |")
+    a("")
+    a("## Per attack")
+    a("")
+    for r in rs:
+        a(f"### {r['key']}. {r['title']}")
+        a("")
+        fa = " ".join(r["fluxd_args"]) or "(defaults)"
+        if "failure" in r:
+            a(f"fluxd {fa}. **The run failed**: {r['failure']} (fluxd alive: {r.get('fluxd_alive')}).")
+        else:
+            d = r.get("detail", {})
+            text = PARAGRAPHS[r["key"]](r, d)
+            t = targets(r)
+            b, du = r.get("wb_baseline", {}), r.get("wb_during", {})
+            a(f"fluxd {fa}. {text}")
+            a("")
+            rss_pk, acc_pk = r.get("rss_peak_kib"), r.get("memory_after", {}).get("peak")
+            a(f"fluxd used {r.get('fluxd_cpu_seconds')} s of CPU during the {r.get('attack_seconds')} s attack; its RSS "
+              f"peaked at {mib(rss_pk)} MiB against {mb(acc_pk)} MiB accounted at the peak; "
+              f"errors it sent (all connections): {fmt_counts(r.get('errors_sent', {}))}. Well-behaved client: "
+              f"p50 {fmt_ms(b.get('p50_ms'))} -> {fmt_ms(du.get('p50_ms'))} ms, p99 {fmt_ms(b.get('p99_ms'))} -> "
+              f"{fmt_ms(du.get('p99_ms'))} ms (corrected {fmt_ms(b.get('p99_corrected_ms'))} -> "
+              f"{fmt_ms(du.get('p99_corrected_ms'))} ms; max {fmt_ms(du.get('max_ms'))} ms; {du.get('count')} round "
+              f"trips at {du.get('rate')}/s; slowest at "
+              f"{', '.join(f'{x[0]:+.2f} s: {x[1]:g} ms' for x in r.get('wb_slowest', [])[:3])} from the attack's "
+              f"start), errors: {fmt_counts(r.get('wb_total_errors', {}))}. Loop hold after the driver's `info` "
+              f"replies: {ms_us(r.get('loop_hold_after_info_us'))} ms. Targets: loop hold "
+              f"{'met' if t[0][0] else 'NOT met'} ({t[0][1]}), p99 {'met' if t[1][0] else 'NOT met'} "
+              f"({t[1][1]}), errors {'met' if t[2][0] else 'NOT met'}.")
+            if not r.get("fluxd_alive", True):
+                a("")
+                a(f"**fluxd was not running at the end of this attack** (exit {r.get('fluxd_exit')}).")
+        a("")
+    a("## Raw results")
+    a("")
+    a("```json")
+    a(json.dumps({"machine": m, "scale": bench.scale, "results": rs}, indent=1, sort_keys=True))
+    a("```")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--well-behaved":
+        well_behaved_main(sys.argv[2], sys.argv[3], PERIOD)
+        return
+    if len(sys.argv) >= 2 and sys.argv[1] == "--query-store":
+        query_store_main(sys.argv[2], sys.argv[3] == "1", sys.argv[4])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fluxd", required=True)
+    ap.add_argument("--bench-store", required=True)
+    ap.add_argument("--todo-store", required=True)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--only", help="comma-separated attack keys (1,2a,2b,3,4a,4b,4c,5a,5b)")
+    ap.add_argument("--baseline", type=float, default=5.0, help="seconds of baseline per attack")
+    ap.add_argument("--out", default=os.path.join(HERE, "ATTACKS.md"))
+    ap.add_argument("--command", default="scripts/attack-bench.sh")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (fluxd's logs)")
+    args = ap.parse_args()
+    bench = Bench(args)
+    try:
+        bench.run()
+    finally:
+        if bench.keep or args.keep:
+            log(f"kept the logs of failed runs in {bench.tmp}")
+        else:
+            shutil.rmtree(bench.tmp, ignore_errors=True)
+    write_report(bench, args.out, args.command)
+    log(f"wrote {args.out} ({bench.total_seconds / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -163,6 +163,9 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             }
             sweepTimer?.start(after: router.sweepInterval, repeat: router.sweepInterval)
         }
+        loop.beforeFlush = { [unowned self] in
+            if self.router.hasDeferredWork && !self.feeding && self.phase != .stopped { self.feed(.endOfBatch) }
+        }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
         logger.info("listening", metadata: ["path": "\(config.socketPath)",
@@ -202,6 +205,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     // MARK: - Transport callbacks
 
     public func listener(_ listener: PipeListener, accepted connection: Connection) {
+        let start = EventLoop.clock()
+        defer { loop.holdEnded(since: start) }
         guard phase == .running else {
             connection.close(afterFlush: false)
             return
@@ -241,6 +246,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     }
 
     public func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        let start = EventLoop.clock()
+        defer { loop.holdEnded(since: start) }
         let id = connection.tag
         guard connections.removeValue(forKey: id) != nil else { return }
         let slot = Int(truncatingIfNeeded: id % PeerID(Daemon.connectionCacheSize))
@@ -487,6 +494,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         tickTimer = nil
         sweepTimer?.close()
         sweepTimer = nil
+        loop.beforeFlush = nil
         graceTimer?.close()
         graceTimer = nil
         for timer in cutOffTimers.values { timer.close() }

@@ -62,14 +62,18 @@ public final class Router {
     /// The coalescing key of the next store fluxd hears of (never reused within a run, even after a name is
     /// forgotten).
     @exclusivity(unchecked) private var nextStoreKey: UInt32 = 1
-    /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`.
+    /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`, and those of them
+    /// still in the handshake, for `maxHandshakesPerUser`.
     @exclusivity(unchecked) private var connectionsByUser: [UInt32: Int] = [:]
+    @exclusivity(unchecked) private var handshakesByUser: [UInt32: Int] = [:]
     /// Peers that asked for heartbeats (`hello.heartbeat`), in no particular order.
     @exclusivity(unchecked) private var heartbeatPeers: Set<PeerID> = []
     /// When the liveness sweep (heartbeats, stalled stores) runs next, while anything needs it.
     @exclusivity(unchecked) private var sweepAt: Millis?
     /// Up stores (the only ones that can stall): checked by the sweep.
     @exclusivity(unchecked) private var upStores: Set<String> = []
+    /// Stores whose whole `queries` set is due at the end of this batch (`endOfBatch`).
+    @exclusivity(unchecked) private var deferredQueries: [StoreEntry] = []
     /// Heartbeat pings sent (their ids are `hb-<n>`).
     @exclusivity(unchecked) private var pingCount = 0
     /// The most stores and waitFor edges one cycle check has visited (each is visited at most once).
@@ -101,6 +105,7 @@ public final class Router {
             // since fluxd 0.2.0
             ("maxQueries", "\(c.maxQueries)"), ("maxQueryBytes", "\(c.maxQueryBytes)"),
             ("maxSubscriptions", "\(c.maxSubscriptions)"), ("maxWaitFor", "\(c.maxWaitFor)"),
+            ("maxStoresPerConnection", "\(c.maxStoresPerConnection)"),
             ("maxConnectionsPerUser", "\(c.maxConnectionsPerUser)"),
             ("memoryPerUser", "\(c.memory.perUser)"), ("connectionAllowance", "\(c.memory.connectionAllowance)"),
             ("pingInterval", "\(c.pingInterval)"), ("maxPingsOut", "\(c.maxPingsOut)"),
@@ -178,6 +183,8 @@ public final class Router {
             }
         case .tick:
             tick(now: now, &out)
+        case .endOfBatch:
+            flushDeferredQueries(&out)
         case .drain:
             if !draining { out.log(.notice, "draining: refusing new dispatches, \(pendingCount) actions in flight") }
             draining = true
@@ -266,6 +273,8 @@ public final class Router {
             refusal = "uid \(uid) has \(userConnections) connections (maxConnectionsPerUser \(config.maxConnectionsPerUser))"
         } else if handshakes.count >= config.maxHandshakes {
             refusal = "\(handshakes.count) connections have not said hello yet (maxHandshakes \(config.maxHandshakes))"
+        } else if (handshakesByUser[uid] ?? 0) >= config.maxHandshakesPerUser {
+            refusal = "uid \(uid) has \(handshakesByUser[uid] ?? 0) connections that have not said hello yet (maxHandshakesPerUser \(config.maxHandshakesPerUser))"
         }
         let account = refusal == nil ? memory.open(uid: uid) : nil
         if refusal == nil && account == nil {
@@ -280,9 +289,20 @@ public final class Router {
             return fail(peer, .tooManyConnections, refusal, &out)
         }
         handshakes.append(id)
+        handshakesByUser[uid, default: 0] += 1
         if shuttingDown {
             out.send(peer, byeFrame(reason: "shutdown"))
             close(peer, &out)
+        }
+    }
+
+    /// The peer is no longer in the handshake (it said hello, timed out or closed).
+    private func endHandshake(_ peer: Peer) {
+        guard let i = handshakes.firstIndex(of: peer.id) else { return }
+        handshakes.remove(at: i)
+        let uid = peer.account.uid
+        if let n = handshakesByUser[uid] {
+            if n <= 1 { handshakesByUser.removeValue(forKey: uid) } else { handshakesByUser[uid] = n - 1 }
         }
     }
 
@@ -290,7 +310,7 @@ public final class Router {
         guard peer.role == nil else {
             return fail(peer, .badMessage, "hello was already received", &out)
         }
-        handshakes.removeAll { $0 == peer.id }
+        endHandshake(peer)
         guard case .value(let version) = env.int("protocol") else {
             return fail(peer, .badMessage, "hello needs an integer \"protocol\"", &out, fatal: true)
         }
@@ -347,7 +367,7 @@ public final class Router {
         guard let peer = peers.removeValue(forKey: id) else { return }
         peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
         if lastPeer === peer { lastPeer = nil }
-        handshakes.removeAll { $0 == id }
+        endHandshake(peer)
         monitors.removeAll { $0 == id }
         if peer.heartbeat { heartbeatPeers.remove(id) }
         let uid = peer.account.uid
@@ -360,9 +380,14 @@ public final class Router {
                 e.string("name", peer.name)
             }
         }
-        for name in peer.owned.sorted() {
-            if let store = stores[name] { storeDown(store, reason: shuttingDown ? "shutdown" : "disconnected", now: now, &out) }
+        let owned = peer.owned.sorted()
+        let quietly = owned.count > 8  // one line for them all, not one per store
+        for name in owned {
+            if let store = stores[name] {
+                storeDown(store, reason: shuttingDown ? "shutdown" : "disconnected", now: now, quietly: quietly, &out)
+            }
         }
+        if quietly { out.log(.notice, "\(owned.count) stores of peer \(id) (\(peer.name)) down (\(shuttingDown ? "shutdown" : "disconnected"))") }
         for name in peer.subscriptions {
             stores[name]?.subscribers.removeAll { $0 === peer }
             memory.release(peer.account, Router.subscriptionCost(name))
@@ -484,6 +509,9 @@ public final class Router {
         if let initial = env.span(.state), initial.kind == .null {
             return fail(peer, .badMessage, "\"state\" may not be null", &out, ref: name)
         }
+        if !peer.owned.contains(name) && peer.owned.count >= config.maxStoresPerConnection {
+            return fail(peer, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out, ref: name)
+        }
         let store = entry(name)
         if let owner = store.owner {
             return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out, ref: name)
@@ -491,6 +519,22 @@ public final class Router {
         if let path = cyclePath(from: name, waitFor: waitFor) {
             return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out, ref: name)
         }
+        // A registered name is remembered for the whole run: it stays charged to the last connection that
+        // registered it (and so to its user), which bounds how many names one user can make fluxd keep.
+        let registrationCost = 256 + name.utf8.count + handles.reduce(0) { $0 + $1.utf8.count + 16 }
+            + waitFor.reduce(0) { $0 + $1.utf8.count + 16 }
+        if store.registeredBy === peer.account {
+            guard memory.resize(peer.account, from: store.registrationCost, to: registrationCost) else {
+                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for registering store \"\(name)\" (uid \(peer.account.uid))", &out, ref: name)
+            }
+        } else {
+            guard memory.charge(peer.account, registrationCost) else {
+                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for registering store \"\(name)\" (uid \(peer.account.uid))", &out, ref: name)
+            }
+            if let previous = store.registeredBy { memory.release(previous, store.registrationCost) }
+            store.registeredBy = peer.account
+        }
+        store.registrationCost = registrationCost
         let resumed = store.version > 0
         store.ownerPeer = peer
         store.status = .up
@@ -547,7 +591,8 @@ public final class Router {
 
     /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
     /// queue, to be redelivered when the store registers again; start the queue timeout; tell subscribers.
-    private func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, _ out: inout Output) {
+    private func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, quietly: Bool = false,
+                           _ out: inout Output) {
         store.ownerPeer?.owned.remove(store.name)
         store.ownerPeer = nil
         store.status = .down
@@ -569,7 +614,7 @@ public final class Router {
             e.string("store", store.name)
             e.constant("reason", reason)
         }
-        out.log(.notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
+        out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
     }
 
     /// The waitFor path that would close a cycle if `name` waited for `waitFor`, or nil.
@@ -1038,7 +1083,15 @@ public final class Router {
     /// any other.
     private func queriesChanged(_ store: StoreEntry, _ changed: [[UInt8]], _ out: inout Output) {
         guard let peer = store.ownerPeer else { return }
-        guard store.queryDeltas else { return sendQueries(store, &out) }
+        guard store.queryDeltas else {
+            // The whole set, once per batch of reads however many changes the batch made: building a set of
+            // thousands of queries for each change made a burst of queries quadratic (a 514 ms loop hold).
+            if !store.queriesDeferred {
+                store.queriesDeferred = true
+                deferredQueries.append(store)
+            }
+            return
+        }
         var b = FrameBuilder(op: "queries-changed")
         b.raw("store", store.nameJSON)
         b.key("changes")
@@ -1048,14 +1101,28 @@ public final class Router {
         out.send(peer, b.finish())
     }
 
+    /// Whether the router deferred work to the end of the transport's batch (`RouterEvent.endOfBatch`).
+    public var hasDeferredWork: Bool { !deferredQueries.isEmpty }
+
+    private func flushDeferredQueries(_ out: inout Output) {
+        let stores = deferredQueries
+        deferredQueries.removeAll()
+        for store in stores where store.queriesDeferred {
+            store.queriesDeferred = false
+            sendQueries(store, &out)
+        }
+    }
+
     /// Tells a live store its current deduplicated set of active queries.
     private func sendQueries(_ store: StoreEntry, _ out: inout Output) {
+        store.queriesDeferred = false
         guard let peer = store.ownerPeer else { return }
         var b = FrameBuilder(op: "queries")
         b.string("store", store.name)
         b.key("queries")
         appendQueryCounts(store.queryOrder, of: store, to: &b)
-        out.send(peer, b.finish())
+        // A store behind on reading gets only the newest set (its own coalescing key, apart from its snapshots').
+        out.send(peer, b.finish(coalescing: .newestWins(key: store.key | 0x8000_0000)))
     }
 
     /// `[{"query": Q, "count": N}, ...]` for `queries`, with each one's current count in `store` (0: withdrawn).
@@ -1246,7 +1313,7 @@ public final class Router {
         while let first = handshakes.first {
             guard let peer = peers[first] else { handshakes.removeFirst(); continue }
             guard peer.connectedAt + config.handshakeTimeout <= now else { break }
-            handshakes.removeFirst()
+            endHandshake(peer)
             fail(peer, .timeout, "no hello within \(config.handshakeTimeout) ms", &out)
         }
         for name in downStores.sorted() {
@@ -1409,12 +1476,17 @@ final class StoreEntry {
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
     @exclusivity(unchecked) var queryCounts: [[UInt8]: Int] = [:]
-    /// Whether its owner asked for query changes instead of whole sets (`register.queryDeltas`).
+    /// Whether its owner asked for query changes instead of whole sets (`register.queryDeltas`), and whether a
+    /// whole set is due at the end of this batch.
     @exclusivity(unchecked) var queryDeltas = false
+    @exclusivity(unchecked) var queriesDeferred = false
     /// When it last made progress (answered, or was sent an action with none unanswered), and whether it is
     /// reported stalled (its oldest delivered action unanswered for `storeTimeout`).
     @exclusivity(unchecked) var lastProgress: Millis = 0
     @exclusivity(unchecked) var stalled = false
+    /// Who its registration (name, patterns, waitFor) is charged to, and how much.
+    @exclusivity(unchecked) var registeredBy: MemoryBudget.Account?
+    @exclusivity(unchecked) var registrationCost = 0
     /// Who its retained snapshot is charged to, and how much.
     @exclusivity(unchecked) var retainedBy: MemoryBudget.Account?
     @exclusivity(unchecked) var retainedCost = 0

@@ -58,6 +58,11 @@ public struct RouterConfig: Sendable {
     public var maxConnectionsPerUser: Int = 4096
     /// Connections that have not completed their handshake yet (`too-many-connections` above it).
     public var maxHandshakes: Int = 1024
+    /// Connections of one user that have not completed their handshake yet: one user's silent connections
+    /// cannot take every handshake slot (`too-many-connections` above it).
+    public var maxHandshakesPerUser: Int = 256
+    /// Stores one connection may own at once (`limit-exceeded` above it).
+    public var maxStoresPerConnection: Int = 1024
     /// The memory budget: bytes fluxd accounts for (see `MemoryBudget`).
     public var memory = MemoryBudget.Limits()
     /// How long an opted-in peer (`hello.heartbeat`) may stay silent before fluxd pings it (0: never).
@@ -99,6 +104,10 @@ public enum RouterEvent: Sendable {
     /// (`Router.accountTransport` said no): the router sends it `memory-budget` and closes it. The host has
     /// already dropped what was queued and not yet written.
     case overBudget(PeerID)
+    /// The transport is about to write what this batch of reads produced (once per loop iteration): the router
+    /// sends what it deferred to coalesce (whole `queries` sets of stores that did not ask for deltas). Fed only
+    /// while `Router.hasDeferredWork`.
+    case endOfBatch
     /// Time passed; the router expires handshakes and queued actions whose deadline is at or before `now`.
     case tick
     /// fluxd is about to shut down: refuse new dispatches (`shutting-down`) but keep routing answers, so actions

@@ -137,6 +137,11 @@ public final class InMemoryBus: Sendable {
         while true {
             let work = state.withLock { s -> [Delivery]? in
                 guard s.queueHead < s.queue.count else {
+                    // The batch is done: what the router deferred to its end (as fluxd's transport feeds it).
+                    if s.router.hasDeferredWork {
+                        s.queue.append(.endOfBatch)
+                        return []
+                    }
                     s.queue.removeAll(keepingCapacity: true)
                     s.queueHead = 0
                     s.pumping = false

@@ -30,6 +30,13 @@ public final class EventLoop {
     public var onStopRequest: (() -> Void)?
     /// Called on the loop thread after `remote.wake()` (several wakes may be coalesced into one call).
     public var onWake: (() -> Void)?
+    /// Called on the loop thread before each flush of the connections' queued frames (at least once per loop
+    /// iteration, after its I/O callbacks): the owner sends what it deferred while handling a batch of reads.
+    public var beforeFlush: (() -> Void)? {
+        get { storedBeforeFlush }
+        set { storedBeforeFlush = newValue }
+    }
+    @exclusivity(unchecked) private var storedBeforeFlush: (() -> Void)?
 
     private let readBuffer: UnsafeMutableRawPointer
     private var waker: LoopWaker?
@@ -158,6 +165,7 @@ public final class EventLoop {
 
     /// Writes out every connection's pending frames (one `uv_write` per connection).
     func flushDirty() {
+        storedBeforeFlush?()
         guard !dirty.isEmpty else { return }
         swap(&dirty, &flushing)
         for connection in flushing { connection.flush() }

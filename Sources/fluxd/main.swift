@@ -75,6 +75,12 @@ struct Fluxd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Connections that have not said hello yet.", valueName: "n"))
     var maxHandshakes: Int = RouterConfig().maxHandshakes
 
+    @Option(name: .long, help: ArgumentHelp("Connections of one user (uid) that have not said hello yet.", valueName: "n"))
+    var maxHandshakesPerUser: Int = RouterConfig().maxHandshakesPerUser
+
+    @Option(name: .long, help: ArgumentHelp("Stores one connection may own at once.", valueName: "n"))
+    var maxStoresPerConnection: Int = RouterConfig().maxStoresPerConnection
+
     @Option(name: .long, help: ArgumentHelp(
         "Bytes fluxd accounts for in total: unfinished frames, unwritten frames, unsettled actions, queries, retained snapshots (docs/limits.md).",
         valueName: "bytes"))
@@ -122,6 +128,8 @@ struct Fluxd: ParsableCommand {
         for (name, value) in [("--max-queries", maxQueries), ("--max-query-bytes", maxQueryBytes),
                               ("--max-subscriptions", maxSubscriptions), ("--max-connections", maxConnections),
                               ("--max-connections-per-user", maxConnectionsPerUser), ("--max-handshakes", maxHandshakes),
+                              ("--max-handshakes-per-user", maxHandshakesPerUser),
+                              ("--max-stores-per-connection", maxStoresPerConnection),
                               ("--memory-budget", memoryBudget), ("--memory-per-user", memoryPerUser)] {
             guard value >= 1 else { throw ValidationError("\(name) must be at least 1") }
         }
@@ -195,6 +203,8 @@ struct Fluxd: ParsableCommand {
         config.router.maxConnections = maxConnections
         config.router.maxConnectionsPerUser = maxConnectionsPerUser
         config.router.maxHandshakes = maxHandshakes
+        config.router.maxHandshakesPerUser = maxHandshakesPerUser
+        config.router.maxStoresPerConnection = maxStoresPerConnection
         config.router.memory.total = memoryBudget
         config.router.memory.perUser = memoryPerUser
         config.router.memory.connectionAllowance = connectionAllowance

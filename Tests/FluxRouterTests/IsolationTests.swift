@@ -123,6 +123,45 @@ struct IsolationLimitTests {
         #expect(bus.take(3).map { $0.str("code") } == ["overloaded"])  // the first two fit its fair share
     }
 
+    /// A store without deltas gets one whole set per batch of reads, however many changes the batch made.
+    @Test func wholeQuerySetsAreSentOncePerBatch() {
+        let bus = TestBus()
+        bus.store(1, "w", handles: ["w/*"])
+        _ = bus.take(1)
+        bus.join(2, role: "client")
+        bus.batch {
+            for i in 0..<100 { bus.send(2, #"{"op":"query","id":"q\#(i)","store":"w","query":{"site":\#(i)}}"#) }
+            bus.send(2, #"{"op":"unquery","id":"q0"}"#)
+        }
+        let sets = bus.take(1)
+        #expect(sets.map(\.op) == ["queries"])
+        let set = try! Envelope(body: Array(#"{"q":"#.utf8) + Array(sets[0].raw("queries")!) + Array("}".utf8))
+        #expect(set.raw("q")?.filter { $0 == UInt8(ascii: "{") }.count == 2 * 99)  // 99 queries, each {query:{site}}
+        #expect(bus.take(2).count == 101)
+    }
+
+    @Test func storesPerConnectionAreLimited() {
+        let bus = TestBus { $0.maxStoresPerConnection = 2 }
+        bus.join(1, role: "store")
+        for name in ["a", "b", "a", "c"] { bus.register(1, name, handles: []) }
+        let codes = bus.take(1).filter { $0.op == "error" }.map { $0.str("code") }
+        #expect(codes == ["name-taken", "limit-exceeded"])  // "a" again is name-taken (it owns it), "c" is one too many
+        bus.send(1, #"{"op":"unregister","store":"a"}"#)
+        bus.register(1, "c", handles: [])
+        #expect(bus.take(1).first?.op == "registered")
+    }
+
+    @Test func handshakesAreLimitedPerUser() {
+        let bus = TestBus { $0.maxHandshakesPerUser = 2 }
+        for id: PeerID in 1...3 { bus.feed(.connected(id, PeerCredentials(pid: Int32(id), uid: 1000))) }
+        #expect(bus.take(3).map { $0.str("code") } == ["too-many-connections"])
+        bus.feed(.connected(4, PeerCredentials(pid: 4, uid: 1001)))  // another user is not affected
+        #expect(bus.take(4).isEmpty)
+        bus.send(1, #"{"op":"hello","protocol":1,"role":"client"}"#)  // a slot frees when a handshake completes
+        bus.feed(.connected(5, PeerCredentials(pid: 5, uid: 1000)))
+        #expect(bus.take(5).isEmpty)
+    }
+
     @Test func unusedStoreNamesAreForgotten() {
         let bus = TestBus()
         bus.join(1, role: "client")

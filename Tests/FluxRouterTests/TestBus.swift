@@ -9,6 +9,17 @@ final class TestBus {
     private(set) var inbox: [PeerID: [Envelope]] = [:]
     private(set) var closedPeers: Set<PeerID> = []
     private(set) var logs: [String] = []
+    /// Inside `batch`: events are one batch of reads, ended by one `.endOfBatch`.
+    private var inBatch = false
+
+    /// Feeds what `body` feeds as one batch of reads (as one 64 KiB read of several frames would be).
+    func batch(_ body: () -> Void) {
+        inBatch = true
+        body()
+        inBatch = false
+        if router.hasDeferredWork { feed(.endOfBatch) }
+    }
+
     /// `.stalled` effects: (store, closing).
     private(set) var stalls: [(store: String, closing: Bool)] = []
     /// Every frame sent to each peer as (op, coalescing mark), in order; never cleared by `take`.
@@ -47,6 +58,8 @@ final class TestBus {
             closedPeers.insert(peer)
             feed(.closed(peer))
         }
+        // Each event is its own batch here, as if every frame came in a read of its own (unless inside `batch`).
+        if router.hasDeferredWork && !inBatch { feed(.endOfBatch) }
     }
 
     func connect(_ id: PeerID) { feed(.connected(id, PeerCredentials(pid: Int32(id), uid: 1000))) }

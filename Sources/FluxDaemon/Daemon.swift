@@ -164,7 +164,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             sweepTimer?.start(after: router.sweepInterval, repeat: router.sweepInterval)
         }
         loop.beforeFlush = { [unowned self] in
-            if self.router.hasDeferredWork && !self.feeding && self.phase != .stopped { self.feed(.endOfBatch) }
+            guard self.router.hasDeferredWork, self.phase != .stopped else { return }
+            if self.feeding { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -360,6 +361,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
             logger.log(level: level.swiftLogLevel, "\(message)")
         case .stalled(let store, let pid, let closing):
             onStoreStalled?(store, pid, closing)
+        case .deferred:
+            loop.requestBeforeFlush()
         }
     }
 

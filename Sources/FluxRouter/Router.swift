@@ -1088,6 +1088,7 @@ public final class Router {
             // thousands of queries for each change made a burst of queries quadratic (a 514 ms loop hold).
             if !store.queriesDeferred {
                 store.queriesDeferred = true
+                if deferredQueries.isEmpty { out.append(.deferred) }
                 deferredQueries.append(store)
             }
             return

@@ -136,6 +136,9 @@ public enum RouterEffect: Sendable {
     /// `closing`: its connection is being closed as `unresponsive` (the host may stop the process, e.g. a
     /// supervised worker, so that it restarts).
     case stalled(store: String, pid: Int32?, closing: Bool)
+    /// The router deferred work to the end of the transport's batch of reads: feed `.endOfBatch` before the
+    /// frames of this batch are written (`Router.hasDeferredWork` stays true until then).
+    case deferred
 }
 
 /// Carries out a router's effects as the router produces them, in the order it produces them (see

@@ -172,6 +172,8 @@ public final class InMemoryBus: Sendable {
                         s.logs.append("\(level): \(message)")
                     case .stalled:
                         break  // reported in the logs too; the in-memory bus supervises no processes
+                    case .deferred:
+                        break  // the batch ends when the queue is drained (`hasDeferredWork`)
                     }
                 }
                 return out

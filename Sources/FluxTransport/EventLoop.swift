@@ -30,13 +30,19 @@ public final class EventLoop {
     public var onStopRequest: (() -> Void)?
     /// Called on the loop thread after `remote.wake()` (several wakes may be coalesced into one call).
     public var onWake: (() -> Void)?
-    /// Called on the loop thread before each flush of the connections' queued frames (at least once per loop
-    /// iteration, after its I/O callbacks): the owner sends what it deferred while handling a batch of reads.
+    /// Called on the loop thread before the next flush of the connections' queued frames (at the latest at the end
+    /// of this loop iteration, after its I/O callbacks) once `requestBeforeFlush()` was called: the owner sends
+    /// what it deferred while handling a batch of reads. (A flag, not a call per flush: the hot path pays one
+    /// load.)
     public var beforeFlush: (() -> Void)? {
         get { storedBeforeFlush }
         set { storedBeforeFlush = newValue }
     }
     @exclusivity(unchecked) private var storedBeforeFlush: (() -> Void)?
+    @exclusivity(unchecked) private var beforeFlushRequested = false
+
+    /// Has `beforeFlush` called before the next flush.
+    public func requestBeforeFlush() { beforeFlushRequested = true }
 
     private let readBuffer: UnsafeMutableRawPointer
     private var waker: LoopWaker?
@@ -165,7 +171,10 @@ public final class EventLoop {
 
     /// Writes out every connection's pending frames (one `uv_write` per connection).
     func flushDirty() {
-        storedBeforeFlush?()
+        if beforeFlushRequested {
+            beforeFlushRequested = false
+            storedBeforeFlush?()
+        }
         guard !dirty.isEmpty else { return }
         swap(&dirty, &flushing)
         for connection in flushing { connection.flush() }

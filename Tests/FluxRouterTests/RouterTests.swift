@@ -835,6 +835,7 @@ struct EffectSinkTests {
         case .close(let peer): return "close \(peer)"
         case .log(let level, let message): return "log \(level) \(message)"
         case .stalled(let store, let pid, let closing): return "stalled \(store) \(pid.map { "\($0)" } ?? "-") \(closing)"
+        case .deferred: return "deferred"
         }
     }
 

@@ -52,6 +52,8 @@ final class TestBus {
                 break
             case .stalled(let store, _, let closing):
                 stalls.append((store, closing))
+            case .deferred:
+                break  // the batch ends after this event (or `batch`)
             }
         }
         for peer in toClose where !closedPeers.contains(peer) {

@@ -130,7 +130,7 @@ public final class Router {
 
     /// Feeds one event; appends the effects to carry out, in order.
     public func handle(_ event: RouterEvent, now: Millis, into effects: inout [RouterEffect]) {
-        var out = Output(effects: effects, sink: nil)
+        var out = Output(effects: effects, sink: nil, debugLogs: config.debugLogs)
         effects = []
         handle(event, now: now, &out)
         effects = out.effects
@@ -139,7 +139,7 @@ public final class Router {
     /// Feeds one event; `sink` carries out each effect as it is produced, in order (no effect array: fluxd's
     /// hot path).
     public func handle(_ event: RouterEvent, now: Millis, sink: any RouterEffectSink) {
-        var out = Output(effects: [], sink: sink)
+        var out = Output(effects: [], sink: sink, debugLogs: config.debugLogs)
         handle(event, now: now, &out)
     }
 
@@ -392,10 +392,14 @@ public final class Router {
             stores[name]?.subscribers.removeAll { $0 === peer }
             memory.release(peer.account, Router.subscriptionCost(name))
         }
-        var changes: [String: [[UInt8]]] = [:]
+        var withdrawn: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {
-            if let store = stores[q.store], store.removeQuery(q.bytes) { changes[q.store, default: []].append(q.bytes) }
+            withdrawn[q.store, default: []].append(q.bytes)
             memory.release(peer.account, Router.queryCost(q.bytes))
+        }
+        var changes: [String: [[UInt8]]] = [:]
+        for (name, qs) in withdrawn {
+            if let changed = stores[name]?.removeQueries(qs), !changed.isEmpty { changes[name] = changed }
         }
         peer.queries = [:]
         memory.close(peer.account)
@@ -1096,8 +1100,8 @@ public final class Router {
         var b = FrameBuilder(op: "queries-changed")
         b.raw("store", store.nameJSON)
         b.key("changes")
-        var seen: Set<[UInt8]> = []
-        let queries = changed.sorted(by: { $0.lexicographicallyPrecedes($1) }).filter { seen.insert($0).inserted }
+        var queries: [[UInt8]] = []
+        for q in changed.sorted(by: { $0.lexicographicallyPrecedes($1) }) where queries.last != q { queries.append(q) }
         appendQueryCounts(queries, of: store, to: &b)
         out.send(peer, b.finish())
     }
@@ -1134,7 +1138,7 @@ public final class Router {
             b.rawBytes("{\"query\":".utf8)
             b.rawBytes(q)
             b.rawBytes(",\"count\":".utf8)
-            b.intValue(store.queryCounts[q] ?? 0)
+            b.intValue(store.queryCounts[QueryKey(q)] ?? 0)
             b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
         }
         b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
@@ -1476,7 +1480,7 @@ final class StoreEntry {
     @exclusivity(unchecked) var subscribers: [Peer] = []
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
-    @exclusivity(unchecked) var queryCounts: [[UInt8]: Int] = [:]
+    @exclusivity(unchecked) var queryCounts: [QueryKey: Int] = [:]
     /// Whether its owner asked for query changes instead of whole sets (`register.queryDeltas`), and whether a
     /// whole set is due at the end of this batch.
     @exclusivity(unchecked) var queryDeltas = false
@@ -1501,24 +1505,64 @@ final class StoreEntry {
     }
 
     func addQuery(_ q: [UInt8]) {
-        if queryCounts[q] == nil {
-            let at = queryOrder.firstIndex { !$0.lexicographicallyPrecedes(q) } ?? queryOrder.endIndex
-            queryOrder.insert(q, at: at)
-        }
-        queryCounts[q, default: 0] += 1
+        let key = QueryKey(q)
+        if queryCounts[key] == nil { queryOrder.insert(q, at: queryPosition(q)) }
+        queryCounts[key, default: 0] += 1
     }
 
     /// Returns true (the set changed) — counts are part of what the store is told.
     func removeQuery(_ q: [UInt8]) -> Bool {
-        guard let n = queryCounts[q] else { return false }
+        let key = QueryKey(q)
+        guard let n = queryCounts[key] else { return false }
         if n <= 1 {
-            queryCounts.removeValue(forKey: q)
-            queryOrder.removeAll { $0 == q }
+            queryCounts.removeValue(forKey: key)
+            let at = queryPosition(q)
+            if at < queryOrder.count && queryOrder[at] == q { queryOrder.remove(at: at) }
         } else {
-            queryCounts[q] = n - 1
+            queryCounts[key] = n - 1
         }
         return true
     }
+
+    /// Withdraws several queries at once (a connection that closed): one pass over the set, not one per query.
+    /// Returns those whose count changed.
+    func removeQueries(_ qs: [[UInt8]]) -> [[UInt8]] {
+        var changed: [[UInt8]] = []
+        var gone = false
+        for q in qs {
+            let key = QueryKey(q)
+            guard let n = queryCounts[key] else { continue }
+            changed.append(q)
+            if n <= 1 { queryCounts.removeValue(forKey: key); gone = true } else { queryCounts[key] = n - 1 }
+        }
+        if gone { queryOrder.removeAll { queryCounts[QueryKey($0)] == nil } }
+        return changed
+    }
+
+    /// Where `q` is, or would be inserted, in `queryOrder` (binary search by bytes).
+    private func queryPosition(_ q: [UInt8]) -> Int {
+        var low = 0, high = queryOrder.count
+        while low < high {
+            let mid = (low + high) / 2
+            if queryOrder[mid].lexicographicallyPrecedes(q) { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+}
+
+/// A query's bytes as a dictionary key, hashed in one pass over the bytes (`[UInt8]`'s own `Hashable` feeds the
+/// hasher byte by byte: ~20 instructions a byte, which made a few thousand 300-byte queries cost a 30 ms loop
+/// hold).
+struct QueryKey: Hashable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    static func == (a: QueryKey, b: QueryKey) -> Bool { sameBytes(a.bytes, b.bytes[...]) }
 }
 
 /// One action on its way to one store: an element of the store's `queue` or `inflight` (a value, so a queued
@@ -1635,9 +1679,13 @@ struct Output {
     unowned(unsafe) let sink: (any RouterEffectSink)?
     var traffic = Traffic()
 
-    init(effects: [RouterEffect], sink: (any RouterEffectSink)?) {
+    /// Whether `.debug` log effects are made at all (their text costs more than the rest of a refused request).
+    let debugLogs: Bool
+
+    init(effects: [RouterEffect], sink: (any RouterEffectSink)?, debugLogs: Bool) {
         self.effects = effects
         self.sink = sink
+        self.debugLogs = debugLogs
     }
 
     /// Queues a frame to a peer; a peer that is closing gets nothing more.
@@ -1648,8 +1696,9 @@ struct Output {
         if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
     }
 
-    mutating func log(_ level: LogLevel, _ message: String) {
-        append(.log(level, message))
+    mutating func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
+        if level == .debug && !debugLogs { return }
+        append(.log(level, message()))
     }
 
     mutating func append(_ effect: RouterEffect) {

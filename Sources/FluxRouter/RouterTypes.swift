@@ -76,6 +76,9 @@ public struct RouterConfig: Sendable {
     /// Whether a stalled store's connection is closed (`unresponsive`), so its supervisor can restart it; its
     /// unanswered actions are redelivered as for any store that goes down (SPEC §10).
     public var closeStalledStores = false
+    /// Whether the router makes `.debug` log effects (fluxd turns them off unless its log level is debug or
+    /// trace: building their text cost more than the rest of refusing a request, under a flood of bad requests).
+    public var debugLogs = true
     /// The server name in `welcome.server`.
     public var serverName: String = "fluxd/0.1.0"
     /// Ops the router does not handle itself but hands to its host (e.g. fluxd's worker supervisor) as a

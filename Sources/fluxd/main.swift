@@ -195,6 +195,7 @@ struct Fluxd: ParsableCommand {
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
         config.router.maxBacklog = maxBacklog
+        config.router.debugLogs = level <= .debug
         config.router.fairPending = fairPending
         config.router.maxQueries = maxQueries
         config.router.maxQueryBytes = maxQueryBytes

@@ -53,8 +53,10 @@ public final class Router {
     /// `ref` (SPEC §8.9), read only when an error is actually sent (scanning it again then is cheaper than
     /// keeping the envelope for every message).
     @exclusivity(unchecked) private var currentBody: [UInt8]?
-    /// Stores that are down: the only ones whose queues can expire (`nextDeadline`, `tick`).
-    @exclusivity(unchecked) private var downStores: Set<String> = []
+    /// Stores that are down and hold queued actions: the only ones whose queues can expire (`nextDeadline`,
+    /// `tick`). Not every down store: thousands of down stores with empty queues (connections that registered
+    /// many stores and left) made every event pay for walking them in `nextDeadline`.
+    @exclusivity(unchecked) private var expiringStores: Set<String> = []
     /// Traffic and error counters, reported by `info`.
     @exclusivity(unchecked) public private(set) var counters = Counters()
     /// The bytes fluxd accounts for, by connection and user (see `MemoryBudget`).
@@ -205,7 +207,7 @@ public final class Router {
 
     /// Whether anything can expire at all (a handshake pending, a store down, or the liveness sweep): without,
     /// `nextDeadline` is nil.
-    public var hasDeadlines: Bool { !handshakes.isEmpty || !downStores.isEmpty }
+    public var hasDeadlines: Bool { !handshakes.isEmpty || !expiringStores.isEmpty }
 
     /// The earliest time at which a `tick` has work to do (a handshake or a queued action expiring), if any. The
     /// liveness sweep is not among them: the host ticks every `sweepInterval` while `needsSweep` says so (a
@@ -215,7 +217,7 @@ public final class Router {
         if let first = handshakes.first, let peer = peers[first] {
             next = peer.connectedAt + config.handshakeTimeout
         }
-        for name in downStores {
+        for name in expiringStores {
             if let head = stores[name]?.queue.first, let d = head.deadline {
                 next = min(next ?? d, d)
             }
@@ -397,7 +399,7 @@ public final class Router {
             withdrawn[q.store, default: []].append(q.bytes)
             memory.release(peer.account, Router.queryCost(q.bytes))
         }
-        var changes: [String: [[UInt8]]] = [:]
+        var changes: [String: [QueryChange]] = [:]
         for (name, qs) in withdrawn {
             if let changed = stores[name]?.removeQueries(qs), !changed.isEmpty { changes[name] = changed }
         }
@@ -544,7 +546,7 @@ public final class Router {
         store.status = .up
         store.queryDeltas = queryDeltas
         store.stalled = false
-        downStores.remove(name)
+        expiringStores.remove(name)
         upStores.insert(name)
         if config.storeTimeout > 0 { scheduleSweep() }
         store.handles = handles
@@ -601,7 +603,6 @@ public final class Router {
         store.ownerPeer = nil
         store.status = .down
         store.stalled = false
-        downStores.insert(store.name)
         upStores.remove(store.name)
         var back = store.inflight
         store.inflight.removeAll()
@@ -609,6 +610,7 @@ public final class Router {
         store.queue.prepend(contentsOf: back)
         let deadline = now + config.queueTimeout
         for i in store.queue.indices { store.queue[i].deadline = max(store.queue[i].deadline ?? deadline, deadline) }
+        if !store.queue.isEmpty { expiringStores.insert(store.name) }
         var b = FrameBuilder(op: "store-down")
         b.string("store", store.name)
         b.constant("reason", reason)
@@ -752,7 +754,12 @@ public final class Router {
                 action.setResult(at: i, .unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))"))
                 continue
             }
-            store.queue.append(Delivery(action: action, deadline: store.status == .down ? now + config.queueTimeout : nil))
+            if store.status == .down {
+                store.queue.append(Delivery(action: action, deadline: now + config.queueTimeout))
+                expiringStores.insert(store.name)
+            } else {
+                store.queue.append(Delivery(action: action, deadline: nil))
+            }
         }
         for store in targets { pump(store, &out) }
         if action.isComplete { settle(action, &out) }
@@ -1060,8 +1067,7 @@ public final class Router {
         var b = FrameBuilder(op: "query-ok")
         b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
-        store.addQuery(bytes)
-        queriesChanged(store, [bytes], &out)
+        queriesChanged(store, [store.addQuery(bytes)], &out)
     }
 
     private func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
@@ -1077,7 +1083,7 @@ public final class Router {
         b.raw("id", env.raw(.id)!)
         out.send(peer, b.finish())
         if let store = stores[q.store] {
-            if store.removeQuery(q.bytes) { queriesChanged(store, [q.bytes], &out) }
+            if let change = store.removeQuery(q.bytes) { queriesChanged(store, [change], &out) }
             forgetIfUnused(store)
         }
     }
@@ -1085,7 +1091,8 @@ public final class Router {
     /// Tells a live store that its active queries changed: the queries in `changed` (each is sent with its new
     /// count, 0 = no longer active) to a store that asked for deltas (`register.queryDeltas`), the whole set to
     /// any other.
-    private func queriesChanged(_ store: StoreEntry, _ changed: [[UInt8]], _ out: inout Output) {
+    /// `changes`: each changed query once, with its new count, in the order of the queries' bytes.
+    private func queriesChanged(_ store: StoreEntry, _ changes: [QueryChange], _ out: inout Output) {
         guard let peer = store.ownerPeer else { return }
         guard store.queryDeltas else {
             // The whole set, once per batch of reads however many changes the batch made: building a set of
@@ -1100,9 +1107,7 @@ public final class Router {
         var b = FrameBuilder(op: "queries-changed")
         b.raw("store", store.nameJSON)
         b.key("changes")
-        var queries: [[UInt8]] = []
-        for q in changed.sorted(by: { $0.lexicographicallyPrecedes($1) }) where queries.last != q { queries.append(q) }
-        appendQueryCounts(queries, of: store, to: &b)
+        appendQueryCounts(changes, to: &b)
         out.send(peer, b.finish())
     }
 
@@ -1125,20 +1130,20 @@ public final class Router {
         var b = FrameBuilder(op: "queries")
         b.string("store", store.name)
         b.key("queries")
-        appendQueryCounts(store.queryOrder, of: store, to: &b)
+        appendQueryCounts(store.queryOrder.map { QueryChange(bytes: $0, count: store.queryCounts[QueryKey($0)] ?? 0) }, to: &b)
         // A store behind on reading gets only the newest set (its own coalescing key, apart from its snapshots').
         out.send(peer, b.finish(coalescing: .newestWins(key: store.key | 0x8000_0000)))
     }
 
-    /// `[{"query": Q, "count": N}, ...]` for `queries`, with each one's current count in `store` (0: withdrawn).
-    private func appendQueryCounts(_ queries: [[UInt8]], of store: StoreEntry, to b: inout FrameBuilder) {
+    /// `[{"query": Q, "count": N}, ...]` (count 0: withdrawn).
+    private func appendQueryCounts(_ queries: [QueryChange], to b: inout FrameBuilder) {
         b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
         for (i, q) in queries.enumerated() {
             if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
             b.rawBytes("{\"query\":".utf8)
-            b.rawBytes(q)
+            b.rawBytes(q.bytes)
             b.rawBytes(",\"count\":".utf8)
-            b.intValue(store.queryCounts[QueryKey(q)] ?? 0)
+            b.intValue(q.count)
             b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
         }
         b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
@@ -1321,12 +1326,13 @@ public final class Router {
             endHandshake(peer)
             fail(peer, .timeout, "no hello within \(config.handshakeTimeout) ms", &out)
         }
-        for name in downStores.sorted() {
+        for name in expiringStores.sorted() {
             guard let store = stores[name] else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
                 record(head.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
             }
+            if store.queue.isEmpty { expiringStores.remove(name) }
         }
     }
 
@@ -1504,39 +1510,63 @@ final class StoreEntry {
         self.nameJSON = json
     }
 
-    func addQuery(_ q: [UInt8]) {
+    /// Adds one holder of `q`; returns its new count (a change the store is told of).
+    func addQuery(_ q: [UInt8]) -> QueryChange {
         let key = QueryKey(q)
-        if queryCounts[key] == nil { queryOrder.insert(q, at: queryPosition(q)) }
-        queryCounts[key, default: 0] += 1
+        let n = (queryCounts[key] ?? 0) + 1
+        if n == 1 { queryOrder.insert(q, at: queryPosition(q)) }
+        queryCounts[key] = n
+        return QueryChange(bytes: q, count: n)
     }
 
-    /// Returns true (the set changed) — counts are part of what the store is told.
-    func removeQuery(_ q: [UInt8]) -> Bool {
+    /// Removes one holder of `q`; returns its new count (0: no longer active), or nil if it was not active.
+    func removeQuery(_ q: [UInt8]) -> QueryChange? {
         let key = QueryKey(q)
-        guard let n = queryCounts[key] else { return false }
-        if n <= 1 {
-            queryCounts.removeValue(forKey: key)
+        guard let n = queryCounts.removeValue(forKey: key) else { return nil }
+        if n > 1 {
+            queryCounts[key] = n - 1
+        } else {
             let at = queryPosition(q)
             if at < queryOrder.count && queryOrder[at] == q { queryOrder.remove(at: at) }
-        } else {
-            queryCounts[key] = n - 1
         }
-        return true
+        return QueryChange(bytes: q, count: n - 1)
     }
 
-    /// Withdraws several queries at once (a connection that closed): one pass over the set, not one per query.
-    /// Returns those whose count changed.
-    func removeQueries(_ qs: [[UInt8]]) -> [[UInt8]] {
-        var changed: [[UInt8]] = []
-        var gone = false
+    /// Withdraws several queries at once (a connection that closed): one hash per query and one pass over the
+    /// set, no sorting. Returns each changed query once with its final count, in the order of their bytes.
+    func removeQueries(_ qs: [[UInt8]]) -> [QueryChange] {
+        var touched: [(position: Int, change: QueryChange)] = []
+        var gone: [Int] = []
         for q in qs {
             let key = QueryKey(q)
-            guard let n = queryCounts[key] else { continue }
-            changed.append(q)
-            if n <= 1 { queryCounts.removeValue(forKey: key); gone = true } else { queryCounts[key] = n - 1 }
+            guard let n = queryCounts.removeValue(forKey: key) else { continue }
+            let at = queryPosition(q)  // in the set as it was: positions stay valid until the compaction below
+            if n > 1 { queryCounts[key] = n - 1 } else { gone.append(at) }
+            touched.append((at, QueryChange(bytes: q, count: n - 1)))
         }
-        if gone { queryOrder.removeAll { queryCounts[QueryKey($0)] == nil } }
-        return changed
+        if !gone.isEmpty {
+            gone.sort()
+            var kept: [[UInt8]] = []
+            kept.reserveCapacity(queryOrder.count - gone.count)
+            var g = 0
+            for (i, q) in queryOrder.enumerated() {
+                if g < gone.count && gone[g] == i {
+                    while g < gone.count && gone[g] == i { g += 1 }
+                    continue
+                }
+                kept.append(q)
+            }
+            queryOrder = kept
+        }
+        // The set's order is the bytes' order; the same query withdrawn twice keeps its last (lowest) count.
+        touched.sort { $0.position != $1.position ? $0.position < $1.position : $0.change.count > $1.change.count }
+        var changes: [QueryChange] = []
+        for t in touched {
+            if let last = changes.last, last.bytes == t.change.bytes { changes[changes.count - 1] = t.change } else {
+                changes.append(t.change)
+            }
+        }
+        return changes
     }
 
     /// Where `q` is, or would be inserted, in `queryOrder` (binary search by bytes).
@@ -1548,6 +1578,12 @@ final class StoreEntry {
         }
         return low
     }
+}
+
+/// A query whose number of holders changed, and its new count (0: no longer active).
+struct QueryChange {
+    let bytes: [UInt8]
+    let count: Int
 }
 
 /// A query's bytes as a dictionary key, hashed in one pass over the bytes (`[UInt8]`'s own `Hashable` feeds the

@@ -162,6 +162,41 @@ struct IsolationLimitTests {
         #expect(bus.take(5).isEmpty)
     }
 
+    /// Down stores with nothing queued cost routing nothing: only stores whose queues can expire make deadlines
+    /// (thousands of down stores used to be walked after every event).
+    @Test func downStoresWithEmptyQueuesMakeNoDeadlines() {
+        let bus = TestBus()
+        bus.join(1, role: "store")
+        for i in 0..<500 { bus.register(1, "s\(i)", handles: ["s\(i)/*"]) }
+        bus.disconnect(1)
+        #expect(!bus.router.hasDeadlines && bus.router.nextDeadline == nil)
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"s7/x","settle":true}"#)
+        #expect(bus.router.nextDeadline == bus.now + RouterConfig().queueTimeout)
+        bus.advance(RouterConfig().queueTimeout)
+        #expect(bus.take(2).first?.rawText("results")?.contains("store-unavailable") == true)
+        #expect(!bus.router.hasDeadlines)
+    }
+
+    /// A connection that held the same query twice (and another one held by someone else too) withdraws each
+    /// once, with its final count, in the order of the queries' bytes.
+    @Test func closingWithdrawsEachQueryOnceWithItsFinalCount() {
+        let bus = TestBus()
+        bus.join(1, role: "store")
+        bus.send(1, #"{"op":"register","store":"d","handles":[],"queryDeltas":true}"#)
+        bus.join(2, role: "client")
+        bus.join(3, role: "client")
+        bus.send(3, #"{"op":"query","id":"x","store":"d","query":"b"}"#)
+        for (id, q) in [("1", "c"), ("2", "c"), ("3", "b"), ("4", "a")] {
+            bus.send(2, #"{"op":"query","id":"\#(id)","store":"d","query":"\#(q)"}"#)
+        }
+        _ = bus.take(1)
+        bus.disconnect(2)
+        #expect(bus.take(1).map { $0.rawText("changes")! } == [#"[{"query":"a","count":0},{"query":"b","count":1},{"query":"c","count":0}]"#])
+        bus.send(3, #"{"op":"query","id":"y","store":"d","query":"c"}"#)
+        #expect(bus.take(1).map { $0.rawText("changes")! } == [#"[{"query":"c","count":1}]"#])
+    }
+
     @Test func unusedStoreNamesAreForgotten() {
         let bus = TestBus()
         bus.join(1, role: "client")

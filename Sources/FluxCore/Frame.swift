@@ -131,3 +131,14 @@ public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: ArraySlice<UInt8>) -> Bo
 public func sameBytes(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
     a.withUnsafeBytes { sameBytes($0, b) }
 }
+
+/// Whether `a` sorts before `b` byte by byte (a prefix first), as `lexicographicallyPrecedes` would say, with one
+/// `memcmp` instead of a generic element-by-element loop.
+public func bytesPrecede(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    let n = min(a.count, b.count)
+    if n > 0 {
+        let c = a.withUnsafeBytes { x in b.withUnsafeBytes { y in memcmp(x.baseAddress!, y.baseAddress!, n) } }
+        if c != 0 { return c < 0 }
+    }
+    return a.count < b.count
+}

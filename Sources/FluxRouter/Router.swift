@@ -1574,7 +1574,7 @@ final class StoreEntry {
         var low = 0, high = queryOrder.count
         while low < high {
             let mid = (low + high) / 2
-            if queryOrder[mid].lexicographicallyPrecedes(q) { low = mid + 1 } else { high = mid }
+            if bytesPrecede(queryOrder[mid], q) { low = mid + 1 } else { high = mid }
         }
         return low
     }

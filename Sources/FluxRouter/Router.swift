@@ -940,9 +940,11 @@ public final class Router {
         }
         for name in stores.keys.sorted() {
             let store = stores[name]!
-            guard store.status == .up else { continue }
+            // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
+            // store's queue would expire at a later tick and be settled a second time.
             store.queue.removeAll()
             store.inflight.removeAll()
+            guard store.status == .up else { continue }
             var b = FrameBuilder(op: "store-down")
             b.string("store", name)
             b.constant("reason", "shutdown")

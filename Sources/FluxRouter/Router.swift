@@ -65,6 +65,19 @@ public final class Router {
         self.config = config
     }
 
+    /// Peers and stores refer to each other (a store's owner, subscribers and deliveries, whose actions refer to
+    /// their dispatcher; a peer's last store): a router dropped while connections are open (an in-memory bus at
+    /// the end of a test) breaks those cycles, or they would never be freed.
+    deinit {
+        for store in stores.values {
+            store.ownerPeer = nil
+            store.subscribers.removeAll()
+            store.queue.removeAll()
+            store.inflight.removeAll()
+        }
+        for peer in peers.values { peer.lastStore = nil }
+    }
+
     /// Convenience for tests: the effects of one event.
     public func handle(_ event: RouterEvent, now: Millis) -> [RouterEffect] {
         var effects: [RouterEffect] = []

@@ -20,11 +20,13 @@ enum FrameDecoderTarget {
         var r = ByteReader(data)
         let b0 = r.byte()
         let maxFrame = maxFrames[Int(b0 & 7)]
-        let repeats = Int(b0 >> 3) == 31 ? 200 : 1 + Int(b0 >> 3) / 8  // mostly 1-4; 31: 200 copies
+        let repeatsWanted = Int(b0 >> 3) == 31 ? 200 : 1 + Int(b0 >> 3) / 8  // mostly 1-4; 31: 200 copies
         let nSplits = Int(r.byte() & 31)
         var splits: [UInt8] = []
         for _ in 0..<nSplits { splits.append(r.byte()) }
         let piece = Array(data[min(r.pos, data.count)...])
+        // At most ~96 KiB in all: enough to pass the decoder's 64 KiB compaction, cheap enough to stay fast.
+        let repeats = min(repeatsWanted, max(1, 98_304 / max(piece.count, 1)))
         var stream: [UInt8] = []
         stream.reserveCapacity(piece.count * repeats)
         for _ in 0..<repeats { stream.append(contentsOf: piece) }

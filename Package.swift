@@ -17,6 +17,10 @@ let swiftSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
 ]
 
+// FLUXBUS_NO_JEMALLOC=1 builds fluxd on the system malloc: AddressSanitizer (scripts/asan.sh) replaces malloc
+// itself and aborts at startup when jemalloc is linked too. Without it, fluxd links jemalloc (see CJemalloc).
+let useJemalloc = Context.environment["FLUXBUS_NO_JEMALLOC"].map { $0.isEmpty || $0 == "0" } ?? true
+
 let package = Package(
     name: "FluxBus",
     platforms: [.macOS(.v15)],
@@ -26,6 +30,9 @@ let package = Package(
         .library(name: "FluxClient", targets: ["FluxClient"]),
         .library(name: "FluxStore", targets: ["FluxStore"]),
         .library(name: "FluxTesting", targets: ["FluxTesting"]),
+        // For the fuzz targets (Fuzz/Package.swift depends on this package by path).
+        .library(name: "FluxCore", targets: ["FluxCore"]),
+        .library(name: "FluxRouter", targets: ["FluxRouter"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -70,14 +77,13 @@ let package = Package(
         .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "fluxd",
-            dependencies: [
-                "CJemalloc",
+            dependencies: (useJemalloc ? ["CJemalloc"] : []) + [
                 "FluxDaemon",
                 "FluxRouter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: swiftSettings + (useJemalloc ? [.define("FLUXBUS_JEMALLOC")] : [])
         ),
         // The benchmark's Swift SDK store (scripts/bench.sh, workload 7): not a product.
         .executableTarget(

@@ -24,3 +24,8 @@ if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
     echo "==> installing jsonschema (pip)"
     python3 -m pip install -q jsonschema
 fi
+
+# `swift_locked ARGS...` runs `swift ARGS...` ("${SWIFT[@]}" in commands such as timeout), under flock(1) on
+# $FLUXBUS_BUILD_LOCK when that is set (a machine shared with other builds: no two Swift builds at once).
+if [ -n "${FLUXBUS_BUILD_LOCK:-}" ]; then SWIFT=(flock "$FLUXBUS_BUILD_LOCK" swift); else SWIFT=(swift); fi
+swift_locked() { "${SWIFT[@]}" "$@"; }

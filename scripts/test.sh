@@ -4,16 +4,48 @@
 #   2. `swift test`: unit tests of the core and router, SDK tests, and integration tests that start the real
 #      fluxd and real store/client processes on temporary sockets;
 #   3. the protocol checks: every JSON Schema and every example message in protocol/vectors, and real traffic of
-#      every implementation through protocol/tools/schema_proxy.py validated against the schemas.
+#      every implementation through protocol/tools/schema_proxy.py validated against the schemas;
+#   4. the libFuzzer targets (scripts/fuzz.sh), each for a CI-sized time (--fuzz-seconds N, default 60;
+#      $FLUXBUS_TEST_FUZZ_SECONDS; 0 skips them);
+#   5. the Swift suites again under AddressSanitizer (scripts/asan.sh; --no-asan or FLUXBUS_TEST_ASAN=0 skips
+#      it): about 2.5 minutes more, the whole run about 10 minutes on 2 cores (timings in docs/fuzzing.md).
+# Prints how long each step took. FLUXBUS_BUILD_LOCK=FILE: every swift command runs under flock(1) on FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-deps.sh
 
+fuzz_seconds=${FLUXBUS_TEST_FUZZ_SECONDS:-60}
+asan=${FLUXBUS_TEST_ASAN:-1}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --fuzz-seconds) fuzz_seconds=$2; shift 2 ;;
+        --fuzz-seconds=*) fuzz_seconds=${1#--fuzz-seconds=}; shift ;;
+        --asan) asan=1; shift ;;
+        --no-asan) asan=0; shift ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+
+timings=()
+step_start=$SECONDS
+run_start=$SECONDS
+step_done() {  # step_done LABEL: records how long the step since the last one took
+    timings+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")")
+    step_start=$SECONDS
+}
+print_timings() {
+    echo "==> timings"
+    printf '%s\n' "${timings[@]}"
+    printf '%5d s  total\n' $((SECONDS - run_start))
+}
+trap print_timings EXIT
+
 echo "==> swift build"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; print_timings' EXIT
 status=0
-swift build --build-tests >"$log" 2>&1 || status=$?
+swift_locked build --build-tests >"$log" 2>&1 || status=$?
 grep -vE '^\[[0-9]+/[0-9]+\]' "$log" || true
 if [ "$status" != 0 ]; then echo "build failed" >&2; exit 1; fi
 own_warnings=$(grep -E '^/.*: warning:' "$log" | grep -v '/.build' | sort -u || true)
@@ -22,12 +54,15 @@ if [ -n "$own_warnings" ]; then
     echo "$own_warnings" >&2
     exit 1
 fi
+step_done "swift build --build-tests"
 
 echo "==> swift test"
-timeout 1200 swift test --skip-build   # a hung test fails the run instead of stalling CI
+timeout 1200 "${SWIFT[@]}" test --skip-build   # a hung test fails the run instead of stalling CI
+step_done "swift test"
 
 echo "==> protocol schemas and message vectors"
 python3 protocol/tools/check_schemas.py
+step_done "protocol schemas and vectors"
 
 # Clients in other languages and the language-neutral conformance suite, against the fluxd just built.
 echo "==> Python, Node and conformance suites"
@@ -36,7 +71,7 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
     python3 -m pip install -q pytest
 fi
 if ! command -v node >/dev/null 2>&1; then echo "node is not installed (the Node.js suite needs Node 18+)" >&2; exit 1; fi
-export FLUXD="${FLUXD:-$(swift build --show-bin-path)/fluxd}"
+export FLUXD="${FLUXD:-$(swift_locked build --show-bin-path)/fluxd}"
 polyglot_failed=()
 run_suite() {  # run_suite LABEL COMMAND...: runs one suite and prints a PASS/FAIL line for it
     local label=$1; shift
@@ -58,3 +93,16 @@ if [ ${#polyglot_failed[@]} -ne 0 ]; then
     exit 1
 fi
 echo "all Python, Node and conformance suites passed"
+step_done "Python, Node and conformance suites"
+
+if [ "$fuzz_seconds" != 0 ]; then
+    echo "==> fuzz targets (scripts/fuzz.sh --seconds $fuzz_seconds)"
+    bash scripts/fuzz.sh --seconds "$fuzz_seconds"
+    step_done "fuzz targets, ${fuzz_seconds} s each (build included)"
+fi
+
+if [ "$asan" = 1 ]; then
+    echo "==> Swift suites under AddressSanitizer (scripts/asan.sh)"
+    bash scripts/asan.sh
+    step_done "AddressSanitizer build and Swift suites"
+fi

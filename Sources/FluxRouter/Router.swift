@@ -123,6 +123,19 @@ public final class Router {
     @inline(__always)
     static func actionCost(_ payload: Int, _ type: Int) -> Int { 192 + payload + type }
 
+    /// Peers and stores refer to each other (a store's owner, subscribers and deliveries, whose actions refer to
+    /// their dispatcher; a peer's last store): a router dropped while connections are open (an in-memory bus at
+    /// the end of a test) breaks those cycles, or they would never be freed.
+    deinit {
+        for store in stores.values {
+            store.ownerPeer = nil
+            store.subscribers.removeAll()
+            store.queue.removeAll()
+            store.inflight.removeAll()
+        }
+        for peer in peers.values { peer.lastStore = nil }
+    }
+
     /// Convenience for tests: the effects of one event.
     public func handle(_ event: RouterEvent, now: Millis) -> [RouterEffect] {
         var effects: [RouterEffect] = []
@@ -1348,15 +1361,18 @@ public final class Router {
         }
         for name in stores.keys.sorted() {
             let store = stores[name]!
-            guard store.status == .up else { continue }
+            // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
+            // store's queue would expire at a later tick and be settled a second time.
             store.queue.removeAll()
             store.inflight.removeAll()
+            guard store.status == .up else { continue }
             var b = FrameBuilder(op: "store-down")
             b.string("store", name)
             b.constant("reason", "shutdown")
             let frame = b.finish(coalescing: .fence(key: store.key))
             for sub in store.subscribers { out.send(sub, frame) }
         }
+        expiringStores.removeAll()
         let bye = byeFrame(reason: "shutdown")
         for id in peers.keys.sorted() {
             let peer = peers[id]!

@@ -1,5 +1,7 @@
 import ArgumentParser
-import CJemalloc
+#if FLUXBUS_JEMALLOC
+import CJemalloc  // not when built with FLUXBUS_NO_JEMALLOC=1 (Package.swift), e.g. under AddressSanitizer
+#endif
 import FluxCore
 import FluxDaemon
 import FluxRouter
@@ -226,12 +228,17 @@ struct Fluxd: ParsableCommand {
     }
 }
 
-/// The version of jemalloc, fluxd's allocator (see Package.swift), as it reports it.
+/// The version of jemalloc, fluxd's allocator (see Package.swift), as it reports it ("none" when fluxd was
+/// built without it: FLUXBUS_NO_JEMALLOC=1).
 private func jemallocVersion() -> String? {
+    #if FLUXBUS_JEMALLOC
     var version: UnsafePointer<CChar>? = nil
     var length = MemoryLayout<UnsafePointer<CChar>?>.size
     guard mallctl("version", &version, &length, nil, 0) == 0, let version else { return nil }
     return String(cString: version)
+    #else
+    return "none (system malloc)"
+    #endif
 }
 
 /// The directory of the running fluxd executable (bare worker commands are looked up there first).

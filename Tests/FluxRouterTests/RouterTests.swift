@@ -648,6 +648,24 @@ struct IntrospectionTests {
         #expect(bus.router.pendingActionCount == 0)
     }
 
+    /// An action queued for a store that is down, settled by shutdown, is not settled again when its queue
+    /// timeout passes afterwards (found by the router fuzz target: pendingActionCount went to -1).
+    @Test func shutdownSettlesAQueuedActionOnlyOnce() {
+        let bus = TestBus { $0.queueTimeout = 100 }
+        bus.store(1, "a", handles: ["x/*"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"dispatch","id":"d1","type":"x/1","settle":true}"#)
+        bus.feed(.closed(1))  // a is down: the action waits in its queue
+        _ = bus.take(2)
+        bus.feed(.shutdown)
+        #expect(bus.take(2).filter { $0.op == "settled" }.count == 1)
+        #expect(bus.router.pendingActionCount == 0)
+        bus.now += 1_000
+        bus.feed(.tick)
+        #expect(bus.router.pendingActionCount == 0)
+        #expect(bus.router.nextDeadline == nil)
+    }
+
     @Test func byeClosesTheConnection() {
         let bus = TestBus()
         bus.join(2, role: "client")

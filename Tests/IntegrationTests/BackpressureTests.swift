@@ -30,7 +30,11 @@ struct BackpressureTests {
                 #expect(snapshot.int("version") == i + 1, "the reading subscriber gets every version")
             }
             let peak = try peakRSS(of: bus.fluxd.pid)
-            #expect(peak < 40 << 20, "fluxd's peak RSS \(peak >> 20) MiB: the slow subscriber's snapshots were not all kept")
+            // Not under AddressSanitizer (scripts/asan.sh sets FLUXBUS_ASAN): its quarantine keeps freed memory
+            // (here ~50 MiB of replaced snapshots) resident on purpose, so RSS says nothing about what fluxd holds.
+            if ProcessInfo.processInfo.environment["FLUXBUS_ASAN"] == nil {
+                #expect(peak < 40 << 20, "fluxd's peak RSS \(peak >> 20) MiB: the slow subscriber's snapshots were not all kept")
+            }
 
             // Now the slow subscriber reads: a few snapshots, versions only growing, ending with the newest.
             let got = try slow.barrier("caught-up", timeout: .seconds(30))

@@ -1206,15 +1206,14 @@ PARAGRAPHS = {
         f"{r.get('load_after', {}).get('maxCycleCheckSteps')} stores and edges."),
     "1b": lambda r, d: (
         f"Attack 1 repeated from {d['connections']} store-role connections (fresh names each, {d['rounds']} rounds "
-        f"in {d['left_at_s']} s, {d['stores_registered']:,} stores registered; no limit bounds how many stores one "
-        f"connection or uid registers), which then all close at once ({d['left_at_s']} s into the attack), taking "
+        f"in {d['left_at_s']} s, {d['stores_registered']:,} stores registered; `maxStoresPerConnection` (1024) bounds one "
+        f"connection, and every registered name stays charged to its user's memory share), which then all close at once ({d['left_at_s']} s into the attack), taking "
         f"every store down. One round took {d['round_ms_median']} ms (median; slowest {d['round_ms_max']} ms). fluxd "
-        f"remembers the {r.get('load_after', {}).get('storeNames'):,} names after their owners left; they are not "
-        f"in the accounted memory (used {mb(r.get('memory_after', {}).get('used'))} MiB after). An `info` reply "
+        f"remembers the {r.get('load_after', {}).get('storeNames'):,} names after their owners left; they stay "
+        f"charged to the memory budget (used {mb(r.get('memory_after', {}).get('used'))} MiB after). An `info` reply "
         f"listing them held the loop {ms_us(r.get('loop_hold_after_info_us'))} ms (the loop-hold figure after the "
-        f"driver's own `info` calls). The disconnects (store-down of every store, one log line each) are not counted "
-        f"in `longestLoopHoldMicros` (only reads and timers are), so the stall they cause shows only in the "
-        f"well-behaved client's latency."),
+        f"driver's own `info` calls). The disconnects (store-down of every store, one summary log line per "
+        f"connection) are counted in `longestLoopHoldMicros` like reads, accepts and timers."),
     "2a": lambda r, d: (
         f"The store `qs` registered with `queryDeltas: true` and read everything. The attacker pipelined "
         f"{d['queries_sent']} queries of {d['query_frame_bytes']} bytes (500 per batch) and got "
@@ -1222,10 +1221,10 @@ PARAGRAPHS = {
         f"({fmt_counts(d['store_frames'])}): one small delta per accepted query and one frame withdrawing them all "
         f"(largest frame {d['store_largest_frame']:,} bytes). Store still up afterwards: {d['store_up_after']}."),
     "2b": lambda r, d: (
-        f"The same flood against a store that did not opt in, so fluxd sends the whole `queries` set on every "
-        f"change: the store received {d['store_bytes']:,} bytes ({fmt_counts(d['store_frames'])}, largest frame "
+        f"The same flood against a store that did not opt in, so fluxd sends it whole `queries` sets, one per "
+        f"batch of reads (the changes of up to 64 KiB of frames coalesced): the store received {d['store_bytes']:,} bytes ({fmt_counts(d['store_frames'])}, largest frame "
         f"{d['store_largest_frame']:,} bytes), and the attacker got {fmt_counts(d['replies'])}. The volume grows "
-        f"with the square of the accepted queries; `maxQueries`/`maxQueryBytes` bound it per connection. The store "
+        f"with the accepted queries times the batches; `maxQueries`/`maxQueryBytes` bound it per connection. The store "
         f"(reading in its own process) was " + (
             ("closed by fluxd" + ("" if any(k.startswith("error") for k in d["store_frames"]) else
                                   " without receiving any `error` frame first") + f" after {d['store_bytes']:,} bytes"
@@ -1320,8 +1319,8 @@ def write_report(bench, path, command):
     a("- RSS from /proc: VmRSS just before the attack -> VmHWM (peak) after it. Accounted memory: `info.memory` "
       "peak since start / limit. Loop hold: `info.load.longestLoopHoldMicros` (a maximum since fluxd started) just "
       "before -> just after the attack (read before fluxd builds that `info` reply; what a big reply itself cost is "
-      "in the per-attack text). fluxd counts a read callback or a timer as one hold; work done when a connection "
-      "closes or is accepted is not counted. The attacker runs in the driver's process, on the same 2 cores as "
+      "in the per-attack text). fluxd counts a read callback (up to 64 KiB of frames), an accept, a "
+      "connection's close or a timer as one hold. The attacker runs in the driver's process, on the same 2 cores as "
       "fluxd, the store and the well-behaved client; the 1-minute load average is in the raw results.")
     a("")
     a("| attack | RSS MiB before -> peak | accounted peak / limit MiB | loop hold ms before -> after | "

@@ -91,30 +91,54 @@ def envelope_seeds():
     write_corpus("envelope", inputs)
 
 
-# --- router: bytes 0-1 = limits; then steps: [op, slot, args...]. op < 200 = message template (index below),
-# op >= 200 = control. Mirrors RouterHarness (Sources/FuzzTargets/RouterTarget.swift); slots with no connection
-# turn a message step into a connect (one byte: credentials).
+# --- router: bytes 0-1 = limits (as before 0.2.0), bytes 2-5 = the 0.2.0 limits (0: fluxd's defaults, liveness
+# off); then steps: [op, slot, args...]. op < 200 = message template (index below), op >= 200 = control. Mirrors
+# RouterHarness (Sources/FuzzTargets/RouterTarget.swift); slots with no connection turn a message step into a
+# connect (one byte: credentials, bit 0 = pid and uid, bit 1 = uid 1001 instead of 1000).
 T = {name: i for i, name in enumerate(
     ["hello", "register", "unregister", "dispatch", "done", "reject", "state", "subscribe", "unsubscribe", "query",
-     "unquery", "get", "info", "ping", "bye", "host", "unknown", "garbage"])}
+     "unquery", "get", "info", "ping", "bye", "host", "unknown", "garbage", "pong"])}
 C = {name: 200 + i for i, name in enumerate(
-    ["connect", "closed", "flushCloses", "tick", "drain", "shutdown", "emptyFrame", "oversized", "backlogged", "raw"])}
+    ["connect", "closed", "flushCloses", "tick", "drain", "shutdown", "emptyFrame", "oversized", "backlogged", "raw",
+     "endOfBatch", "transport", "overBudget", "sweepTick"])}
 STORES = ["todos", "stats", "a", "b.c"]
+NEW_DEFAULTS = (0, 0, 0, 0)
+
+
+def v2(ping=0, store_timeout=0, close_stalled=False, budget=0, queries=0, query_bytes=0, subs=0, waitfor=0,
+       stores=0, conns=0, conns_user=0, handshakes=0, pings_out=0, fair=0, batching=False):
+    """Bytes 2-5 from table indices (RouterHarness: pingIntervals [0,10,100,1000], storeTimeouts [0,10,100,2000],
+    budgets (8), maxQueries [4096,1,2,3], maxQueryBytes [1M,4,16,64], maxSubscriptions [4096,1,2,3], maxWaitFor
+    [64,0,1,2], maxStoresPerConnection [1024,1,2,3], maxConnections [8192,2,3,4], maxConnectionsPerUser [4096,1,2,3],
+    handshakes [(1024,256),(1,1),(2,1),(3,2)], maxPingsOut [2,0,1,3], fairPending [8,0,1,2])."""
+    return (ping | store_timeout << 2 | (0x10 if close_stalled else 0) | budget << 5,
+            queries | query_bytes << 2 | subs << 4 | waitfor << 6,
+            stores | conns << 2 | conns_user << 4 | handshakes << 6,
+            pings_out | fair << 2 | (0x10 if batching else 0))
 
 
 def connect(slot, creds=1):
     return [C["connect"], slot, creds]
 
 
-def hello(slot, role):  # role: 0 client, 1 store, 2 monitor
-    return [T["hello"], slot, role, 0, 1, 1, 1]
+def hello(slot, role, heartbeat=False):  # role: 0 client, 1 store, 2 monitor
+    return [T["hello"], slot, role, 0, 1, 1, 1, 1 if heartbeat else 0]
 
 
-def register(slot, store, handles_mask, waitfor=None, state=None):
+def register(slot, store, handles_mask, waitfor=None, state=None, deltas=False):
     out = [T["register"], slot, 1, store, 2, handles_mask]
     out += [0] if waitfor is None else [3, waitfor]
+    out += [2] if deltas else [0]
     out += [0] if state is None else [3, state]
     return out
+
+
+def query(slot, q, store, reuse=None):  # q: index in RouterHarness.queries; reuse: only when the slot has ids
+    return [T["query"], slot] + ([] if reuse is None else [reuse]) + [1, q, 1, store]
+
+
+def pong(slot):
+    return [T["pong"], slot, 2]
 
 
 def dispatch(slot, type_index, settle=True, cause=False):
@@ -168,13 +192,59 @@ def router_seeds():
     # A store goes down holding an action, then shutdown, then time passes (settled once, not again).
     shutdown_down = (connect(0), hello(0, 0), connect(1), hello(1, 1), register(1, 2, 0b10000), dispatch(0, 3),
                      [C["closed"], 1], [C["shutdown"], 0, 0], tick(7), tick(8))
-    configs = [(0x00, 0x00), (0x81, 0x05), (0x16, 0x09), (0x93, 0x04)]
-    inputs = [("abandon", program((0x81, 0xF5), *basic)), ("abandon-down", program((0x12, 0xF1), *down))]
+    configs = [(0x00, 0x00) + NEW_DEFAULTS, (0x81, 0x05) + NEW_DEFAULTS, (0x16, 0x09) + NEW_DEFAULTS,
+               (0x93, 0x04) + NEW_DEFAULTS]
+    inputs = [("abandon", program((0x81, 0xF5) + NEW_DEFAULTS, *basic)),
+              ("abandon-down", program((0x12, 0xF1) + NEW_DEFAULTS, *down))]
     for name, steps in [("basic", basic), ("waitfor", waitfor), ("down", down), ("timeout", timeout),
                         ("monitor", monitor), ("shutdown", shutdown), ("garbage", garbage),
                         ("handshake", handshake), ("shutdown-down", shutdown_down)]:
         for k, config in enumerate(configs):
             inputs.append((f"{name}{k}", program(config, *steps)))
+
+    # --- since 0.2.0
+    # Heartbeats: two peers ask, one answers its pings (pong) and one stays silent until it is unresponsive; a
+    # third does not ask and is never pinged.
+    heartbeat = (connect(0), hello(0, 0, heartbeat=True), connect(1), hello(1, 1, heartbeat=True), connect(2),
+                 hello(2, 0), tick(2), tick(2), pong(1), [C["sweepTick"], 0, 1], tick(2), pong(1), tick(3),
+                 [C["sweepTick"], 0, 3], tick(5), [T["ping"], 1, 1], tick(6))
+    for k, cfg in enumerate([v2(ping=1, pings_out=2), v2(ping=2, pings_out=1), v2(ping=1, pings_out=1, store_timeout=1)]):
+        inputs.append((f"heartbeat{k}", program((0x00, 0x00) + cfg, *heartbeat)))
+    # Query deltas: a store asks for them, clients query and unquery (the same query twice, another spelling of
+    # it), one closes holding queries.
+    deltas = (connect(1), hello(1, 1), register(1, 0, 0b1, deltas=True), connect(0), hello(0, 0), connect(2),
+              hello(2, 0), query(0, 0, 0), query(2, 0, 0), query(0, 5, 0, reuse=1), query(2, 6, 0, reuse=1),
+              [T["unquery"], 0, 1, 0], [C["closed"], 2], query(0, 1, 0, reuse=1), [T["unregister"], 1, 1, 1, 0],
+              query(0, 2, 0, reuse=1), register(1, 0, 0b1, deltas=True), [T["bye"], 0])
+    # Whole sets, deferred to the end of the batch (batching: several queries in one batch, then .endOfBatch).
+    whole = (connect(1), hello(1, 1), register(1, 0, 0b1), connect(0), hello(0, 0), query(0, 0, 0), query(0, 1, 0, reuse=1),
+             query(0, 0, 0, reuse=1), [C["endOfBatch"], 0], [T["unquery"], 0, 1, 0], [C["closed"], 0], [C["endOfBatch"], 0])
+    for k, cfg in enumerate([NEW_DEFAULTS, v2(batching=True), v2(queries=2, query_bytes=3, batching=True)]):
+        inputs.append((f"deltas{k}", program((0x00, 0x00) + cfg, *deltas)))
+        inputs.append((f"whole{k}", program((0x00, 0x00) + cfg, *whole)))
+    # Stalled stores: an action left unanswered for storeTimeout (closed when closeStalledStores), then answered.
+    stalled = (connect(0), hello(0, 0), connect(1), hello(1, 1), register(1, 0, 0b1), dispatch(0, 0), tick(2),
+               [C["sweepTick"], 0, 2], tick(3), done(1, state=1), dispatch(0, 0), tick(5), [C["flushCloses"], 0],
+               connect(3), hello(3, 1), register(3, 0, 0b1), tick(5), done(3))
+    for k, cfg in enumerate([v2(store_timeout=1), v2(store_timeout=2, close_stalled=True),
+                             v2(store_timeout=1, close_stalled=True, ping=1)]):
+        inputs.append((f"stalled{k}", program((0x00, 0x00) + cfg, *stalled)))
+    # Limits: tiny per-connection limits and connection limits (a third connection of one user refused).
+    limits = (connect(0), hello(0, 0), connect(1), hello(1, 1), subscribe(0, 0), subscribe(0, 1), subscribe(0, 0),
+              query(0, 0, 0), query(0, 6, 1, reuse=1), register(1, 0, 0b1, waitfor=1), register(1, 0, 0b1),
+              register(1, 1, 0b10), connect(2), connect(3, 3), [T["hello"], 3, 0, 0, 1, 1, 1, 0], connect(4))
+    for k, cfg in enumerate([v2(queries=1, subs=1, waitfor=1, stores=1, conns=2),
+                             v2(query_bytes=2, subs=2, stores=2, conns_user=2, handshakes=1),
+                             v2(queries=2, waitfor=2, conns=3, handshakes=2, budget=5)]):
+        inputs.append((f"limits{k}", program((0x00, 0x00) + cfg, *limits)))
+    # The memory budget: a small budget, dispatches and states that fill it, the transport's bytes (refused:
+    # .overBudget), registrations and retained snapshots that stay charged after every connection closed.
+    memory = (connect(0), hello(0, 0), connect(1), hello(1, 1), register(1, 0, 0b1, state=1), subscribe(0, 0),
+              dispatch(0, 0), dispatch(0, 0), [C["transport"], 0, 5], [C["transport"], 0, 7], done(1, state=6),
+              done(1, state=2), [C["transport"], 1, 3], [C["overBudget"], 1], [C["flushCloses"], 0], connect(2, 3),
+              hello(2, 1), register(2, 0, 0b1), [T["state"], 2, 1, 0, 1, 3], [C["transport"], 2, 0])
+    for k, cfg in enumerate([v2(budget=1), v2(budget=3), v2(budget=6, fair=1), v2(budget=2)]):
+        inputs.append((f"memory{k}", program((0x00, 0x00) + cfg, *memory)))
     write_corpus("router", inputs)
 
 

@@ -1303,7 +1303,8 @@ public final class Router {
         if config.storeTimeout > 0 {
             for name in upStores.sorted() {
                 guard let store = stores[name], !store.stalled, !store.inflight.isEmpty,
-                      now >= store.lastProgress + config.storeTimeout, let owner = store.ownerPeer else { continue }
+                      now >= store.lastProgress + config.storeTimeout, let owner = store.ownerPeer,
+                      !owner.closing else { continue }  // (a closing owner is about to take it down anyway)
                 store.stalled = true
                 let waited = now - store.lastProgress
                 let seq = store.inflight[0].action.seq
@@ -1416,13 +1417,15 @@ public final class Router {
         b.bool("fatal", closes)
         counters.count(code)
         out.send(peer, b.finish())
+        // Closed before the monitor event: a monitor whose own error is fatal gets nothing after it (found by the
+        // router fuzz target).
+        if closes { close(peer, &out) }
         emit("error", &out) { e in
             e.int("peer", peer.id)
             e.string("code", code.rawValue)
             e.string("message", message)
         }
         out.log(.debug, "peer \(peer.id) (\(peer.name)): \(code.rawValue): \(message)")
-        if closes { close(peer, &out) }
     }
 }
 

@@ -197,6 +197,19 @@ struct IsolationLimitTests {
         #expect(bus.take(1).map { $0.rawText("changes")! } == [#"[{"query":"c","count":1}]"#])
     }
 
+    /// A fatal error is the last frame a peer gets: a monitor is not sent the event about its own fatal error
+    /// (found by the router fuzz target).
+    @Test func aMonitorGetsNothingAfterItsOwnFatalError() {
+        let bus = TestBus()
+        bus.join(1, role: "monitor")
+        bus.join(2, role: "monitor")
+        _ = bus.take(1)
+        _ = bus.take(2)
+        bus.feed(.oversizedFrame(1, length: 1 << 30))
+        #expect(bus.take(1).map(\.op) == ["error"])
+        #expect(bus.take(2).map { $0.str("kind") } == ["error", "disconnect"])  // the other monitor sees it
+    }
+
     @Test func unusedStoreNamesAreForgotten() {
         let bus = TestBus()
         bus.join(1, role: "client")

@@ -219,17 +219,33 @@ public final class Connection: HandleOwner {
     /// connections waits for more, since every connection written costs a syscall).
     static let framesPerWrite = 8
 
+    /// Frames one connection may have handled per turn (one read, or one resumed turn) before the loop serves
+    /// the others: a peer that pipelines a flood of cheap-to-refuse frames (thousands in one 64 KiB read) waits
+    /// for its next turn instead of holding the loop for milliseconds while other peers' frames wait.
+    static let framesPerTurn = 512
+
+    /// Whether reading is paused until the loop gives this connection its next turn (`resumeTurn`).
+    @exclusivity(unchecked) private var pausedForTurn = false
+
     fileprivate func received(_ bytes: UnsafeRawBufferPointer) {
         guard phase == .open else { return }
         let start = EventLoop.clock()
         var offset = 0
         var handled = 0
+        var inTurn = 0
         while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
             delegate?.connection(self, received: frame)
             handled += 1
+            inTurn += 1
             if handled >= Connection.framesPerFlush && handled >= Connection.framesPerWrite * eventLoop.dirtyCount {
                 handled = 0
                 eventLoop.flushDirty()
+            }
+            if inTurn >= Connection.framesPerTurn && offset < bytes.count && phase == .open {
+                // Its turn is over: keep the rest of this read and stop reading until the loop comes back to it.
+                decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+                offset = bytes.count
+                pauseForTurn()
             }
         }
         // An unfinished frame now, or one accounted before: the owner accounts for the change.
@@ -237,6 +253,36 @@ public final class Connection: HandleOwner {
             delegate?.connectionAccountingChanged(self)
         }
         eventLoop.holdEnded(since: start)
+    }
+
+    private func pauseForTurn() {
+        guard !pausedForTurn else { return }
+        pausedForTurn = true
+        uvMust(uv_read_stop(stream), "uv_read_stop")
+        eventLoop.waitForTurn(self)
+    }
+
+    /// The loop's next turn for a connection that was paused (`framesPerTurn`): handles up to that many of the
+    /// frames it kept, and reads again once they are all handled. Returns whether it needs another turn.
+    func resumeTurn() -> Bool {
+        guard pausedForTurn else { return false }
+        guard phase == .open else {
+            pausedForTurn = false
+            return false
+        }
+        let start = EventLoop.clock()
+        defer { eventLoop.holdEnded(since: start) }
+        var inTurn = 0
+        while phase == .open, let frame = decoder.next() {
+            delegate?.connection(self, received: frame)
+            inTurn += 1
+            if inTurn >= Connection.framesPerTurn { return phase == .open }
+        }
+        pausedForTurn = false
+        guard phase == .open else { return false }
+        uvMust(uv_read_start(stream, connectionAlloc, connectionRead), "uv_read_start")
+        if decoder.bufferedByteCount != 0 || storedAccounted != 0 { delegate?.connectionAccountingChanged(self) }
+        return false
     }
 
     fileprivate func readFailed(_ status: Int) {

@@ -49,6 +49,10 @@ public final class EventLoop {
     private var prepareFlusher: LoopFlusher?
     private var checkFlusher: LoopFlusher?
     @exclusivity(unchecked) private var dirty: [Connection] = []
+    /// Connections whose turn ended with frames left (`Connection.framesPerTurn`), served one turn each per
+    /// iteration by `turnTaker` (an idle handle, so the loop polls without blocking while any wait).
+    @exclusivity(unchecked) private var waitingTurns: [Connection] = []
+    private var turnTaker: LoopTurnTaker?
     @exclusivity(unchecked) private var flushing: [Connection] = []
     @exclusivity(unchecked) private var state = State.idle
 
@@ -73,6 +77,7 @@ public final class EventLoop {
         loop.pointee.data = readBuffer
         waker = try LoopWaker(loop: self) // on failure deinit closes the loop
         prepareFlusher = LoopFlusher(loop: self, phase: .prepare)
+        turnTaker = LoopTurnTaker(loop: self)
         checkFlusher = LoopFlusher(loop: self, phase: .check)
         remote.attach(EventLoopRemote.AsyncHandle(pointer: waker!.async))
     }
@@ -166,6 +171,20 @@ public final class EventLoop {
         dirty.append(connection)
     }
 
+    /// `connection` paused reading with frames left: it gets a turn in each coming iteration until they are done.
+    func waitForTurn(_ connection: Connection) {
+        waitingTurns.append(connection)
+        if waitingTurns.count == 1 { turnTaker?.start() }
+    }
+
+    /// One turn for each connection waiting for one (called by the idle handle, before this iteration's poll).
+    func takeTurns() {
+        let turns = waitingTurns
+        waitingTurns.removeAll(keepingCapacity: true)
+        for connection in turns where connection.resumeTurn() { waitingTurns.append(connection) }
+        if waitingTurns.isEmpty { turnTaker?.stop() }
+    }
+
     /// Connections with frames waiting for this iteration's flush.
     var dirtyCount: Int { dirty.count }
 
@@ -196,6 +215,9 @@ public final class EventLoop {
         }
         prepareFlusher?.closeHandle()
         prepareFlusher = nil
+        turnTaker?.closeHandle()
+        turnTaker = nil
+        waitingTurns.removeAll()
         checkFlusher?.closeHandle()
         checkFlusher = nil
     }
@@ -342,6 +364,32 @@ final class LoopFlusher: HandleOwner {
             }), "uv_check_start")
         }
         uv_unref(handle)
+    }
+}
+
+/// A `uv_idle_t` that gives paused connections their turns (`EventLoop.takeTurns`). Active only while some wait:
+/// an active idle handle makes the loop poll without blocking. Lifecycle: opened (inactive, unreferenced) in
+/// `EventLoop.init`, started and stopped by `EventLoop`, closed by `EventLoop.run()` at the end, freed in the close
+/// callback.
+final class LoopTurnTaker: HandleOwner {
+    init(loop: EventLoop) {
+        super.init(loop: loop, handleType: uv_idle_t.self)
+        uvMust(uv_idle_init(loop.loop, typed(uv_idle_t.self)), "uv_idle_init")
+        adopt()
+        uv_unref(handle)
+    }
+
+    func start() {
+        guard !closeStarted else { return }
+        uvMust(uv_idle_start(typed(uv_idle_t.self), { idle in
+            guard let idle, let data = idle.pointee.data else { return }
+            Unmanaged<LoopTurnTaker>.fromOpaque(data).takeUnretainedValue().eventLoop.takeTurns()
+        }), "uv_idle_start")
+    }
+
+    func stop() {
+        guard !closeStarted else { return }
+        uvMust(uv_idle_stop(typed(uv_idle_t.self)), "uv_idle_stop")
     }
 }
 

@@ -165,6 +165,27 @@ struct AttackTests {
         }
     }
 
+    /// A connection that pipelines thousands of frames is served in turns of `framesPerTurn` frames (reading
+    /// pauses between turns); every frame is still answered, in order, and the others are served in between.
+    @Test("3b. a pipelined flood is served in turns: every frame answered in order")
+    func pipelinedFloodIsServedInTurns() throws {
+        try withAttackBus([]) { bus, client in
+            let flooder = try RawPeer.ready(bus.socketPath, name: "flooder")
+            let count = 20_000
+            var bytes: [UInt8] = []
+            for i in 0..<count { bytes += encodeFrame(Array(#"{"op":"ping","id":"p\#(i)"}"#.utf8)) }
+            try flooder.send(bytes)
+            try client.roundTrips(3, during: "a flood of 20,000 pipelined pings")
+            for i in 0..<count {
+                let pong = try flooder.expect("pong")
+                guard pong.string("id") == "p\(i)" else {
+                    Issue.record("pong \(i) out of order: \(pong)")
+                    return
+                }
+            }
+        }
+    }
+
     // MARK: 4. global memory
 
     @Test("4a. many connections holding unfinished frames: the memory budget holds, the rest are cut")

@@ -8,7 +8,11 @@ import FluxCore
 /// every rule of protocol/SPEC.md can be unit-tested by feeding events and reading effects.
 ///
 /// How to read it: `handle` dispatches on the event; `receive` parses the envelope and dispatches on `op`;
-/// each `op` has one method below, in the order of SPEC.md. The rules it keeps:
+/// each `op` has one method, in the order of SPEC.md: connections, stores, dispatch and answers here;
+/// subscriptions and queries in Router+Queries.swift, introspection in Router+Introspection.swift, heartbeats,
+/// stalled stores and transport memory accounting in Router+Liveness.swift. The state it works on (peers, stores,
+/// actions) is in RouterState.swift, its output plumbing in RouterOutput.swift, the memory budget in
+/// MemoryBudget.swift. The rules it keeps:
 /// - R1 one global order: `dispatch` gives each accepted action the next `seq`; each store's `queue` and
 ///   `inflight` are in `seq` order and `pump` sends strictly from the head.
 /// - R2 one answer per action: `answer` accepts only the oldest unanswered action of a store.
@@ -26,58 +30,58 @@ import FluxCore
 public final class Router {
     public let config: RouterConfig
 
-    @exclusivity(unchecked) private var peers: [PeerID: Peer] = [:]
+    @exclusivity(unchecked) var peers: [PeerID: Peer] = [:]
     /// The peer of the last frame (frames come in runs from one connection): no hashing then.
-    @exclusivity(unchecked) private var lastPeer: Peer?
+    @exclusivity(unchecked) var lastPeer: Peer?
     /// Peers that have not said hello yet, in connection order (so their deadlines are in order too).
-    @exclusivity(unchecked) private var handshakes: [PeerID] = []
+    @exclusivity(unchecked) var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
-    @exclusivity(unchecked) private var stores: [String: StoreEntry] = [:]
+    @exclusivity(unchecked) var stores: [String: StoreEntry] = [:]
     /// How many accepted actions are not settled yet (each one sits in the queue or window of every target
     /// store that has not answered it: `unsettledActions()` finds them).
-    @exclusivity(unchecked) private var pendingCount = 0
+    @exclusivity(unchecked) var pendingCount = 0
     /// Action type -> the stores that handle it (sorted by name). Cleared whenever a registration changes.
-    @exclusivity(unchecked) private var routes: [String: [StoreEntry]] = [:]
+    @exclusivity(unchecked) var routes: [String: [StoreEntry]] = [:]
     /// The last route looked up, with the type as its dispatcher wrote it (consecutive actions mostly have the
     /// same type, written the same way): no decoding or hashing then.
-    @exclusivity(unchecked) private var lastRoute = LastRoute()
-    @exclusivity(unchecked) private var lastSeq: UInt64 = 0
-    @exclusivity(unchecked) private var shuttingDown = false
-    @exclusivity(unchecked) private var draining = false
+    @exclusivity(unchecked) var lastRoute = LastRoute()
+    @exclusivity(unchecked) var lastSeq: UInt64 = 0
+    @exclusivity(unchecked) var shuttingDown = false
+    @exclusivity(unchecked) var draining = false
     /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.
-    @exclusivity(unchecked) private var monitors: [PeerID] = []
+    @exclusivity(unchecked) var monitors: [PeerID] = []
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
-    @exclusivity(unchecked) private var epoch: Millis?
-    @exclusivity(unchecked) private var now: Millis = 0
+    @exclusivity(unchecked) var epoch: Millis?
+    @exclusivity(unchecked) var now: Millis = 0
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
     /// `ref` (SPEC §8.9), read only when an error is actually sent (scanning it again then is cheaper than
     /// keeping the envelope for every message).
-    @exclusivity(unchecked) private var currentBody: [UInt8]?
+    @exclusivity(unchecked) var currentBody: [UInt8]?
     /// Stores that are down and hold queued actions: the only ones whose queues can expire (`nextDeadline`,
     /// `tick`). Not every down store: thousands of down stores with empty queues (connections that registered
     /// many stores and left) made every event pay for walking them in `nextDeadline`.
-    @exclusivity(unchecked) private var expiringStores: Set<String> = []
+    @exclusivity(unchecked) var expiringStores: Set<String> = []
     /// Traffic and error counters, reported by `info`.
     @exclusivity(unchecked) public private(set) var counters = Counters()
     /// The bytes fluxd accounts for, by connection and user (see `MemoryBudget`).
     public let memory: MemoryBudget
     /// The coalescing key of the next store fluxd hears of (never reused within a run, even after a name is
     /// forgotten).
-    @exclusivity(unchecked) private var nextStoreKey: UInt32 = 1
+    @exclusivity(unchecked) var nextStoreKey: UInt32 = 1
     /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`, and those of them
     /// still in the handshake, for `maxHandshakesPerUser`.
-    @exclusivity(unchecked) private var connectionsByUser: [UInt32: Int] = [:]
-    @exclusivity(unchecked) private var handshakesByUser: [UInt32: Int] = [:]
+    @exclusivity(unchecked) var connectionsByUser: [UInt32: Int] = [:]
+    @exclusivity(unchecked) var handshakesByUser: [UInt32: Int] = [:]
     /// Peers that asked for heartbeats (`hello.heartbeat`), in no particular order.
-    @exclusivity(unchecked) private var heartbeatPeers: Set<PeerID> = []
+    @exclusivity(unchecked) var heartbeatPeers: Set<PeerID> = []
     /// When the liveness sweep (heartbeats, stalled stores) runs next, while anything needs it.
-    @exclusivity(unchecked) private var sweepAt: Millis?
+    @exclusivity(unchecked) var sweepAt: Millis?
     /// Up stores (the only ones that can stall): checked by the sweep.
-    @exclusivity(unchecked) private var upStores: Set<String> = []
+    @exclusivity(unchecked) var upStores: Set<String> = []
     /// Stores whose whole `queries` set is due at the end of this batch (`endOfBatch`).
-    @exclusivity(unchecked) private var deferredQueries: [StoreEntry] = []
+    @exclusivity(unchecked) var deferredQueries: [StoreEntry] = []
     /// Heartbeat pings sent (their ids are `hb-<n>`).
-    @exclusivity(unchecked) private var pingCount = 0
+    @exclusivity(unchecked) var pingCount = 0
     /// The most stores and waitFor edges one cycle check has visited (each is visited at most once).
     @exclusivity(unchecked) public private(set) var maxCycleCheckSteps = 0
     /// The longest time one loop callback held fluxd's loop, in microseconds, as the host measured it (shown in
@@ -96,7 +100,7 @@ public final class Router {
     }
 
     /// `welcome.limits` (the config does not change while the router runs).
-    private let welcomeLimits: [UInt8]
+    let welcomeLimits: [UInt8]
 
     static func limitsJSON(_ c: RouterConfig) -> [UInt8] {
         let fields: [(String, String)] = [
@@ -158,7 +162,7 @@ public final class Router {
         handle(event, now: now, &out)
     }
 
-    private func handle(_ event: RouterEvent, now: Millis, _ out: inout Output) {
+    func handle(_ event: RouterEvent, now: Millis, _ out: inout Output) {
         if epoch == nil { epoch = now }
         self.now = now
         switch event {
@@ -211,7 +215,7 @@ public final class Router {
 
     /// The connected peer `id` (a one-entry cache in front of `peers`).
     @inline(__always)
-    private func peerFrom(_ id: PeerID) -> Peer? {
+    func peerFrom(_ id: PeerID) -> Peer? {
         if let p = lastPeer, p.id == id { return p }
         guard let p = peers[id] else { return nil }
         lastPeer = p
@@ -259,12 +263,12 @@ public final class Router {
     /// Sends one `event` to every monitor; the frame is built only when a monitor is connected. (Inlined, so that
     /// without monitors the caller does not even build the closure and retain what it captures.)
     @inline(__always)
-    private func emit(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
+    func emit(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
         guard !monitors.isEmpty else { return }
         emitNow(kind, &out, fields)
     }
 
-    private func emitNow(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
+    func emitNow(_ kind: StaticString, _ out: inout Output, _ fields: (inout FrameBuilder) -> Void) {
         var b = FrameBuilder(op: "event")
         b.constant("kind", kind)
         b.int("t", now - (epoch ?? now))
@@ -277,7 +281,7 @@ public final class Router {
 
     // MARK: - Connections and handshake
 
-    private func connected(_ id: PeerID, _ creds: PeerCredentials, now: Millis, _ out: inout Output) {
+    func connected(_ id: PeerID, _ creds: PeerCredentials, now: Millis, _ out: inout Output) {
         let uid = creds.uid ?? UInt32.max
         let userConnections = connectionsByUser[uid] ?? 0
         // Checked before this connection counts: the limits are on connections fluxd accepts.
@@ -312,7 +316,7 @@ public final class Router {
     }
 
     /// The peer is no longer in the handshake (it said hello, timed out or closed).
-    private func endHandshake(_ peer: Peer) {
+    func endHandshake(_ peer: Peer) {
         guard let i = handshakes.firstIndex(of: peer.id) else { return }
         handshakes.remove(at: i)
         let uid = peer.account.uid
@@ -321,7 +325,7 @@ public final class Router {
         }
     }
 
-    private func hello(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+    func hello(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
         guard peer.role == nil else {
             return fail(peer, .badMessage, "hello was already received", &out)
         }
@@ -378,7 +382,7 @@ public final class Router {
         if role == .monitor { monitors.append(peer.id) }
     }
 
-    private func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
+    func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
         guard let peer = peers.removeValue(forKey: id) else { return }
         peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
         if lastPeer === peer { lastPeer = nil }
@@ -427,7 +431,7 @@ public final class Router {
         out.log(.debug, "peer \(id) (\(peer.name)) closed")
     }
 
-    private func close(_ peer: Peer, _ out: inout Output) {
+    func close(_ peer: Peer, _ out: inout Output) {
         guard !peer.closing else { return }
         peer.closing = true
         out.append(.close(peer.id))
@@ -435,7 +439,7 @@ public final class Router {
 
     // MARK: - Receiving
 
-    private func receive(_ peer: Peer, _ body: [UInt8], now: Millis, _ out: inout Output) {
+    func receive(_ peer: Peer, _ body: [UInt8], now: Millis, _ out: inout Output) {
         let env: Envelope
         do {
             env = try Envelope(body: body)
@@ -493,14 +497,14 @@ public final class Router {
     }
 
     /// Whether the peer's role may send `op`; if not, the peer gets `forbidden`.
-    private func permitted(_ peer: Peer, _ ok: Bool, _ op: String, _ out: inout Output) -> Bool {
+    func permitted(_ peer: Peer, _ ok: Bool, _ op: String, _ out: inout Output) -> Bool {
         if !ok { fail(peer, .forbidden, "a \(peer.role?.rawValue ?? "peer") may not send \(op)", &out) }
         return ok
     }
 
     // MARK: - Stores
 
-    private func register(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+    func register(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
         guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
             return fail(peer, .badMessage, "register needs a valid \"store\" name", &out)
         }
@@ -598,7 +602,7 @@ public final class Router {
         pump(store, &out)
     }
 
-    private func unregister(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+    func unregister(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
         guard case .value(let name) = env.string(.store), let store = stores[name] else {
             return fail(peer, .unknownStore, "unregister needs the name of a store you own", &out)
         }
@@ -610,7 +614,7 @@ public final class Router {
 
     /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
     /// queue, to be redelivered when the store registers again; start the queue timeout; tell subscribers.
-    private func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, quietly: Bool = false,
+    func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, quietly: Bool = false,
                            _ out: inout Output) {
         store.ownerPeer?.owned.remove(store.name)
         store.ownerPeer = nil
@@ -642,7 +646,7 @@ public final class Router {
     /// reachable is never walked again, so one check visits each store and each waitFor edge at most once
     /// (linear in the registration graph; the steps are counted in `maxCycleCheckSteps`). Iterative, so a long
     /// chain of stores cannot exhaust the stack.
-    private func cyclePath(from name: String, waitFor: [String]) -> [String]? {
+    func cyclePath(from name: String, waitFor: [String]) -> [String]? {
         var done: Set<String> = [name]
         var path: [String] = [name]
         // Each frame: a store on the current path and the index of its next waitFor entry to walk.
@@ -669,7 +673,7 @@ public final class Router {
         return nil
     }
 
-    private func entry(_ name: String) -> StoreEntry {
+    func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
         let s = StoreEntry(name: name, key: nextStoreKey)
         nextStoreKey &+= 1
@@ -679,7 +683,7 @@ public final class Router {
 
     /// Forgets a store name nobody needs any more: never registered, no subscriber, no live query (SPEC §10).
     /// A name that is subscribed to before its store registers stays known, so reconnecting clients keep working.
-    private func forgetIfUnused(_ store: StoreEntry) {
+    func forgetIfUnused(_ store: StoreEntry) {
         guard !store.wasRegistered, store.subscribers.isEmpty, store.queryOrder.isEmpty, store.queue.isEmpty,
               store.inflight.isEmpty, store.snapshot == nil else { return }
         stores.removeValue(forKey: store.name)
@@ -687,7 +691,7 @@ public final class Router {
 
     // MARK: - Dispatch, delivery and answers
 
-    private func dispatch(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
+    func dispatch(_ peer: Peer, _ env: Envelope, now: Millis, _ out: inout Output) {
         var idRaw: ArraySlice<UInt8>? = nil
         switch env.string(.id) {
         case .absent: break
@@ -779,7 +783,7 @@ public final class Router {
     }
 
     /// The stores that handle `type`, sorted by name (cached until a registration changes).
-    private func route(_ type: String, typeJSON: ArraySlice<UInt8>) -> [StoreEntry] {
+    func route(_ type: String, typeJSON: ArraySlice<UInt8>) -> [StoreEntry] {
         if lastRoute.isValid && lastRoute.type == type { return lastRoute.targets }
         if let cached = routes[type] {
             lastRoute = LastRoute(type: type, typeJSON: Array(typeJSON), targets: cached)
@@ -799,7 +803,7 @@ public final class Router {
 
     /// Sends actions from the head of a live store's queue while its window has room and the head is not held
     /// back by waitFor.
-    private func pump(_ store: StoreEntry, _ out: inout Output) {
+    func pump(_ store: StoreEntry, _ out: inout Output) {
         guard store.status == .up, let peer = store.ownerPeer else { return }
         while store.inflight.count < config.storeWindow, !store.queue.isEmpty {
             if !store.waitFor.isEmpty {
@@ -815,7 +819,7 @@ public final class Router {
         }
     }
 
-    private func actionFrame(_ action: ActionRecord, store: StoreEntry, redelivered: Bool) -> Frame {
+    func actionFrame(_ action: ActionRecord, store: StoreEntry, redelivered: Bool) -> Frame {
         var b = FrameBuilder(op: "action", capacity: 96 + store.nameJSON.count + action.typeJSON.count + action.payload.count)
         b.raw("store", store.nameJSON)
         b.int("seq", action.seq)
@@ -828,7 +832,7 @@ public final class Router {
     }
 
     /// `done` or `reject` from a store: must answer the oldest action in flight to that store.
-    private func answer(_ peer: Peer, _ env: Envelope, isDone: Bool, _ out: inout Output) {
+    func answer(_ peer: Peer, _ env: Envelope, isDone: Bool, _ out: inout Output) {
         let store: StoreEntry
         if let last = peer.lastStore, last.ownerPeer === peer, let raw = env.raw(.store), sameBytes(last.nameJSON, raw) {
             store = last  // the store this peer answered for last, named the same way: no decoding or hashing
@@ -877,7 +881,7 @@ public final class Router {
     }
 
     /// The store `name` if `peer` owns it (a store peer's last answered store is remembered: no hashing then).
-    private func ownedStore(_ peer: Peer, _ name: String) -> StoreEntry? {
+    func ownedStore(_ peer: Peer, _ name: String) -> StoreEntry? {
         if let last = peer.lastStore, last.ownerPeer === peer, last.name == name { return last }
         guard let store = stores[name], store.owner == peer.id else { return nil }
         peer.lastStore = store
@@ -885,7 +889,7 @@ public final class Router {
     }
 
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
-    private func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
+    func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
         guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
         action.setResult(at: i, result, version: store.version)
         if action.targets.count > 1 {
@@ -894,7 +898,7 @@ public final class Router {
         if action.isComplete { settle(action, &out) }
     }
 
-    private func settle(_ action: ActionRecord, _ out: inout Output) {
+    func settle(_ action: ActionRecord, _ out: inout Output) {
         pendingCount -= 1
         let dispatcher = action.dispatcher
         dispatcher.unsettled -= 1
@@ -916,7 +920,7 @@ public final class Router {
     }
 
     /// The `results` array of a settlement: one object per target store, ordered by name.
-    private func resultsJSON(_ action: ActionRecord) -> [UInt8] {
+    func resultsJSON(_ action: ActionRecord) -> [UInt8] {
         var j: [UInt8] = [UInt8(ascii: "[")]
         for (i, store) in action.targets.enumerated() {
             if i > 0 { j.append(UInt8(ascii: ",")) }
@@ -944,7 +948,7 @@ public final class Router {
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
     /// frame goes to every subscriber.
     @discardableResult
-    private func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) -> Bool {
+    func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) -> Bool {
         if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
             return true
         }
@@ -991,12 +995,12 @@ public final class Router {
 
     /// A store's new state does not fit its user's share of the memory budget: the store is closed with
     /// `memory-budget` (its unanswered actions are redelivered when it registers again, SPEC §10).
-    private func failStateOverBudget(_ peer: Peer, _ store: StoreEntry, _ size: Int, _ out: inout Output) {
+    func failStateOverBudget(_ peer: Peer, _ store: StoreEntry, _ size: Int, _ out: inout Output) {
         out.log(.warning, "store \"\(store.name)\": a state of \(size) bytes does not fit the memory budget; closing its connection")
         fail(peer, .memoryBudget, "a state of \(size) bytes for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
     }
 
-    private func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+    func unsolicitedState(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
         guard case .value(let name) = env.string(.store) else {
             return fail(peer, .badMessage, "state needs \"store\"", &out)
         }
@@ -1011,328 +1015,9 @@ public final class Router {
         }
     }
 
-    // MARK: - Subscriptions and queries
-
-    private func subscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
-            return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
-        }
-        if !peer.subscriptions.contains(name) {
-            guard peer.subscriptions.count < config.maxSubscriptions else {
-                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptions.count) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
-            }
-            guard memory.charge(peer.account, Router.subscriptionCost(name)) else {
-                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
-            }
-            peer.subscriptions.insert(name)
-            entry(name).subscribers.append(peer)
-        }
-        let store = entry(name)
-        var b = FrameBuilder(op: "subscribed")
-        b.string("store", name)
-        b.string("status", store.status.rawValue)
-        b.int("version", store.version)
-        out.send(peer, b.finish(coalescing: .fence(key: store.key)))
-        if let snapshot = store.snapshot { out.send(peer, snapshot) }
-    }
-
-    private func unsubscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string(.store) else {
-            return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
-        }
-        let store = stores[name]
-        if peer.subscriptions.remove(name) != nil {
-            store?.subscribers.removeAll { $0 === peer }
-            memory.release(peer.account, Router.subscriptionCost(name))
-        }
-        var b = FrameBuilder(op: "unsubscribed")
-        b.string("store", name)
-        out.send(peer, b.finish(coalescing: store.map { .fence(key: $0.key) } ?? .none))
-        if let store { forgetIfUnused(store) }
-    }
-
-    private func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string(.id), !id.isEmpty, id.utf8.count <= 256 else {
-            return fail(peer, .badMessage, "query needs an \"id\" of 1 to 256 bytes", &out)
-        }
-        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
-            return fail(peer, .badMessage, "query needs a valid \"store\" name", &out, ref: id)
-        }
-        guard let q = env.raw("query") else {
-            return fail(peer, .badMessage, "query needs \"query\"", &out, ref: id)
-        }
-        guard peer.queries[id] == nil else {
-            return fail(peer, .badMessage, "query id \"\(id)\" is already active", &out, ref: id)
-        }
-        guard peer.queries.count < config.maxQueries else {
-            return fail(peer, .limitExceeded, "this connection holds \(peer.queries.count) live queries (maxQueries \(config.maxQueries))", &out, ref: id)
-        }
-        guard peer.queryBytes + q.count <= config.maxQueryBytes else {
-            return fail(peer, .limitExceeded, "this connection's live queries hold \(peer.queryBytes) bytes; \(q.count) more would pass maxQueryBytes \(config.maxQueryBytes)", &out, ref: id)
-        }
-        let bytes = Array(q)
-        guard memory.charge(peer.account, Router.queryCost(bytes)) else {
-            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another query of uid \(peer.account.uid)", &out, ref: id)
-        }
-        peer.queries[id] = (name, bytes)
-        peer.queryBytes += bytes.count
-        let store = entry(name)
-        var b = FrameBuilder(op: "query-ok")
-        b.raw("id", env.raw(.id)!)
-        out.send(peer, b.finish())
-        queriesChanged(store, [store.addQuery(bytes)], &out)
-    }
-
-    private func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string(.id) else {
-            return fail(peer, .badMessage, "unquery needs \"id\"", &out)
-        }
-        guard let q = peer.queries.removeValue(forKey: id) else {
-            return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
-        }
-        peer.queryBytes -= q.bytes.count
-        memory.release(peer.account, Router.queryCost(q.bytes))
-        var b = FrameBuilder(op: "unquery-ok")
-        b.raw("id", env.raw(.id)!)
-        out.send(peer, b.finish())
-        if let store = stores[q.store] {
-            if let change = store.removeQuery(q.bytes) { queriesChanged(store, [change], &out) }
-            forgetIfUnused(store)
-        }
-    }
-
-    /// Tells a live store that its active queries changed: the queries in `changed` (each is sent with its new
-    /// count, 0 = no longer active) to a store that asked for deltas (`register.queryDeltas`), the whole set to
-    /// any other.
-    /// `changes`: each changed query once, with its new count, in the order of the queries' bytes.
-    private func queriesChanged(_ store: StoreEntry, _ changes: [QueryChange], _ out: inout Output) {
-        guard let peer = store.ownerPeer else { return }
-        guard store.queryDeltas else {
-            // The whole set, once per batch of reads however many changes the batch made: building a set of
-            // thousands of queries for each change made a burst of queries quadratic (a 514 ms loop hold).
-            if !store.queriesDeferred {
-                store.queriesDeferred = true
-                if deferredQueries.isEmpty { out.append(.deferred) }
-                deferredQueries.append(store)
-            }
-            return
-        }
-        var b = FrameBuilder(op: "queries-changed")
-        b.raw("store", store.nameJSON)
-        b.key("changes")
-        appendQueryCounts(changes, to: &b)
-        out.send(peer, b.finish())
-    }
-
-    /// Whether the router deferred work to the end of the transport's batch (`RouterEvent.endOfBatch`).
-    public var hasDeferredWork: Bool { !deferredQueries.isEmpty }
-
-    private func flushDeferredQueries(_ out: inout Output) {
-        let stores = deferredQueries
-        deferredQueries.removeAll()
-        for store in stores where store.queriesDeferred {
-            store.queriesDeferred = false
-            sendQueries(store, &out)
-        }
-    }
-
-    /// Tells a live store its current deduplicated set of active queries.
-    private func sendQueries(_ store: StoreEntry, _ out: inout Output) {
-        store.queriesDeferred = false
-        guard let peer = store.ownerPeer else { return }
-        var b = FrameBuilder(op: "queries")
-        b.string("store", store.name)
-        b.key("queries")
-        appendQueryCounts(store.queryOrder.map { QueryChange(bytes: $0, count: store.queryCounts[QueryKey($0)] ?? 0) }, to: &b)
-        // A store behind on reading gets only the newest set (its own coalescing key, apart from its snapshots').
-        out.send(peer, b.finish(coalescing: .newestWins(key: store.key | 0x8000_0000)))
-    }
-
-    /// `[{"query": Q, "count": N}, ...]` (count 0: withdrawn).
-    private func appendQueryCounts(_ queries: [QueryChange], to b: inout FrameBuilder) {
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
-        for (i, q) in queries.enumerated() {
-            if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
-            b.rawBytes("{\"query\":".utf8)
-            b.rawBytes(q.bytes)
-            b.rawBytes(",\"count\":".utf8)
-            b.intValue(q.count)
-            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
-        }
-        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
-    }
-
-    // MARK: - Introspection and liveness
-
-    private func ping(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        var b = FrameBuilder(op: "pong")
-        if let id = env.raw(.id), env.span(.id)?.kind == .string { b.raw("id", id) }
-        out.send(peer, b.finish())
-    }
-
-    private func get(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        let id = env.raw(.id)
-        guard case .value(let name) = env.string(.store) else {
-            return fail(peer, .badMessage, "get needs \"store\"", &out, ref: env.string(.id).value)
-        }
-        guard let store = stores[name], let snapshot = store.snapshot else {
-            return fail(peer, .unknownStore, "no snapshot is retained for store \"\(name)\"", &out, ref: env.string(.id).value ?? name)
-        }
-        var b = FrameBuilder(op: "got", capacity: snapshot.bytes.count + 64)
-        if let id, env.span(.id)?.kind == .string { b.raw("id", id) }
-        b.string("store", name)
-        b.int("version", store.version)
-        b.int("seq", store.snapshotSeq)
-        b.raw("state", snapshot.bytes[store.stateRange])
-        out.send(peer, b.finish())
-    }
-
-    private func info(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        var j: [UInt8] = []
-        j.append(UInt8(ascii: "["))
-        var first = true
-        for name in stores.keys.sorted() {
-            let s = stores[name]!
-            guard s.wasRegistered else { continue }  // a name only subscribed to or queried is no store (yet)
-            if !first { j.append(UInt8(ascii: ",")) }
-            first = false
-            j.append(contentsOf: "{\"name\":".utf8); appendEscaped(name, to: &j)
-            j.append(contentsOf: ",\"status\":\"\(s.status.rawValue)\",\"handles\":".utf8); appendStrings(s.handles, &j)
-            j.append(contentsOf: ",\"waitFor\":".utf8); appendStrings(s.waitFor, &j)
-            j.append(contentsOf: ",\"version\":\(s.version),\"seq\":\(s.seq),\"subscribers\":\(s.subscribers.count)".utf8)
-            j.append(contentsOf: ",\"queued\":\(s.queue.count),\"inflight\":\(s.inflight.count),\"queries\":\(s.queryOrder.count)".utf8)
-            if s.stalled {
-                j.append(contentsOf: ",\"stalled\":true,\"stalledFor\":\(now - s.lastProgress)".utf8)
-            }
-            if let owner = s.owner, let p = peers[owner] {
-                j.append(contentsOf: ",\"owner\":{\"peer\":\(p.id),\"name\":".utf8); appendEscaped(p.name, to: &j)
-                if let pid = p.creds.pid { j.append(contentsOf: ",\"pid\":\(pid)".utf8) }
-                if let uid = p.creds.uid { j.append(contentsOf: ",\"uid\":\(uid)".utf8) }
-                j.append(UInt8(ascii: "}"))
-            }
-            j.append(UInt8(ascii: "}"))
-        }
-        j.append(UInt8(ascii: "]"))
-        var roles = [Role.client: 0, .store: 0, .monitor: 0]
-        for p in peers.values { if let r = p.role { roles[r, default: 0] += 1 } }
-        var b = FrameBuilder(op: "info", capacity: j.count + 512)
-        if let id = env.raw(.id), env.span(.id)?.kind == .string { b.raw("id", id) }
-        b.int("seq", lastSeq)
-        b.raw("stores", j)
-        b.raw("peers", Array("{\"client\":\(roles[.client]!),\"store\":\(roles[.store]!),\"monitor\":\(roles[.monitor]!)}".utf8))
-        var current = counters
-        current.traffic.add(out.traffic)  // this event's traffic so far is not in `counters` yet
-        b.raw("counters", current.json())
-        var users: [UInt8] = Array("[".utf8)
-        for (i, uid) in memory.byUser.keys.sorted().enumerated() {
-            if i > 0 { users.append(UInt8(ascii: ",")) }
-            let n = connectionsByUser[uid] ?? 0
-            users.append(contentsOf: "{\"uid\":\(uid == UInt32.max ? "null" : "\(uid)"),\"bytes\":\(memory.byUser[uid] ?? 0),\"connections\":\(n)}".utf8)
-        }
-        users.append(UInt8(ascii: "]"))
-        b.raw("memory", Array("{\"used\":\(memory.used),\"peak\":\(memory.peak),\"limit\":\(config.memory.total),\"perUser\":\(config.memory.perUser),\"connectionAllowance\":\(config.memory.connectionAllowance),\"refusals\":\(memory.refusals),\"users\":".utf8) + users + [UInt8(ascii: "}")])
-        let accepts = acceptErrors.keys.sorted().map { "\"\($0)\":\(acceptErrors[$0]!)" }.joined(separator: ",")
-        b.raw("load", Array("{\"connections\":\(peers.count),\"handshakes\":\(handshakes.count),\"storeNames\":\(stores.count),\"longestLoopHoldMicros\":\(longestLoopHold),\"maxCycleCheckSteps\":\(maxCycleCheckSteps),\"acceptErrors\":{\(accepts)}}".utf8))
-        out.send(peer, b.finish())
-    }
-
-    private func appendStrings(_ values: [String], _ j: inout [UInt8]) {
-        j.append(UInt8(ascii: "["))
-        for (i, v) in values.enumerated() {
-            if i > 0 { j.append(UInt8(ascii: ",")) }
-            appendEscaped(v, to: &j)
-        }
-        j.append(UInt8(ascii: "]"))
-    }
-
-    // MARK: - Liveness
-
-    /// The transport's bytes for `peer` (its unfinished frame and its frames waiting to be written) changed to
-    /// `bytes`: they are charged to its memory account. False when growing them would pass the budget: the host
-    /// then drops what waits to be written and feeds `.overBudget(peer)`.
-    public func accountTransport(_ peer: PeerID, bytes: Int) -> Bool {
-        guard let p = peers[peer] else { return true }
-        return memory.setTransport(p.account, bytes)
-    }
-
-    /// Whether a `tick` at `now` has liveness work to do (pings, closing silent peers, stalled stores).
-    public func needsSweep(now: Millis) -> Bool {
-        guard let at = sweepAt else { return false }
-        return at <= now
-    }
-
-    /// How often the host should check `needsSweep` (0: heartbeats and stall reports are off).
-    public var sweepInterval: Millis {
-        guard config.pingInterval > 0 || config.storeTimeout > 0 else { return 0 }
-        return sweepIntervalWhenOn
-    }
-
-    /// How often the liveness sweep runs while some peer asked for heartbeats or some store is up.
-    private var sweepIntervalWhenOn: Millis {
-        var interval: Millis = 1000
-        if config.pingInterval > 0 { interval = min(interval, max(config.pingInterval / 4, 5)) }
-        if config.storeTimeout > 0 { interval = min(interval, max(config.storeTimeout / 4, 5)) }
-        return interval
-    }
-
-    private func scheduleSweep() {
-        if sweepAt == nil { sweepAt = now + sweepIntervalWhenOn }
-    }
-
-    /// Pings opted-in peers that have been silent for `pingInterval`, closes those silent through `maxPingsOut`
-    /// pings, and reports stores whose oldest delivered action waited longer than `storeTimeout`.
-    private func sweep(now: Millis, _ out: inout Output) {
-        if config.pingInterval > 0 {
-            for id in heartbeatPeers.sorted() {
-                guard let peer = peers[id], !peer.closing else { continue }
-                if peer.lastHeard >= peer.lastPingAt { peer.pingsOut = 0 }  // heard from since the last ping
-                let silentSince = max(peer.lastHeard, peer.connectedAt)
-                guard now >= silentSince + config.pingInterval * Millis(peer.pingsOut + 1) else { continue }
-                if peer.pingsOut >= config.maxPingsOut {
-                    fail(peer, .unresponsive, "no frame for \(now - silentSince) ms and \(peer.pingsOut) pings unanswered", &out)
-                    continue
-                }
-                peer.pingsOut += 1
-                peer.lastPingAt = now
-                pingCount += 1
-                var b = FrameBuilder(op: "ping")
-                b.string("id", "hb-\(pingCount)")
-                out.send(peer, b.finish())
-            }
-        }
-        if config.storeTimeout > 0 {
-            for name in upStores.sorted() {
-                guard let store = stores[name], !store.stalled, !store.inflight.isEmpty,
-                      now >= store.lastProgress + config.storeTimeout, let owner = store.ownerPeer,
-                      !owner.closing else { continue }  // (a closing owner is about to take it down anyway)
-                store.stalled = true
-                let waited = now - store.lastProgress
-                let seq = store.inflight[0].action.seq
-                out.log(.warning, "store \"\(name)\" stalled: action \(seq) unanswered for \(waited) ms, \(store.inflight.count) in flight, \(store.queue.count) queued (peer \(owner.id), pid \(owner.creds.pid.map { "\($0)" } ?? "?"))\(config.closeStalledStores ? "; closing it" : "")")
-                emit("store-stalled", &out) { e in
-                    e.string("store", name)
-                    e.int("seq", seq)
-                    e.int("waited", waited)
-                }
-                out.append(.stalled(store: name, pid: owner.creds.pid, closing: config.closeStalledStores))
-                if config.closeStalledStores {
-                    fail(owner, .unresponsive, "store \"\(name)\" left action \(seq) unanswered for \(waited) ms (storeTimeout \(config.storeTimeout))", &out, ref: name, fatal: true)
-                }
-            }
-        }
-        sweepAt = heartbeatPeers.isEmpty && (config.storeTimeout == 0 || upStores.isEmpty) ? nil : now + sweepIntervalWhenOn
-    }
-
-    /// A stalled store answered again.
-    private func storeRecovered(_ store: StoreEntry, _ out: inout Output) {
-        store.stalled = false
-        out.log(.notice, "store \"\(store.name)\" answers again")
-        emit("store-recovered", &out) { e in e.string("store", store.name) }
-    }
-
     // MARK: - Time and shutdown
 
-    private func tick(now: Millis, _ out: inout Output) {
+    func tick(now: Millis, _ out: inout Output) {
         if let at = sweepAt, at <= now { sweep(now: now, &out) }
         while let first = handshakes.first {
             guard let peer = peers[first] else { handshakes.removeFirst(); continue }
@@ -1350,7 +1035,7 @@ public final class Router {
         }
     }
 
-    private func shutdown(_ out: inout Output) {
+    func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
         out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
@@ -1386,7 +1071,7 @@ public final class Router {
     /// Every accepted, unsettled action, in seq order: each is waiting in the queue or window of at least one
     /// target store (an action leaves a store's queues only with a final result from it, and settles when all
     /// its targets have one).
-    private func unsettledActions() -> [ActionRecord] {
+    func unsettledActions() -> [ActionRecord] {
         var found: [UInt64: ActionRecord] = [:]
         for store in stores.values {
             for d in store.inflight { found[d.action.seq] = d.action }
@@ -1395,7 +1080,7 @@ public final class Router {
         return found.keys.sorted().map { found[$0]! }
     }
 
-    private func byeFrame(reason: StaticString) -> Frame {
+    func byeFrame(reason: StaticString) -> Frame {
         var b = FrameBuilder(op: "bye")
         b.constant("reason", reason)
         return b.finish()
@@ -1404,7 +1089,7 @@ public final class Router {
     // MARK: - Errors
 
     /// Sends an error to one peer (and closes its connection when the code is fatal or `fatal` is set).
-    private func fail(_ peer: Peer, _ code: ErrorCode, _ message: String, _ out: inout Output,
+    func fail(_ peer: Peer, _ code: ErrorCode, _ message: String, _ out: inout Output,
                       ref: String? = nil, fatal: Bool = false) {
         let closes = fatal || code.isFatal
         var b = FrameBuilder(op: "error")
@@ -1429,356 +1114,3 @@ public final class Router {
     }
 }
 
-// MARK: - State
-
-/// The role a peer announced in hello.
-enum Role: String {
-    case client, store, monitor
-    var mayDispatch: Bool { self != .monitor }
-}
-
-/// One connection's state.
-final class Peer {
-    let id: PeerID
-    let creds: PeerCredentials
-    let connectedAt: Millis
-    @exclusivity(unchecked) var role: Role?
-    @exclusivity(unchecked) var name = ""
-    @exclusivity(unchecked) var closing = false
-    @exclusivity(unchecked) var owned: Set<String> = []
-    @exclusivity(unchecked) var subscriptions: Set<String> = []
-    @exclusivity(unchecked) var queries: [String: (store: String, bytes: [UInt8])] = [:]
-    /// Accepted dispatches from this peer not yet settled.
-    @exclusivity(unchecked) var unsettled = 0
-    /// The store this peer last answered or published for (a lookup cache; checked against `owner` on use).
-    @exclusivity(unchecked) var lastStore: StoreEntry?
-    /// Bytes of its live queries' values (`maxQueryBytes`).
-    @exclusivity(unchecked) var queryBytes = 0
-    /// What it holds of fluxd's memory budget.
-    let account: MemoryBudget.Account
-    /// Liveness: whether it asked for heartbeats, when a frame last came from it, when it was last pinged, and
-    /// how many pings it has left unanswered.
-    @exclusivity(unchecked) var heartbeat = false
-    @exclusivity(unchecked) var lastHeard: Millis = 0
-    @exclusivity(unchecked) var lastPingAt: Millis = 0
-    @exclusivity(unchecked) var pingsOut = 0
-
-    init(id: PeerID, creds: PeerCredentials, connectedAt: Millis, account: MemoryBudget.Account) {
-        self.id = id
-        self.creds = creds
-        self.connectedAt = connectedAt
-        self.account = account
-    }
-}
-
-/// Whether a store has an owner: never registered (only subscribed or queried), up, or down.
-enum StoreStatus: String {
-    case unknown, up, down
-}
-
-/// One store as the dispatcher knows it.
-final class StoreEntry {
-    let name: String
-    /// A number of its own (1, 2, 3 … in order of first mention; never reused within a run): the coalescing key
-    /// of its snapshots.
-    let key: UInt32
-    /// `name` as a JSON string (quoted, escaped once), spliced into every frame that names the store.
-    let nameJSON: [UInt8]
-    @exclusivity(unchecked) var status = StoreStatus.unknown
-    @exclusivity(unchecked) var wasRegistered = false
-    /// The connection that owns it while it is up.
-    @exclusivity(unchecked) var ownerPeer: Peer?
-    var owner: PeerID? { ownerPeer?.id }
-    @exclusivity(unchecked) var handles: [String] = []
-    @exclusivity(unchecked) var waitFor: [String] = []
-    /// The last version published (0: none yet) and the seq of the last action the store answered.
-    @exclusivity(unchecked) var version: UInt64 = 0
-    @exclusivity(unchecked) var seq: UInt64 = 0
-    /// The retained snapshot frame, and where its state bytes sit in it.
-    @exclusivity(unchecked) var snapshot: Frame?
-    @exclusivity(unchecked) var stateRange: Range<Int> = 0..<0
-    @exclusivity(unchecked) var snapshotSeq: UInt64 = 0
-    /// Actions waiting to be sent to the store, and those sent but not answered, both in seq order.
-    @exclusivity(unchecked) var queue = Deque<Delivery>()
-    @exclusivity(unchecked) var inflight = Deque<Delivery>()
-    /// Subscribed connections, in subscription order (removed when they unsubscribe or close).
-    @exclusivity(unchecked) var subscribers: [Peer] = []
-    /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
-    @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
-    @exclusivity(unchecked) var queryCounts: [QueryKey: Int] = [:]
-    /// Whether its owner asked for query changes instead of whole sets (`register.queryDeltas`), and whether a
-    /// whole set is due at the end of this batch.
-    @exclusivity(unchecked) var queryDeltas = false
-    @exclusivity(unchecked) var queriesDeferred = false
-    /// When it last made progress (answered, or was sent an action with none unanswered), and whether it is
-    /// reported stalled (its oldest delivered action unanswered for `storeTimeout`).
-    @exclusivity(unchecked) var lastProgress: Millis = 0
-    @exclusivity(unchecked) var stalled = false
-    /// Who its registration (name, patterns, waitFor) is charged to, and how much.
-    @exclusivity(unchecked) var registeredBy: MemoryBudget.Account?
-    @exclusivity(unchecked) var registrationCost = 0
-    /// Who its retained snapshot is charged to, and how much.
-    @exclusivity(unchecked) var retainedBy: MemoryBudget.Account?
-    @exclusivity(unchecked) var retainedCost = 0
-
-    init(name: String, key: UInt32) {
-        self.name = name
-        self.key = key
-        var json: [UInt8] = []
-        appendEscaped(name, to: &json)
-        self.nameJSON = json
-    }
-
-    /// Adds one holder of `q`; returns its new count (a change the store is told of).
-    func addQuery(_ q: [UInt8]) -> QueryChange {
-        let key = QueryKey(q)
-        let n = (queryCounts[key] ?? 0) + 1
-        if n == 1 { queryOrder.insert(q, at: queryPosition(q)) }
-        queryCounts[key] = n
-        return QueryChange(bytes: q, count: n)
-    }
-
-    /// Removes one holder of `q`; returns its new count (0: no longer active), or nil if it was not active.
-    func removeQuery(_ q: [UInt8]) -> QueryChange? {
-        let key = QueryKey(q)
-        guard let n = queryCounts.removeValue(forKey: key) else { return nil }
-        if n > 1 {
-            queryCounts[key] = n - 1
-        } else {
-            let at = queryPosition(q)
-            if at < queryOrder.count && queryOrder[at] == q { queryOrder.remove(at: at) }
-        }
-        return QueryChange(bytes: q, count: n - 1)
-    }
-
-    /// Withdraws several queries at once (a connection that closed): one hash per query and one pass over the
-    /// set, no sorting. Returns each changed query once with its final count, in the order of their bytes.
-    func removeQueries(_ qs: [[UInt8]]) -> [QueryChange] {
-        var touched: [(position: Int, change: QueryChange)] = []
-        var gone: [Int] = []
-        for q in qs {
-            let key = QueryKey(q)
-            guard let n = queryCounts.removeValue(forKey: key) else { continue }
-            let at = queryPosition(q)  // in the set as it was: positions stay valid until the compaction below
-            if n > 1 { queryCounts[key] = n - 1 } else { gone.append(at) }
-            touched.append((at, QueryChange(bytes: q, count: n - 1)))
-        }
-        if !gone.isEmpty {
-            gone.sort()
-            var kept: [[UInt8]] = []
-            kept.reserveCapacity(queryOrder.count - gone.count)
-            var g = 0
-            for (i, q) in queryOrder.enumerated() {
-                if g < gone.count && gone[g] == i {
-                    while g < gone.count && gone[g] == i { g += 1 }
-                    continue
-                }
-                kept.append(q)
-            }
-            queryOrder = kept
-        }
-        // The set's order is the bytes' order; the same query withdrawn twice keeps its last (lowest) count.
-        touched.sort { $0.position != $1.position ? $0.position < $1.position : $0.change.count > $1.change.count }
-        var changes: [QueryChange] = []
-        for t in touched {
-            if let last = changes.last, last.bytes == t.change.bytes { changes[changes.count - 1] = t.change } else {
-                changes.append(t.change)
-            }
-        }
-        return changes
-    }
-
-    /// Where `q` is, or would be inserted, in `queryOrder` (binary search by bytes).
-    private func queryPosition(_ q: [UInt8]) -> Int {
-        var low = 0, high = queryOrder.count
-        while low < high {
-            let mid = (low + high) / 2
-            if bytesPrecede(queryOrder[mid], q) { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
-}
-
-/// A query whose number of holders changed, and its new count (0: no longer active).
-struct QueryChange {
-    let bytes: [UInt8]
-    let count: Int
-}
-
-/// A query's bytes as a dictionary key, hashed in one pass over the bytes (`[UInt8]`'s own `Hashable` feeds the
-/// hasher byte by byte: ~20 instructions a byte, which made a few thousand 300-byte queries cost a 30 ms loop
-/// hold).
-struct QueryKey: Hashable {
-    let bytes: [UInt8]
-
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-
-    func hash(into hasher: inout Hasher) {
-        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
-    }
-
-    static func == (a: QueryKey, b: QueryKey) -> Bool { sameBytes(a.bytes, b.bytes[...]) }
-}
-
-/// One action on its way to one store: an element of the store's `queue` or `inflight` (a value, so a queued
-/// delivery costs no allocation of its own).
-struct Delivery {
-    let action: ActionRecord
-    /// While the store is down: when the action gives up waiting (`store-unavailable`).
-    var deadline: Millis?
-    var redelivered = false
-
-    init(action: ActionRecord, deadline: Millis?) {
-        self.action = action
-        self.deadline = deadline
-    }
-}
-
-/// An accepted action: what it is, where it goes, and what each target answered.
-final class ActionRecord {
-    let seq: UInt64
-    /// The action type as the dispatcher wrote it (a valid JSON string), forwarded as is.
-    let typeJSON: ArraySlice<UInt8>
-    let origin: PeerID
-    let cause: Int64?
-    let payload: ArraySlice<UInt8>
-    /// The peer that dispatched it (kept while the action is unsettled, even if that peer has gone).
-    let dispatcher: Peer
-    /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
-    let id: ArraySlice<UInt8>?
-    /// The stores it goes to, sorted by name.
-    let targets: [StoreEntry]
-    /// Each target's final result (nil: not final yet) and its version after a `done`: the first target's
-    /// inline (most actions have one target, and then no array is allocated), the others' in `more`.
-    @exclusivity(unchecked) private var first = Outcome()
-    @exclusivity(unchecked) private var more: [Outcome]
-    @exclusivity(unchecked) private var finalCount = 0
-
-    struct Outcome {
-        var result: StoreResult?
-        var version: UInt64 = 0
-    }
-
-    init(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
-         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
-        self.seq = seq
-        self.typeJSON = typeJSON
-        self.origin = origin
-        self.cause = cause
-        self.payload = payload
-        self.dispatcher = dispatcher
-        self.id = id
-        self.targets = targets
-        self.more = targets.count > 1 ? Array(repeating: Outcome(), count: targets.count - 1) : []
-    }
-
-    /// Target `i`'s final result, or nil while it has none.
-    func result(at i: Int) -> StoreResult? { i == 0 ? first.result : more[i - 1].result }
-
-    /// The version target `i`'s state had after its `done`.
-    func version(at i: Int) -> UInt64 { i == 0 ? first.version : more[i - 1].version }
-
-    /// Makes target `i`'s result final (once; a later call for the same target is ignored).
-    func setResult(at i: Int, _ result: StoreResult, version: UInt64 = 0) {
-        guard self.result(at: i) == nil else { return }
-        let outcome = Outcome(result: result, version: version)
-        if i == 0 { first = outcome } else { more[i - 1] = outcome }
-        finalCount += 1
-    }
-
-    var isComplete: Bool { finalCount == targets.count }
-}
-
-/// The route looked up last, with its type as the dispatcher wrote it (`isValid` false: none).
-struct LastRoute {
-    var type = ""
-    var typeJSON: [UInt8] = []
-    var targets: [StoreEntry] = []
-    var isValid: Bool { !typeJSON.isEmpty }
-}
-
-/// One store's answer to one action.
-enum StoreResult {
-    case done
-    case rejected(ArraySlice<UInt8>)
-    case unavailable(ErrorCode, String)
-}
-
-/// Counters reported by `info`.
-public struct Counters: Sendable {
-    /// Connections, frames, bytes, actions and snapshots.
-    public var traffic = Traffic()
-    /// Errors sent, by code.
-    public var errors: [String: UInt64] = [:]
-
-    mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
-
-    func json() -> [UInt8] {
-        let t = traffic
-        var j = Array("{\"connections\":\(t.connections),\"framesIn\":\(t.framesIn),\"framesOut\":\(t.framesOut),\"bytesIn\":\(t.bytesIn),\"bytesOut\":\(t.bytesOut),\"actions\":\(t.actions),\"snapshots\":\(t.snapshots),\"errors\":{".utf8)
-        for (i, key) in errors.keys.sorted().enumerated() {
-            if i > 0 { j.append(UInt8(ascii: ",")) }
-            j.append(contentsOf: "\"\(key)\":\(errors[key]!)".utf8)
-        }
-        j.append(contentsOf: "}}".utf8)
-        return j
-    }
-}
-
-/// The effects being produced by one event, and the traffic they count (added to `Router.counters` when the
-/// event is done: plain integers here, so building an `Output` per event copies no dictionary).
-struct Output {
-    /// The effects, in order, when there is no sink.
-    var effects: [RouterEffect]
-    /// Carries the effects out as they come instead (the caller of `handle(_:now:sink:)` keeps it alive).
-    unowned(unsafe) let sink: (any RouterEffectSink)?
-    var traffic = Traffic()
-
-    /// Whether `.debug` log effects are made at all (their text costs more than the rest of a refused request).
-    let debugLogs: Bool
-
-    init(effects: [RouterEffect], sink: (any RouterEffectSink)?, debugLogs: Bool) {
-        self.effects = effects
-        self.sink = sink
-        self.debugLogs = debugLogs
-    }
-
-    /// Queues a frame to a peer; a peer that is closing gets nothing more.
-    mutating func send(_ peer: Peer, _ frame: Frame) {
-        guard !peer.closing else { return }
-        traffic.framesOut += 1
-        traffic.bytesOut += UInt64(frame.bytes.count)
-        if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
-    }
-
-    mutating func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
-        if level == .debug && !debugLogs { return }
-        append(.log(level, message()))
-    }
-
-    mutating func append(_ effect: RouterEffect) {
-        if let sink { sink.perform(effect) } else { effects.append(effect) }
-    }
-}
-
-/// Traffic counters: plain integers, so an event counts into its own `Traffic` (in `Output`) and adds it to the
-/// router's counters once, without copying the errors dictionary per event.
-public struct Traffic: Sendable {
-    public var connections: UInt64 = 0
-    public var framesIn: UInt64 = 0
-    public var framesOut: UInt64 = 0
-    public var bytesIn: UInt64 = 0
-    public var bytesOut: UInt64 = 0
-    public var actions: UInt64 = 0
-    public var snapshots: UInt64 = 0
-
-    mutating func add(_ t: Traffic) {
-        connections += t.connections
-        framesIn += t.framesIn
-        framesOut += t.framesOut
-        bytesIn += t.bytesIn
-        bytesOut += t.bytesOut
-        actions += t.actions
-        snapshots += t.snapshots
-    }
-}

@@ -1,0 +1,156 @@
+import DequeModule
+import FluxCore
+
+// Subscriptions and queries (SPEC §8.5, §8.6): limits, query sets and their deltas, whole sets per batch.
+extension Router {
+    // MARK: - Subscriptions and queries
+
+    func subscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
+            return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
+        }
+        if !peer.subscriptions.contains(name) {
+            guard peer.subscriptions.count < config.maxSubscriptions else {
+                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptions.count) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
+            }
+            guard memory.charge(peer.account, Router.subscriptionCost(name)) else {
+                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
+            }
+            peer.subscriptions.insert(name)
+            entry(name).subscribers.append(peer)
+        }
+        let store = entry(name)
+        var b = FrameBuilder(op: "subscribed")
+        b.string("store", name)
+        b.string("status", store.status.rawValue)
+        b.int("version", store.version)
+        out.send(peer, b.finish(coalescing: .fence(key: store.key)))
+        if let snapshot = store.snapshot { out.send(peer, snapshot) }
+    }
+
+    func unsubscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let name) = env.string(.store) else {
+            return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
+        }
+        let store = stores[name]
+        if peer.subscriptions.remove(name) != nil {
+            store?.subscribers.removeAll { $0 === peer }
+            memory.release(peer.account, Router.subscriptionCost(name))
+        }
+        var b = FrameBuilder(op: "unsubscribed")
+        b.string("store", name)
+        out.send(peer, b.finish(coalescing: store.map { .fence(key: $0.key) } ?? .none))
+        if let store { forgetIfUnused(store) }
+    }
+
+    func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let id) = env.string(.id), !id.isEmpty, id.utf8.count <= 256 else {
+            return fail(peer, .badMessage, "query needs an \"id\" of 1 to 256 bytes", &out)
+        }
+        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
+            return fail(peer, .badMessage, "query needs a valid \"store\" name", &out, ref: id)
+        }
+        guard let q = env.raw("query") else {
+            return fail(peer, .badMessage, "query needs \"query\"", &out, ref: id)
+        }
+        guard peer.queries[id] == nil else {
+            return fail(peer, .badMessage, "query id \"\(id)\" is already active", &out, ref: id)
+        }
+        guard peer.queries.count < config.maxQueries else {
+            return fail(peer, .limitExceeded, "this connection holds \(peer.queries.count) live queries (maxQueries \(config.maxQueries))", &out, ref: id)
+        }
+        guard peer.queryBytes + q.count <= config.maxQueryBytes else {
+            return fail(peer, .limitExceeded, "this connection's live queries hold \(peer.queryBytes) bytes; \(q.count) more would pass maxQueryBytes \(config.maxQueryBytes)", &out, ref: id)
+        }
+        let bytes = Array(q)
+        guard memory.charge(peer.account, Router.queryCost(bytes)) else {
+            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another query of uid \(peer.account.uid)", &out, ref: id)
+        }
+        peer.queries[id] = (name, bytes)
+        peer.queryBytes += bytes.count
+        let store = entry(name)
+        var b = FrameBuilder(op: "query-ok")
+        b.raw("id", env.raw(.id)!)
+        out.send(peer, b.finish())
+        queriesChanged(store, [store.addQuery(bytes)], &out)
+    }
+
+    func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let id) = env.string(.id) else {
+            return fail(peer, .badMessage, "unquery needs \"id\"", &out)
+        }
+        guard let q = peer.queries.removeValue(forKey: id) else {
+            return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
+        }
+        peer.queryBytes -= q.bytes.count
+        memory.release(peer.account, Router.queryCost(q.bytes))
+        var b = FrameBuilder(op: "unquery-ok")
+        b.raw("id", env.raw(.id)!)
+        out.send(peer, b.finish())
+        if let store = stores[q.store] {
+            if let change = store.removeQuery(q.bytes) { queriesChanged(store, [change], &out) }
+            forgetIfUnused(store)
+        }
+    }
+
+    /// Tells a live store that its active queries changed: the queries in `changed` (each is sent with its new
+    /// count, 0 = no longer active) to a store that asked for deltas (`register.queryDeltas`), the whole set to
+    /// any other.
+    /// `changes`: each changed query once, with its new count, in the order of the queries' bytes.
+    func queriesChanged(_ store: StoreEntry, _ changes: [QueryChange], _ out: inout Output) {
+        guard let peer = store.ownerPeer else { return }
+        guard store.queryDeltas else {
+            // The whole set, once per batch of reads however many changes the batch made: building a set of
+            // thousands of queries for each change made a burst of queries quadratic (a 514 ms loop hold).
+            if !store.queriesDeferred {
+                store.queriesDeferred = true
+                if deferredQueries.isEmpty { out.append(.deferred) }
+                deferredQueries.append(store)
+            }
+            return
+        }
+        var b = FrameBuilder(op: "queries-changed")
+        b.raw("store", store.nameJSON)
+        b.key("changes")
+        appendQueryCounts(changes, to: &b)
+        out.send(peer, b.finish())
+    }
+
+    /// Whether the router deferred work to the end of the transport's batch (`RouterEvent.endOfBatch`).
+    public var hasDeferredWork: Bool { !deferredQueries.isEmpty }
+
+    func flushDeferredQueries(_ out: inout Output) {
+        let stores = deferredQueries
+        deferredQueries.removeAll()
+        for store in stores where store.queriesDeferred {
+            store.queriesDeferred = false
+            sendQueries(store, &out)
+        }
+    }
+
+    /// Tells a live store its current deduplicated set of active queries.
+    func sendQueries(_ store: StoreEntry, _ out: inout Output) {
+        store.queriesDeferred = false
+        guard let peer = store.ownerPeer else { return }
+        var b = FrameBuilder(op: "queries")
+        b.string("store", store.name)
+        b.key("queries")
+        appendQueryCounts(store.queryOrder.map { QueryChange(bytes: $0, count: store.queryCounts[QueryKey($0)] ?? 0) }, to: &b)
+        // A store behind on reading gets only the newest set (its own coalescing key, apart from its snapshots').
+        out.send(peer, b.finish(coalescing: .newestWins(key: store.key | 0x8000_0000)))
+    }
+
+    /// `[{"query": Q, "count": N}, ...]` (count 0: withdrawn).
+    func appendQueryCounts(_ queries: [QueryChange], to b: inout FrameBuilder) {
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "[")))
+        for (i, q) in queries.enumerated() {
+            if i > 0 { b.rawBytes(CollectionOfOne(UInt8(ascii: ","))) }
+            b.rawBytes("{\"query\":".utf8)
+            b.rawBytes(q.bytes)
+            b.rawBytes(",\"count\":".utf8)
+            b.intValue(q.count)
+            b.rawBytes(CollectionOfOne(UInt8(ascii: "}")))
+        }
+        b.rawBytes(CollectionOfOne(UInt8(ascii: "]")))
+    }
+}

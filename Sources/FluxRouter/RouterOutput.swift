@@ -1,0 +1,80 @@
+import FluxCore
+
+/// Counters reported by `info`.
+public struct Counters: Sendable {
+    /// Connections, frames, bytes, actions and snapshots.
+    public var traffic = Traffic()
+    /// Errors sent, by code.
+    public var errors: [String: UInt64] = [:]
+
+    mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
+
+    func json() -> [UInt8] {
+        let t = traffic
+        var j = Array("{\"connections\":\(t.connections),\"framesIn\":\(t.framesIn),\"framesOut\":\(t.framesOut),\"bytesIn\":\(t.bytesIn),\"bytesOut\":\(t.bytesOut),\"actions\":\(t.actions),\"snapshots\":\(t.snapshots),\"errors\":{".utf8)
+        for (i, key) in errors.keys.sorted().enumerated() {
+            if i > 0 { j.append(UInt8(ascii: ",")) }
+            j.append(contentsOf: "\"\(key)\":\(errors[key]!)".utf8)
+        }
+        j.append(contentsOf: "}}".utf8)
+        return j
+    }
+}
+
+/// The effects being produced by one event, and the traffic they count (added to `Router.counters` when the
+/// event is done: plain integers here, so building an `Output` per event copies no dictionary).
+struct Output {
+    /// The effects, in order, when there is no sink.
+    var effects: [RouterEffect]
+    /// Carries the effects out as they come instead (the caller of `handle(_:now:sink:)` keeps it alive).
+    unowned(unsafe) let sink: (any RouterEffectSink)?
+    var traffic = Traffic()
+
+    /// Whether `.debug` log effects are made at all (their text costs more than the rest of a refused request).
+    let debugLogs: Bool
+
+    init(effects: [RouterEffect], sink: (any RouterEffectSink)?, debugLogs: Bool) {
+        self.effects = effects
+        self.sink = sink
+        self.debugLogs = debugLogs
+    }
+
+    /// Queues a frame to a peer; a peer that is closing gets nothing more.
+    mutating func send(_ peer: Peer, _ frame: Frame) {
+        guard !peer.closing else { return }
+        traffic.framesOut += 1
+        traffic.bytesOut += UInt64(frame.bytes.count)
+        if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
+    }
+
+    mutating func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
+        if level == .debug && !debugLogs { return }
+        append(.log(level, message()))
+    }
+
+    mutating func append(_ effect: RouterEffect) {
+        if let sink { sink.perform(effect) } else { effects.append(effect) }
+    }
+}
+
+/// Traffic counters: plain integers, so an event counts into its own `Traffic` (in `Output`) and adds it to the
+/// router's counters once, without copying the errors dictionary per event.
+public struct Traffic: Sendable {
+    public var connections: UInt64 = 0
+    public var framesIn: UInt64 = 0
+    public var framesOut: UInt64 = 0
+    public var bytesIn: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var actions: UInt64 = 0
+    public var snapshots: UInt64 = 0
+
+    mutating func add(_ t: Traffic) {
+        connections += t.connections
+        framesIn += t.framesIn
+        framesOut += t.framesOut
+        bytesIn += t.bytesIn
+        bytesOut += t.bytesOut
+        actions += t.actions
+        snapshots += t.snapshots
+    }
+}

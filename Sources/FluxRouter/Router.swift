@@ -540,20 +540,29 @@ public final class Router {
             return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out, ref: name)
         }
         if let path = cyclePath(from: name, waitFor: waitFor) {
+            forgetIfUnused(store)  // a refused registration leaves no name behind
             return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out, ref: name)
         }
         // A registered name is remembered for the whole run: it stays charged to the last connection that
         // registered it (and so to its user), which bounds how many names one user can make fluxd keep.
         let registrationCost = 256 + name.utf8.count + handles.reduce(0) { $0 + $1.utf8.count + 16 }
             + waitFor.reduce(0) { $0 + $1.utf8.count + 16 }
+        // The initial state (used when no snapshot is retained) must fit too, checked before anything is announced:
+        // its room is charged with the registration and handed back for `publish` to take below.
+        let initialCost = store.version == 0 ? env.span(.state).map { 96 + store.nameJSON.count + $0.range.count } ?? 0 : 0
+        let noRoom = "fluxd's memory budget has no room for registering store \"\(name)\"\(initialCost > 0 ? " with its initial state" : "") (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)"
         if store.registeredBy === peer.account {
-            guard memory.resize(peer.account, from: store.registrationCost, to: registrationCost) else {
-                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for registering store \"\(name)\" (uid \(peer.account.uid))", &out, ref: name)
+            guard memory.resize(peer.account, from: store.registrationCost, to: registrationCost + initialCost) else {
+                forgetIfUnused(store)
+                return fail(peer, .memoryBudget, noRoom, &out, ref: name)
             }
+            memory.release(peer.account, initialCost)
         } else {
-            guard memory.charge(peer.account, registrationCost) else {
-                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for registering store \"\(name)\" (uid \(peer.account.uid))", &out, ref: name)
+            guard memory.charge(peer.account, registrationCost + initialCost) else {
+                forgetIfUnused(store)
+                return fail(peer, .memoryBudget, noRoom, &out, ref: name)
             }
+            memory.release(peer.account, initialCost)
             if let previous = store.registeredBy { memory.release(previous, store.registrationCost) }
             store.registeredBy = peer.account
         }
@@ -591,9 +600,9 @@ public final class Router {
             e.int("version", store.version + (initial == nil ? 0 : 1))
         }
         let versionBefore = store.version
-        if let initial, !publish(store, state: initial, seq: store.seq, &out) {
-            failStateOverBudget(peer, store, initial.count, &out)
-            return
+        if let initial {
+            let published = publish(store, state: initial, seq: store.seq, &out)
+            assert(published, "the initial state's room was checked above")
         }
         let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
         if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }

@@ -210,6 +210,27 @@ struct IsolationLimitTests {
         #expect(bus.take(2).map { $0.str("kind") } == ["error", "disconnect"])  // the other monitor sees it
     }
 
+    /// A registration whose initial state does not fit the memory budget is refused before anything is
+    /// announced: subscribers never hear of a version that does not exist (found by the router fuzz target).
+    @Test func initialStateOverBudgetIsRefusedBeforeTheStoreIsUp() {
+        let bus = TestBus { c in
+            c.memory.total = 1 << 20
+            c.memory.perUser = 600
+            c.memory.connectionAllowance = 256
+        }
+        bus.join(1, role: "client")
+        bus.send(1, #"{"op":"subscribe","store":"todos"}"#)
+        _ = bus.take(1)
+        bus.join(2, role: "store")
+        bus.register(2, "todos", handles: [], state: #"{"big":"\#(String(repeating: "x", count: 300))"}"#)
+        let refusal = bus.take(2)
+        #expect(refusal.map { $0.str("code") } == ["memory-budget"])
+        #expect(refusal.first?.bool("fatal").value == false)
+        #expect(bus.take(1).isEmpty)  // no store-up, no version
+        bus.send(1, #"{"op":"subscribe","store":"todos"}"#)
+        #expect(bus.take(1).first?.num("version") == 0)
+    }
+
     @Test func unusedStoreNamesAreForgotten() {
         let bus = TestBus()
         bus.join(1, role: "client")

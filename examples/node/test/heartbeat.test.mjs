@@ -211,6 +211,9 @@ test('live: limit-exceeded refuses a query; too-many-connections refuses a conne
   await client.query('comments', { site: 2 });
   await assert.rejects(client.query('comments', { site: 3 }, { timeout: 5000 }), (e) => e.code === 'limit-exceeded' && !e.fatal);
   assert.ok(await client.ping({ timeout: 5000 }) >= 0);
-  await assert.rejects(Client.connect({ socketPath: fluxd.socketPath, timeout: 5000 }), (e) => e.code === 'too-many-connections' && e.fatal);
+  // fluxd refuses at once and closes; when the hello write fails first (EPIPE), Node destroys the socket before
+  // the refusal is read, and the library says so instead (a race of the kernel's, seen in a fresh-clone CI run).
+  await assert.rejects(Client.connect({ socketPath: fluxd.socketPath, timeout: 5000 }),
+    (e) => (e.code === 'too-many-connections' && e.fatal) || /it may have refused it \(e\.g\. too-many-connections\)/.test(e.message));
   assert.ok(await client.ping({ timeout: 5000 }) >= 0);
 });

@@ -1,9 +1,7 @@
 import FluxCore
 
-/// The role a connection announces in `hello`: a view-side client, a store worker, or a read-only monitor.
-public enum Role: String, Sendable, Codable, CaseIterable {
-    case client, store, monitor
-}
+/// The role a connection announces in `hello` (FluxCore's protocol model).
+public typealias Role = FluxCore.Role
 
 /// The limits fluxd announces in `welcome.limits` (milliseconds for the timeouts).
 public struct Limits: Sendable, Equatable, Codable {
@@ -49,15 +47,8 @@ public struct Snapshot<State> {
 extension Snapshot: Sendable where State: Sendable {}
 extension Snapshot: Equatable where State: Equatable {}
 
-/// A store's liveness as reported by `subscribed.status`.
-public enum StoreStatus: String, Sendable, Equatable {
-    /// Registered and connected.
-    case up
-    /// Registered once, its owner is gone; actions are being queued.
-    case down
-    /// Never registered (yet).
-    case unknown
-}
+/// A store's liveness as reported by `subscribed.status` (FluxCore's protocol model).
+public typealias StoreStatus = FluxCore.StoreStatus
 
 /// One event of a subscription, in the order fluxd sent them.
 public enum StoreEvent<State> {

@@ -1,3 +1,4 @@
+import FluxCore
 import FluxRouter
 import Foundation
 import TOMLKit
@@ -174,7 +175,7 @@ private struct ConfigParser {
 
     func worker(name: String, _ value: any TOMLValueConvertible) throws(ConfigError) -> WorkerSpec {
         let at = ["workers", name]
-        guard isName(name) else {
+        guard Names.isValidWorker(name) else {
             throw fail(at, "a worker name is 1 to 64 letters, digits, '-', '_' or '.'")
         }
         let table = try self.table(value, at)
@@ -197,8 +198,8 @@ private struct ConfigParser {
         }
         if let v = table["stores"] {
             spec.stores = try strings(v, at + ["stores"])
-            for store in spec.stores where !isName(store) {
-                throw fail(at + ["stores"], "'\(store)' is not a valid store name")
+            for store in spec.stores where !Names.isValidStore(store) {
+                throw fail(at + ["stores"], "'\(store)' is not a valid store name (1-128 bytes of A-Z a-z 0-9 . _ : / -, SPEC §4.1)")
             }
             if Set(spec.stores).count != spec.stores.count { throw fail(at + ["stores"], "lists a store twice") }
         }
@@ -349,13 +350,6 @@ private struct ConfigParser {
         case .double: return "a number"
         case .bool: return "a boolean"
         default: return "a date or time"
-        }
-    }
-
-    func isName(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
         }
     }
 

@@ -3,12 +3,6 @@ import FluxCore
 
 // The router's state: peers, stores, actions in flight, and the values they are made of.
 
-/// The role a peer announced in hello.
-enum Role: String {
-    case client, store, monitor
-    var mayDispatch: Bool { self != .monitor }
-}
-
 /// One connection's state.
 final class Peer {
     let id: PeerID
@@ -41,11 +35,6 @@ final class Peer {
         self.connectedAt = connectedAt
         self.account = account
     }
-}
-
-/// Whether a store has an owner: never registered (only subscribed or queried), up, or down.
-enum StoreStatus: String {
-    case unknown, up, down
 }
 
 /// One store as the dispatcher knows it.

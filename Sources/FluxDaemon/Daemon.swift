@@ -43,8 +43,10 @@ public enum DaemonError: Error, CustomStringConvertible {
     }
 }
 
-/// fluxd's core wiring: owns the socket listener, the connections and one `Router`, turns transport activity
-/// into `RouterEvent`s and carries out the router's `RouterEffect`s in order. Everything runs on the loop thread.
+/// fluxd's libuv adapter of the daemon core: owns the socket listener, the connections, the signals and the
+/// timers; turns their activity into `RouterEvent`s for its `DaemonCore`, and carries out the core's writes and
+/// closes (`DaemonTransport`). The semantics, slow-consumer and memory policies included, are the core's.
+/// Everything runs on the loop thread.
 ///
 /// Lifecycle: `init` -> `start()` (listen, install SIGINT/SIGTERM/SIGHUP handlers) -> ... -> `shutdown()` (on
 /// SIGINT/SIGTERM or the loop's stop request): stop accepting and unlink the socket, feed `.shutdown`, let peers
@@ -53,7 +55,7 @@ public enum DaemonError: Error, CustomStringConvertible {
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
 /// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
-public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSink {
+public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport {
     /// The configuration the daemon was started with.
     public let config: DaemonConfig
     /// Called on SIGHUP (configuration reload will hook in here). Default: a log line.
@@ -63,18 +65,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) public var onTerminate: ((Int32) -> Void)?
     /// Called once the daemon has closed everything and stopped the loop.
     @exclusivity(unchecked) public var onStopped: (() -> Void)?
-    /// Answers requests whose op is in `config.router.hostOps` (e.g. the worker supervisor's `workers`); reply
-    /// with `send(_:to:)`. Without a handler such requests get `unknown-op`.
-    @exclusivity(unchecked) public var onHostRequest: ((PeerID, Envelope) -> Void)?
-    /// A monitor whose connection has more than this many bytes queued misses events (and is told how many).
-    @exclusivity(unchecked) public var monitorBacklogLimit = 1 << 20
-    /// Called when the router reports a stalled store (`RouterEffect.stalled`): its name, its owner's pid, and
-    /// whether its connection is being closed as `unresponsive` (the plugin host then stops a supervised worker
-    /// so that it restarts).
-    @exclusivity(unchecked) public var onStoreStalled: ((String, Int32?, Bool) -> Void)?
-
+    /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
+    public private(set) var core: DaemonCore!
     private let loop: EventLoop
-    private let router: Router
+    private var router: Router { core.router }
     @exclusivity(unchecked) private var logger: Logger
     @exclusivity(unchecked) private var listener: PipeListener?
     @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
@@ -84,8 +78,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         repeating: (0, nil), count: Daemon.connectionCacheSize)
     private static let connectionCacheSize = 64
     @exclusivity(unchecked) private var nextPeer: PeerID = 1
-    /// Host requests (`RouterEffect.host`) of the event being fed, answered once the router is done with it.
-    @exclusivity(unchecked) private var hostRequests: [(PeerID, Envelope)] = []
     @exclusivity(unchecked) private var signals: [SignalWatcher] = []
     @exclusivity(unchecked) private var tickTimer: LoopTimer?
     /// Feeds `.tick` every `router.sweepInterval` for the liveness sweep (heartbeats, stalled stores): a
@@ -95,21 +87,11 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
     @exclusivity(unchecked) private var armedDeadline: Millis?
     @exclusivity(unchecked) private var graceTimer: LoopTimer?
     @exclusivity(unchecked) private var phase = Phase.created
-    @exclusivity(unchecked) private var feeding = false
-    /// Monitor events dropped per monitor since its last delivered one.
-    @exclusivity(unchecked) private var missedEvents: [PeerID: Int] = [:]
-    /// Peers found over `maxBacklog` (`.backlogged`) or over the memory budget (`.overBudget`) while carrying out
-    /// effects, told once the effects are done.
-    @exclusivity(unchecked) private var backlogged: [(PeerID, RouterEvent)] = []
-    /// Connections whose accountable bytes changed during a feed, accounted once it is done.
-    @exclusivity(unchecked) private var toAccount: [PeerID] = []
     /// The longest loop hold last told to the router.
     @exclusivity(unchecked) private var reportedHold: UInt64 = 0
-    /// How far a connection's queued bytes may grow past what was accounted before `send` accounts again.
-    private static let accountingSlack = 256 << 10
-    /// Connections closed as slow consumers: each is cut off when its timer fires, unless it closed by then.
-    /// Lifecycle: created and started in `cutOffLater`, closed when it fires, when the connection closes, or in
-    /// `closeAll`.
+    /// Connections being closed with a deadline (slow consumers, over budget): each is cut off when its timer
+    /// fires, unless it closed by then. Lifecycle: created and started in `close(_:cutOffAfter:)`, closed when it
+    /// fires, when the connection closes, or in `closeAll`.
     @exclusivity(unchecked) private var cutOffTimers: [PeerID: LoopTimer] = [:]
 
     private enum Phase { case created, running, shuttingDown, stopped }
@@ -119,7 +101,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         self.loop = loop
         self.config = config
         self.logger = logger
-        self.router = Router(config: config.router)
+        var coreConfig = DaemonCoreConfig(router: config.router)
+        coreConfig.slowConsumerGrace = config.slowConsumerGrace
+        core = DaemonCore(config: coreConfig, transport: self)
+        core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
     }
 
     /// Number of open connections.
@@ -165,7 +150,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         }
         loop.beforeFlush = { [unowned self] in
             guard self.router.hasDeferredWork, self.phase != .stopped else { return }
-            if self.feeding { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
+            if self.core.isHandling { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -216,7 +201,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         nextPeer += 1
         connection.tag = id
         connection.delegate = self
-        connection.sendCheckpoint = min(config.router.maxBacklog, Daemon.accountingSlack)
         connections[id] = connection
         let credentials = connection.credentials.map {
             PeerCredentials(pid: $0.pid, uid: $0.uid, gid: $0.gid)
@@ -254,129 +238,60 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         let slot = Int(truncatingIfNeeded: id % PeerID(Daemon.connectionCacheSize))
         if connectionCache[slot].peer == id { connectionCache[slot] = (0, nil) }
         logger.debug("peer closed", metadata: ["peer": "\(id)", "reason": "\(reason)"])
-        missedEvents.removeValue(forKey: id)
         cutOffTimers.removeValue(forKey: id)?.close()
         feed(.closed(id))
         if phase == .shuttingDown { finishIfDrained() }
     }
 
-    // MARK: - Router
+    // MARK: - The core
 
-    /// Feeds one event to the router, which has the daemon carry out its effects as it produces them (in order;
-    /// see the `RouterEffectSink` methods below), then re-arms the deadline timer.
+    /// Feeds one event to the core, then re-arms the deadline timer.
     private func feed(_ event: RouterEvent) {
-        precondition(!feeding, "router re-entered")
         if loop.longestHold != reportedHold {
             reportedHold = loop.longestHold
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
         }
-        feeding = true
-        router.handle(event, now: loop.now, sink: self)
-        feeding = false
-        if !toAccount.isEmpty {
-            let peers = toAccount
-            toAccount.removeAll()
-            for peer in peers { if let c = connections[peer] { account(peer, c) } }
-        }
-        if !hostRequests.isEmpty {
-            // After the router is done with the event: a handler may feed the router (e.g. to drain it).
-            let requests = hostRequests
-            hostRequests.removeAll()
-            for (peer, request) in requests { answerHostRequest(request, from: peer) }
-        }
-        closeBacklogged()
+        core.handle(event, now: loop.now)
         armDeadlineTimer()
     }
 
-    /// Tells the router about the peers found over `maxBacklog` (it closes them with `slow-consumer`) or over the
-    /// memory budget (`memory-budget`).
-    private func closeBacklogged() {
-        guard !backlogged.isEmpty else { return }
-        let peers = backlogged
-        backlogged = []
-        for (peer, event) in peers {
-            feed(event)
-            cutOffLater(peer)
-        }
-    }
-
     public func connectionAccountingChanged(_ connection: Connection) {
-        let peer = connection.tag
-        if feeding {
-            toAccount.append(peer)
-        } else {
-            account(peer, connection)
-            if !backlogged.isEmpty { closeBacklogged() }
-        }
+        core.transportBytesChanged(connection.tag, now: loop.now)
+        armDeadlineTimer()
     }
 
-    /// Charges (or returns) the change in a connection's accountable bytes to its memory account; a growth the
-    /// budget refuses closes it with `memory-budget` once this feed is done.
-    private func account(_ peer: PeerID, _ connection: Connection) {
-        guard !connection.isClosing, cutOffTimers[peer] == nil else { return }
-        let bytes = connection.accountableBytes
-        if bytes != connection.accounted {
-            guard router.accountTransport(peer, bytes: bytes) else {
-                overBudget(peer, connection, bytes: bytes)
-                return
-            }
-            connection.accounted = bytes
-        }
-        connection.sendCheckpoint = min(config.router.maxBacklog,
-                                        max(connection.queuedBytes, bytes) + Daemon.accountingSlack)
+    // MARK: - DaemonTransport
+
+    public func write(_ frame: Frame, to peer: PeerID) -> Int {
+        guard let connection = connection(peer) else { return 0 }
+        connection.send(frame)
+        return connection.queuedBytes
     }
 
-    /// Sends a frame to a peer: the router's `.send` effect, and host-operation replies. Queued on the peer's
-    /// connection and written at the end of this loop iteration (or part-way through a long batch; see
-    /// `Connection`); a peer over `maxBacklog` is closed as a slow consumer.
-    public func send(_ frame: Frame, to peer: PeerID) {
-        if let connection = connection(peer) {
-            connection.send(frame)
-            if connection.queuedBytes > connection.sendCheckpoint {  // (at most maxBacklog)
-                if connection.queuedBytes > config.router.maxBacklog {
-                    overBacklog(peer, connection)
-                } else if feeding {
-                    toAccount.append(peer)
-                } else {
-                    account(peer, connection)
-                }
-                if !feeding { closeBacklogged() }  // a host reply, sent outside the router's event
-            }
+    public func queuedBytes(of peer: PeerID) -> Int { connections[peer]?.queuedBytes ?? 0 }
+
+    public func accountableBytes(of peer: PeerID) -> Int { connections[peer]?.accountableBytes ?? 0 }
+
+    public func discardQueued(of peer: PeerID) { connections[peer]?.discardQueued() }
+
+    public func charged(_ bytes: Int, for peer: PeerID) { connections[peer]?.accounted = bytes }
+
+    public func close(_ peer: PeerID, cutOffAfter: Millis?) {
+        guard let connection = connections[peer] else { return }
+        connection.close(afterFlush: true)
+        guard let cutOffAfter, cutOffTimers[peer] == nil else { return }
+        let timer = LoopTimer(loop: loop) { [unowned self] in
+            self.cutOffTimers.removeValue(forKey: peer)?.close()
+            self.connections[peer]?.close(afterFlush: false)
         }
+        cutOffTimers[peer] = timer
+        timer.start(after: cutOffAfter)
     }
 
-    /// The router's other effects.
-    public func perform(_ effect: RouterEffect) {
-        switch effect {
-        case .send(let peer, let frame):
-            send(frame, to: peer)
-        case .monitor(let peer, let frame):
-            deliverMonitorEvent(frame, to: peer)
-        case .host(let peer, let request):
-            hostRequests.append((peer, request))
-        case .close(let peer):
-            missedEvents.removeValue(forKey: peer)
-            connections[peer]?.close(afterFlush: true)
-        case .log(let level, let message):
-            logger.log(level: level.swiftLogLevel, "\(message)")
-        case .stalled(let store, let pid, let closing):
-            onStoreStalled?(store, pid, closing)
-        case .deferred:
-            loop.requestBeforeFlush()
-        }
-    }
+    public func requestEndOfBatch() { loop.requestBeforeFlush() }
 
-    private func answerHostRequest(_ request: Envelope, from peer: PeerID) {
-        if let onHostRequest {
-            onHostRequest(peer, request)
-        } else {
-            var b = FrameBuilder(op: "error")
-            b.constant("code", "unknown-op")
-            b.string("message", "unknown op \"\(request.string("op").value ?? "")\"")
-            b.bool("fatal", false)
-            connections[peer]?.send(b.finish())
-        }
-    }
+    /// Sends a frame to a peer outside any event (tests); replies to requests go through the core.
+    public func send(_ frame: Frame, to peer: PeerID) { connections[peer]?.send(frame) }
 
     /// The open connection of `peer` (through `connectionCache`).
     @inline(__always)
@@ -386,56 +301,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, RouterEffectSin
         guard let c = connections[peer] else { return nil }
         connectionCache[slot] = (peer, c)
         return c
-    }
-
-    /// A peer does not read fast enough: drop what is queued and unwritten (it is about to be closed with
-    /// `slow-consumer`, which then follows the write in flight) and tell the router once this feed is done.
-    private func overBacklog(_ peer: PeerID, _ connection: Connection) {
-        guard !backlogged.contains(where: { $0.0 == peer }), cutOffTimers[peer] == nil else { return }
-        logger.warning("slow consumer", metadata: ["peer": "\(peer)", "queued": "\(connection.queuedBytes)"])
-        connection.discardQueued()
-        backlogged.append((peer, .backlogged(peer)))
-    }
-
-    /// A connection's unfinished frame and unwritten frames outgrew the memory budget: drop what is queued and
-    /// unwritten and have the router close it with `memory-budget` once this feed is done.
-    private func overBudget(_ peer: PeerID, _ connection: Connection, bytes: Int) {
-        guard !backlogged.contains(where: { $0.0 == peer }), cutOffTimers[peer] == nil else { return }
-        logger.warning("memory budget exceeded; closing connection",
-                       metadata: ["peer": "\(peer)", "bytes": "\(bytes)", "budgetUsed": "\(router.memory.used)"])
-        connection.discardQueued()
-        if router.accountTransport(peer, bytes: connection.accountableBytes) {  // what is left
-            connection.accounted = connection.accountableBytes
-        }
-        backlogged.append((peer, .overBudget(peer)))
-    }
-
-    /// Closes a slow consumer's connection without waiting for its writes if it has not read them within
-    /// `slowConsumerGrace`.
-    private func cutOffLater(_ peer: PeerID) {
-        guard connections[peer] != nil, cutOffTimers[peer] == nil else { return }
-        let timer = LoopTimer(loop: loop) { [unowned self] in
-            self.cutOffTimers.removeValue(forKey: peer)?.close()
-            self.connections[peer]?.close(afterFlush: false)
-        }
-        cutOffTimers[peer] = timer
-        timer.start(after: config.slowConsumerGrace)
-    }
-
-    /// A monitor must never slow routing: while its connection is backlogged, events for it are dropped and
-    /// counted; the next one delivered is preceded by `{"op":"missed","count":N}`.
-    private func deliverMonitorEvent(_ frame: Frame, to peer: PeerID) {
-        guard let connection = connections[peer] else { return }
-        if connection.queuedBytes > monitorBacklogLimit {
-            missedEvents[peer, default: 0] += 1
-            return
-        }
-        if let missed = missedEvents.removeValue(forKey: peer) {
-            var b = FrameBuilder(op: "missed")
-            b.int("count", missed)
-            connection.send(b.finish())
-        }
-        connection.send(frame)
     }
 
     /// What the router knows of a store (e.g. whether a supervised worker has registered it yet).

@@ -37,10 +37,13 @@ public final class PluginHost {
         }
         daemon.onTerminate = { [unowned self] _ in self.terminate() }
         if let supervisor {
-            daemon.onStoreStalled = { [unowned supervisor] store, pid, closing in
+            daemon.core.onStoreStalled = { [unowned supervisor] store, pid, closing in
                 if closing, let pid { supervisor.killStalled(pid: pid, store: store) }
             }
-            daemon.onHostRequest = { [unowned supervisor] peer, request in supervisor.handle(request: request, from: peer) }
+            daemon.core.onStoreChange = { [unowned supervisor] change in supervisor.storeChanged(change) }
+            for op in Supervisor.hostOps {
+                daemon.core.handleHostOperation(op) { [unowned supervisor] _, request in supervisor.answer(request) }
+            }
             daemon.onHangup = { [unowned self, unowned supervisor] in
                 self.logger.notice("SIGHUP: reloading the config", metadata: ["file": "\(supervisor.config.path)"])
                 supervisor.reload()
@@ -98,8 +101,6 @@ public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConf
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
     let loop = try makeDaemonLoop(logger: logger)
-    var config = config
-    if supervisorConfig != nil { config.router.hostOps.formUnion(Supervisor.hostOps) }
     let daemon = Daemon(loop: loop, config: config, logger: logger)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
                           executableDirectory: executableDirectory, logger: logger)

@@ -32,8 +32,9 @@ public enum WorkerState: String, Sendable {
 /// is `failed` at once, never retried in a loop; a start that fails for a reason of the moment (`EMFILE`, `ENFILE`,
 /// `EAGAIN`, `ENOMEM`, ...: `SpawnFailure.transient`) is retried after the worker's backoff delay, whatever its
 /// restart policy (it never ran), and is not counted against the intensity limit (the worker did not fail: the
-/// machine was out of something; retries happen at most every `backoff.cap`, and are logged). Store registration is watched by polling the router (every 50 ms) for each store's
-/// status and owner.
+/// machine was out of something; retries happen at most every `backoff.cap`, and are logged). The supervisor reacts to
+/// the daemon core's store changes (`DaemonCore.onStoreChange`: a store registered or went down), to its workers'
+/// exits and to its timers; it never polls.
 public final class Supervisor {
     private let loop: EventLoop
     private unowned let daemon: Daemon
@@ -45,7 +46,6 @@ public final class Supervisor {
     private var workers: [String: Worker] = [:]
     /// Worker names in start order (workers being removed stay until they stopped).
     private var order: [String] = []
-    private var pollTimer: LoopTimer?
     private var stoppingAll: (() -> Void)?
 
     /// A supervisor for `config` on the daemon's loop (nothing runs until `start()`).
@@ -61,10 +61,14 @@ public final class Supervisor {
 
     /// Starts the workers in dependency order (each once the stores it depends on are up).
     public func start() {
-        pollTimer = LoopTimer(loop: loop) { [unowned self] in self.poll() }
-        pollTimer?.start(after: 50, repeat: 50)
         for spec in config.workers { add(spec) }
-        poll()
+        evaluate()
+    }
+
+    /// A store came up or went down: workers waiting for it may start or be running now, or have lost their
+    /// connection.
+    public func storeChanged(_ change: StoreChange) {
+        if stoppingAll == nil { evaluate() }
     }
 
     /// Whether every worker process has ended.
@@ -115,7 +119,7 @@ public final class Supervisor {
         // Start order follows the new file; workers on their way out go last.
         order = fresh.workers.map(\.name) + order.filter { !new.contains($0) }
         logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)"])
-        poll()
+        evaluate()
     }
 
     /// Restarts a worker (also a failed or stopped one; its restart history is forgotten). False: no such worker.
@@ -131,7 +135,7 @@ public final class Supervisor {
             worker.timer.stop()
             worker.state = .starting
             worker.lastError = nil
-            poll()
+            evaluate()
         }
         return true
     }
@@ -193,17 +197,13 @@ public final class Supervisor {
 
     // MARK: - Host operations
 
-    /// The ops `handle(request:from:)` answers: `workers`, `restart-worker`, `stop-worker`.
-    public static let hostOps: Set<String> = ["workers", "restart-worker", "stop-worker"]
+    /// The host operations `answer(_:)` handles (SPEC §8.11).
+    public static let hostOps: [Op] = [.workers, .restartWorker, .stopWorker]
 
-    /// Answers a host-operation request (see protocol/SPEC.md, "Host operations").
-    public func handle(request: Envelope, from peer: PeerID) {
-        let op = request.string("op").value ?? ""
-        guard let id = request.string("id").value else {
-            return sendError(to: peer, ref: nil, code: "bad-message", message: "\(op) needs a string \"id\"")
-        }
-        switch op {
-        case "workers":
+    /// Answers a host operation (validated by the router; the reply goes out through the daemon core).
+    public func answer(_ request: HostRequest) -> HostAnswer {
+        switch request {
+        case .workers(let id):
             var b = FrameBuilder(op: "workers")
             b.string("id", id)
             b.key("workers")
@@ -215,31 +215,18 @@ public final class Supervisor {
             }
             list.append(UInt8(ascii: "]"))
             b.rawBytes(list)
-            daemon.send(b.finish(), to: peer)
-        case "restart-worker", "stop-worker":
-            guard let name = request.string("name").value else {
-                return sendError(to: peer, ref: id, code: "bad-message", message: "\(op) needs a string \"name\"")
-            }
-            let known = op == "restart-worker" ? restart(name: name) : stop(name: name)
+            return .reply(b.finish())
+        case .restartWorker(let id, let name), .stopWorker(let id, let name):
+            let known: Bool
+            if case .restartWorker = request { known = restart(name: name) } else { known = stop(name: name) }
             guard known, let worker = workers[name] else {
-                return sendError(to: peer, ref: id, code: "unknown-worker", message: "no worker named \"\(name)\"")
+                return .error(.unknownWorker, "no worker named \"\(name)\" in fluxd's running config")
             }
             var b = FrameBuilder(op: "worker")
             b.string("id", id)
             b.raw("worker", json(of: worker))
-            daemon.send(b.finish(), to: peer)
-        default:
-            sendError(to: peer, ref: id, code: "unknown-op", message: "unknown op \"\(op)\"")
+            return .reply(b.finish())
         }
-    }
-
-    private func sendError(to peer: PeerID, ref: String?, code: String, message: String) {
-        var b = FrameBuilder(op: "error")
-        if let ref { b.string("ref", ref) }
-        b.string("code", code)
-        b.string("message", message)
-        b.bool("fatal", false)
-        daemon.send(b.finish(), to: peer)
     }
 
     private func json(of worker: Worker) -> [UInt8] {
@@ -288,8 +275,8 @@ public final class Supervisor {
     }
 
     /// Looks at every worker: starts the ones whose dependencies are up, promotes the ones whose stores registered,
-    /// notices lost connections.
-    private func poll() {
+    /// notices lost connections. Called on every change that can matter (store changes, exits, timers, requests).
+    private func evaluate() {
         if stoppingAll != nil { return continueStoppingAll() }
         for name in order {
             guard let worker = workers[name], !worker.held, worker.desired != nil else { continue }
@@ -387,7 +374,7 @@ public final class Supervisor {
             terminate(worker, because: "did not register \(worker.spec.stores.joined(separator: ", ")) within \(worker.spec.startTimeout) ms")
         case .backingOff:
             worker.state = .starting
-            poll()
+            evaluate()
         default:
             if let child = worker.child {
                 logger.warning("worker did not exit within the stop timeout; sending SIGKILL",
@@ -433,7 +420,7 @@ public final class Supervisor {
                 worker.restartAfterStop = false
                 worker.state = .starting
             }
-            if stoppingAll != nil { continueStoppingAll() } else { poll() }
+            if stoppingAll != nil { continueStoppingAll() } else { evaluate() }
             return
         }
         let reason = worker.terminating ?? "\(how)"
@@ -490,8 +477,6 @@ public final class Supervisor {
         let alive = workers.values.filter { $0.child != nil }
         if alive.isEmpty {
             guard let completion = stoppingAll else { return }
-            pollTimer?.close()
-            pollTimer = nil
             for worker in workers.values { worker.timer.close() }
             logger.info("every worker stopped")
             completion()

@@ -29,6 +29,8 @@ import FluxCore
 /// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
 public final class Router {
     public let config: RouterConfig
+    /// The host operations answered by the host (`RouterConfig.hostOps`, and those registered since).
+    @exclusivity(unchecked) public var hostOps: Set<Op>
 
     @exclusivity(unchecked) var peers: [PeerID: Peer] = [:]
     /// The peer of the last frame (frames come in runs from one connection): no hashing then.
@@ -95,6 +97,7 @@ public final class Router {
 
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
+        self.hostOps = config.hostOps
         self.memory = MemoryBudget(limits: config.memory)
         self.welcomeLimits = Router.limitsJSON(config)
     }
@@ -209,6 +212,10 @@ public final class Router {
             draining = true
         case .shutdown:
             shutdown(&out)
+        case .hostReply(let id, let frame):
+            if let peer = peers[id], !peer.closing { out.send(peer, frame) }
+        case .hostError(let id, let code, let message, let ref):
+            if let peer = peers[id], !peer.closing { fail(peer, code, message, &out, ref: ref) }
         }
         counters.traffic.add(out.traffic)
     }
@@ -488,12 +495,24 @@ public final class Router {
         case "state": if permitted(peer, role == .store, op, &out) { unsolicitedState(peer, env, &out) }
         case "hello": fail(peer, .badMessage, "hello was already received", &out)
         default:
-            if config.hostOps.contains(op) {
-                out.append(.host(peer.id, env))
+            if let host = Op.received(op), host.isHostOperation, hostOps.contains(host) {
+                hostRequest(peer, host, env, &out)
             } else {
                 fail(peer, .unknownOp, "unknown op \"\(op)\"", &out)
             }
         }
+    }
+
+    /// A host operation (SPEC §8.11): validated here, answered by the host (`.host` effect).
+    func hostRequest(_ peer: Peer, _ op: Op, _ env: Envelope, _ out: inout Output) {
+        guard case .value(let id) = env.string(.id), Names.isValidID(id) else {
+            return fail(peer, .badMessage, "\(op.rawValue) needs an \"id\": a string of 1 to \(Names.maxIDBytes) bytes", &out)
+        }
+        if op == .workers { return out.append(.host(peer.id, .workers(id: id))) }
+        guard case .value(let name) = env.string("name"), Names.isValidWorker(name) else {
+            return fail(peer, .badMessage, "\(op.rawValue) needs a worker \"name\": 1 to 64 bytes of A-Z a-z 0-9 . _ -", &out, ref: id)
+        }
+        out.append(.host(peer.id, op == .restartWorker ? .restartWorker(id: id, name: name) : .stopWorker(id: id, name: name)))
     }
 
     /// Whether the peer's role may send `op`; if not, the peer gets `forbidden`.
@@ -599,6 +618,7 @@ public final class Router {
             e.string("store", name)
             e.int("version", store.version + (initial == nil ? 0 : 1))
         }
+        out.append(.storeChanged(StoreChange(store: name, status: .up, owner: peer.id, ownerPID: peer.creds.pid)))
         let versionBefore = store.version
         if let initial {
             let published = publish(store, state: initial, seq: store.seq, &out)
@@ -646,6 +666,7 @@ public final class Router {
             e.string("store", store.name)
             e.constant("reason", reason)
         }
+        out.append(.storeChanged(StoreChange(store: store.name, status: .down)))
         out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
     }
 

@@ -81,9 +81,9 @@ public struct RouterConfig: Sendable {
     public var debugLogs = true
     /// The server name in `welcome.server`.
     public var serverName: String = "fluxd/0.1.0"
-    /// Ops the router does not handle itself but hands to its host (e.g. fluxd's worker supervisor) as a
-    /// `.host` effect, once the peer has said hello.
-    public var hostOps: Set<String> = []
+    /// Host operations (SPEC §8.11) the router hands to its host (e.g. fluxd's worker supervisor) as a `.host`
+    /// effect once validated; the others get `unknown-op`. `DaemonCore` fills this from its registered handlers.
+    public var hostOps: Set<Op> = []
 
     public init() {}
 }
@@ -118,6 +118,51 @@ public enum RouterEvent: Sendable {
     case drain
     /// fluxd is shutting down: settle what is left as `shutting-down`, say goodbye to every peer and close.
     case shutdown
+    /// The host's answer to a `.host` request: sent to the peer like any reply (counted in `info`).
+    case hostReply(PeerID, Frame)
+    /// The host refused a `.host` request: the peer gets `error` with `code` and `ref` (counted, and a monitor
+    /// `error` event, as for every error).
+    case hostError(PeerID, ErrorCode, message: String, ref: String?)
+}
+
+/// A host operation (SPEC §8.11), decoded and validated by the router; the host answers it with
+/// `RouterEvent.hostReply` or `.hostError` (`ref` is `id`).
+public enum HostRequest: Sendable, Equatable {
+    /// `workers`: list the workers.
+    case workers(id: String)
+    /// `restart-worker`: restart the worker `name`.
+    case restartWorker(id: String, name: String)
+    /// `stop-worker`: stop the worker `name` (it stays stopped until restarted).
+    case stopWorker(id: String, name: String)
+
+    /// The request's id (the `ref` of an error about it).
+    public var id: String {
+        switch self {
+        case .workers(let id), .restartWorker(let id, _), .stopWorker(let id, _): return id
+        }
+    }
+
+    /// The request's op.
+    public var op: Op {
+        switch self {
+        case .workers: return .workers
+        case .restartWorker: return .restartWorker
+        case .stopWorker: return .stopWorker
+        }
+    }
+}
+
+/// A store came up (registered) or went down (its owner unregistered it or closed): for a host that waits on
+/// stores, such as fluxd's worker supervisor.
+public struct StoreChange: Sendable, Equatable {
+    /// The store's name.
+    public var store: String
+    /// `up` or `down`.
+    public var status: StoreStatus
+    /// The owning connection while up.
+    public var owner: PeerID?
+    /// The owner's process id, as the kernel reported it.
+    public var ownerPID: Int32?
 }
 
 /// What the router asks the outside world to do, in order.
@@ -128,9 +173,12 @@ public enum RouterEffect: Sendable {
     /// backlogged (a monitor must never slow routing); it must then send `{"op":"missed","count":N}` before the
     /// next event it does deliver.
     case monitor(PeerID, Frame)
-    /// A request whose op is in `RouterConfig.hostOps`: the host answers the peer itself. (Indirect: an
-    /// envelope is large, and every effect in the hot path's arrays would otherwise be copied at its size.)
-    indirect case host(PeerID, Envelope)
+    /// A host operation whose op is in `RouterConfig.hostOps`, validated: the host answers it by feeding
+    /// `.hostReply` or `.hostError`. (Indirect: every effect in the hot path's arrays would otherwise be copied at
+    /// its size.)
+    indirect case host(PeerID, HostRequest)
+    /// A store came up or went down (`StoreChange`).
+    indirect case storeChanged(StoreChange)
     /// Close a peer's connection after writing what was sent to it before. A `closed` event follows.
     case close(PeerID)
     /// Something worth logging.

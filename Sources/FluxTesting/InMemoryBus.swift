@@ -7,8 +7,9 @@ import Synchronization
 import Glibc
 #endif
 
-/// fluxd in memory, for unit-testing stores and views without sockets or processes: it hosts a real
-/// `FluxRouter.Router` and connects `FluxClient`s and `FluxStore`s to it over `InMemoryConnection`s.
+/// fluxd in memory, for unit-testing stores and views without sockets or processes: an adapter of the same
+/// `FluxRouter.DaemonCore` fluxd runs (router, slow-consumer and monitor policies, host operations), connecting
+/// `FluxClient`s and `FluxStore`s to it over `InMemoryConnection`s.
 ///
 ///     let bus = InMemoryBus()
 ///     let running = try await bus.start(store)          // store.run(on:) in a task, waits until registered
@@ -20,20 +21,51 @@ import Glibc
 /// Time does not pass by itself: it starts at 0 ms and moves only with `advance(by:)`, which also fires the
 /// router's timers (queue and handshake timeouts), so timeouts are tested deterministically.
 public final class InMemoryBus: Sendable {
-    private enum Delivery {
+    fileprivate enum Delivery {
         case frame(InMemoryConnection, [UInt8])
         case close(InMemoryConnection)
     }
 
+    /// The core's transport: collects the deliveries of an event, made once the bus's lock is released.
+    /// Nothing is ever backlogged in memory.
+    fileprivate final class Wire: DaemonTransport {
+        var connections: [PeerID: InMemoryConnection] = [:]
+        var deliveries: [Delivery] = []
+        var closed: [PeerID] = []
+        var logs: [String] = []
+
+        func write(_ frame: Frame, to peer: PeerID) -> Int {
+            if let c = connections[peer] { deliveries.append(.frame(c, frame.bodyArray)) }
+            return 0
+        }
+        func queuedBytes(of peer: PeerID) -> Int { 0 }
+        func accountableBytes(of peer: PeerID) -> Int { 0 }
+        func charged(_ bytes: Int, for peer: PeerID) {}
+        func discardQueued(of peer: PeerID) {}
+        func close(_ peer: PeerID, cutOffAfter: Millis?) {
+            if let c = connections.removeValue(forKey: peer) {
+                deliveries.append(.close(c))
+                closed.append(peer)
+            }
+        }
+        func requestEndOfBatch() {}  // the batch ends when the queue is drained (`hasDeferredWork`)
+    }
+
     private struct State {
-        var router: Router
+        let wire: Wire
+        let core: DaemonCore
         var now: Millis = 0
         var nextPeer: PeerID = 1
-        var connections: [PeerID: InMemoryConnection] = [:]
         var queue: [RouterEvent] = []
         var queueHead = 0
         var pumping = false
-        var logs: [String] = []
+        var router: Router { core.router }
+
+        init(config: RouterConfig) {
+            wire = Wire()
+            core = DaemonCore(config: DaemonCoreConfig(router: config), transport: wire)
+            core.onLog = { [unowned wire] level, message in wire.logs.append("\(level): \(message)") }
+        }
     }
 
     private let state: Mutex<State>
@@ -42,7 +74,7 @@ public final class InMemoryBus: Sendable {
 
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
-        self.state = Mutex(State(router: Router(config: config)))
+        self.state = Mutex(State(config: config))
     }
 
     // MARK: Connections
@@ -100,15 +132,15 @@ public final class InMemoryBus: Sendable {
     }
 
     /// The router's `log` effects so far, as "level: message" lines.
-    public var logs: [String] { state.withLock { $0.logs } }
+    public var logs: [String] { state.withLock { $0.wire.logs } }
 
     /// Connections the router has open.
-    public var connectionCount: Int { state.withLock { $0.connections.count } }
+    public var connectionCount: Int { state.withLock { $0.wire.connections.count } }
 
     // MARK: Pump
 
     func register(_ connection: InMemoryConnection) {
-        state.withLock { $0.connections[connection.peer] = connection }
+        state.withLock { $0.wire.connections[connection.peer] = connection }
         submit([.connected(connection.peer, connection.credentials)])
     }
 
@@ -129,7 +161,7 @@ public final class InMemoryBus: Sendable {
 
     /// The local end closed the connection: the router sees `closed` (once).
     func closedByClient(_ peer: PeerID) {
-        let known = state.withLock { $0.connections.removeValue(forKey: peer) != nil }
+        let known = state.withLock { $0.wire.connections.removeValue(forKey: peer) != nil }
         if known { submit([.closed(peer)]) }
     }
 
@@ -149,33 +181,11 @@ public final class InMemoryBus: Sendable {
                 }
                 let event = s.queue[s.queueHead]
                 s.queueHead += 1
-                var effects: [RouterEffect] = []
-                s.router.handle(event, now: s.now, into: &effects)
-                var out: [Delivery] = []
-                for effect in effects {
-                    switch effect {
-                    case .send(let peer, let frame), .monitor(let peer, let frame):
-                        // In memory nothing is ever backlogged, so monitor events are never dropped.
-                        if let c = s.connections[peer] { out.append(.frame(c, frame.bodyArray)) }
-                    case .host(let peer, let request):
-                        var b = FrameBuilder(op: "error")
-                        b.constant("code", "unknown-op")
-                        b.string("message", "the in-memory bus has no host for \"\(request.string("op").value ?? "")\"")
-                        b.bool("fatal", false)
-                        if let c = s.connections[peer] { out.append(.frame(c, b.finish().bodyArray)) }
-                    case .close(let peer):
-                        if let c = s.connections.removeValue(forKey: peer) {
-                            out.append(.close(c))
-                            s.queue.append(.closed(peer))
-                        }
-                    case .log(let level, let message):
-                        s.logs.append("\(level): \(message)")
-                    case .stalled:
-                        break  // reported in the logs too; the in-memory bus supervises no processes
-                    case .deferred:
-                        break  // the batch ends when the queue is drained (`hasDeferredWork`)
-                    }
-                }
+                s.core.handle(event, now: s.now)
+                let out = s.wire.deliveries
+                s.wire.deliveries.removeAll()
+                for peer in s.wire.closed { s.queue.append(.closed(peer)) }
+                s.wire.closed.removeAll()
                 return out
             }
             guard let work else { return }

@@ -122,18 +122,13 @@ public final class Connection: HandleOwner {
         decoder.bufferedByteCount + (writesInFlight > 0 ? pendingBytes + inFlightBytes : 0)
     }
 
-    /// For the owner's use: the `accountableBytes` it last accounted for, and the `queuedBytes` above which its
-    /// `send` checks again (fluxd's memory budget).
+    /// For the owner's use: the `accountableBytes` it last accounted for (fluxd's memory budget). While it is not
+    /// 0, the connection reports every change of `accountableBytes` (`connectionAccountingChanged`).
     public var accounted: Int {
         get { storedAccounted }
         set { storedAccounted = newValue }
     }
     @exclusivity(unchecked) private var storedAccounted = 0
-    public var sendCheckpoint: Int {
-        get { storedCheckpoint }
-        set { storedCheckpoint = newValue }
-    }
-    @exclusivity(unchecked) private var storedCheckpoint = Int.max
 
     /// Whether a close was requested or happened (no more frames are delivered; sends are dropped).
     public var isClosing: Bool { phase != .open }

@@ -721,17 +721,17 @@ struct MonitorHostDrainTests {
 
     @Test func hostOpsGoToTheHostAfterHandshake() {
         var config = RouterConfig()
-        config.hostOps = ["workers"]
+        config.hostOps = [.workers]
         let router = Router(config: config)
         _ = router.handle(.connected(1, PeerCredentials()), now: 0)
         let before = router.handle(.frame(1, Array(#"{"op":"workers","id":"w"}"#.utf8)), now: 0)
         #expect(!before.contains { if case .host = $0 { return true } else { return false } }, "not before hello")
-        let bus = TestBus { $0.hostOps = ["workers"] }
+        let bus = TestBus { $0.hostOps = [.workers] }
         bus.join(2, role: "client")
         let effects = bus.router.handle(.frame(2, Array(#"{"op":"workers","id":"w"}"#.utf8)), now: bus.now)
-        guard case .host(let peer, let env)? = effects.first else { Issue.record("no host effect: \(effects)"); return }
+        guard case .host(let peer, let request)? = effects.first else { Issue.record("no host effect: \(effects)"); return }
         #expect(peer == 2)
-        #expect(env.str("id") == "w")
+        #expect(request == .workers(id: "w"))
         bus.send(2, #"{"op":"teleport"}"#)
         #expect(bus.take(2).map { $0.str("code") } == ["unknown-op"])
     }
@@ -849,7 +849,8 @@ struct EffectSinkTests {
         switch effect {
         case .send(let peer, let frame): return "send \(peer) \(frame.text) \(frame.coalescing)"
         case .monitor(let peer, let frame): return "monitor \(peer) \(frame.text)"
-        case .host(let peer, let env): return "host \(peer) \(String(decoding: env.body, as: UTF8.self))"
+        case .host(let peer, let request): return "host \(peer) \(request)"
+        case .storeChanged(let change): return "storeChanged \(change)"
         case .close(let peer): return "close \(peer)"
         case .log(let level, let message): return "log \(level) \(message)"
         case .stalled(let store, let pid, let closing): return "stalled \(store) \(pid.map { "\($0)" } ?? "-") \(closing)"
@@ -861,7 +862,7 @@ struct EffectSinkTests {
     /// Both must be the same effects in the same order, with the same traffic counted, for every kind of effect.
     @Test func sinkGetsTheSameEffectsInTheSameOrderAsTheArray() {
         var config = RouterConfig()
-        config.hostOps = ["workers"]
+        config.hostOps = [.workers]
         let viaArray = Router(config: config)
         let viaSink = Router(config: config)
         let recorder = Recorder()
@@ -883,7 +884,7 @@ struct EffectSinkTests {
         frame(2, #"{"op":"dispatch","type":"t/x","payload":{"k":2}}"#)
         frame(1, #"{"op":"done","store":"s","seq":1,"state":{"n":1}}"#)
         frame(1, #"{"op":"done","store":"s","seq":2,"state":{"n":1}}"#)
-        frame(2, #"{"op":"workers"}"#)
+        frame(2, #"{"op":"workers","id":"w"}"#)
         frame(2, #"{"op":"dispatch","type":"nobody/x"}"#)
         frame(2, #"{"op":"dispatch""#)
         feed(.emptyFrame(2))

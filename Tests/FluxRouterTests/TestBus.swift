@@ -1,16 +1,20 @@
 import FluxCore
 @testable import FluxRouter
 
-/// Drives a `Router` the way the transport does, without sockets: frames in, effects out, a fake clock.
-/// Frames sent to each peer are decoded into envelopes and kept in that peer's inbox.
-final class TestBus {
-    let router: Router
+/// The router tests' adapter of the daemon core (`DaemonCore`, the one host of the semantics): frames in,
+/// frames out, a fake clock, no sockets. Frames sent to each peer are decoded into envelopes and kept in that
+/// peer's inbox.
+final class TestBus: DaemonTransport {
+    private(set) var core: DaemonCore!
+    var router: Router { core.router }
     var now: Millis = 1_000
     private(set) var inbox: [PeerID: [Envelope]] = [:]
     private(set) var closedPeers: Set<PeerID> = []
     private(set) var logs: [String] = []
     /// Inside `batch`: events are one batch of reads, ended by one `.endOfBatch`.
     private var inBatch = false
+    /// Peers the core closed during the event being fed, reported `.closed` after it.
+    private var toClose: [PeerID] = []
 
     /// Feeds what `body` feeds as one batch of reads (as one 64 KiB read of several frames would be).
     func batch(_ body: () -> Void) {
@@ -20,49 +24,51 @@ final class TestBus {
         if router.hasDeferredWork { feed(.endOfBatch) }
     }
 
-    /// `.stalled` effects: (store, closing).
+    /// Stores reported stalled: (store, closing).
     private(set) var stalls: [(store: String, closing: Bool)] = []
+    /// Store changes reported to the host.
+    private(set) var storeChanges: [StoreChange] = []
     /// Every frame sent to each peer as (op, coalescing mark), in order; never cleared by `take`.
     private(set) var marks: [PeerID: [(op: String, coalescing: Coalescing)]] = [:]
 
     init(_ configure: (inout RouterConfig) -> Void = { _ in }) {
-        var config = RouterConfig()
-        configure(&config)
-        router = Router(config: config)
+        var config = DaemonCoreConfig()
+        configure(&config.router)
+        core = DaemonCore(config: config, transport: self)
+        core.onLog = { [unowned self] _, line in self.logs.append(line) }
+        core.onStoreStalled = { [unowned self] store, _, closing in self.stalls.append((store, closing)) }
+        core.onStoreChange = { [unowned self] change in self.storeChanges.append(change) }
     }
 
-    /// Feeds an event and carries out its effects; a `close` effect is answered with a `closed` event, as the
-    /// transport does.
+    /// Feeds an event through the core; a peer it closed is answered with a `closed` event, as the transport does.
     func feed(_ event: RouterEvent) {
-        var toClose: [PeerID] = []
-        for effect in router.handle(event, now: now) {
-            switch effect {
-            case .send(let peer, let frame):
-                precondition(!closedPeers.contains(peer), "frame sent to closed peer \(peer)")
-                let env = try! Envelope(body: frame.bodyArray)
-                inbox[peer, default: []].append(env)
-                marks[peer, default: []].append((env.op, frame.coalescing))
-            case .close(let peer):
-                toClose.append(peer)
-            case .log(_, let line):
-                logs.append(line)
-            case .monitor(let peer, let frame):
-                inbox[peer, default: []].append(try! Envelope(body: frame.bodyArray))
-            case .host:
-                break
-            case .stalled(let store, _, let closing):
-                stalls.append((store, closing))
-            case .deferred:
-                break  // the batch ends after this event (or `batch`)
-            }
-        }
-        for peer in toClose where !closedPeers.contains(peer) {
+        core.handle(event, now: now)
+        let closing = toClose
+        toClose = []
+        for peer in closing where !closedPeers.contains(peer) {
             closedPeers.insert(peer)
             feed(.closed(peer))
         }
         // Each event is its own batch here, as if every frame came in a read of its own (unless inside `batch`).
         if router.hasDeferredWork && !inBatch { feed(.endOfBatch) }
     }
+
+    // MARK: DaemonTransport
+
+    func write(_ frame: Frame, to peer: PeerID) -> Int {
+        precondition(!closedPeers.contains(peer), "frame sent to closed peer \(peer)")
+        let env = try! Envelope(body: frame.bodyArray)
+        inbox[peer, default: []].append(env)
+        marks[peer, default: []].append((env.op, frame.coalescing))
+        return 0
+    }
+
+    func queuedBytes(of peer: PeerID) -> Int { 0 }
+    func accountableBytes(of peer: PeerID) -> Int { 0 }
+    func charged(_ bytes: Int, for peer: PeerID) {}
+    func discardQueued(of peer: PeerID) {}
+    func close(_ peer: PeerID, cutOffAfter: Millis?) { toClose.append(peer) }
+    func requestEndOfBatch() {}  // the batch ends after this event (or `batch`)
 
     func connect(_ id: PeerID) { feed(.connected(id, PeerCredentials(pid: Int32(id), uid: 1000))) }
 

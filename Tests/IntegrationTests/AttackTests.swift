@@ -321,8 +321,8 @@ struct AttackTests {
             let stuck = try bus.startBlocking("todo-store")
             let monitor = try RawPeer.ready(bus.socketPath, role: "monitor", name: "watch")
             let dispatcher = try RawPeer.ready(bus.socketPath, name: "dispatcher")
-            kill(stuck.pid, SIGSTOP)
             defer { kill(stuck.pid, SIGCONT) }
+            try stopProcess(stuck.pid)
             try dispatcher.send(frame: #"{"op":"dispatch","id":"t1","type":"todo/create","payload":{"title":"stuck"},"settle":true}"#)
             let stalled = try monitor.read(until: "store-stalled event", timeout: .seconds(10)) {
                 $0.op == "event" && $0.string("kind") == "store-stalled"

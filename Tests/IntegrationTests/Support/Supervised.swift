@@ -90,6 +90,21 @@ final class SupervisedFluxd: @unchecked Sendable {
     }
 }
 
+/// Stops a process with SIGSTOP and waits (with a deadline) until the kernel shows it stopped: `kill` returns
+/// before a process running on another CPU has stopped, and it may still handle a frame sent meanwhile.
+func stopProcess(_ pid: Int32, timeout: Duration = .seconds(5)) throws {
+    kill(pid, SIGSTOP)
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { break }
+        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces)
+        if state.hasPrefix("T") { return }
+        usleep(1000)
+    }
+    throw HarnessError.unexpectedOutput("process \(pid) did not stop within \(timeout)")
+}
+
 /// Whether a process with this pid exists (and is not a zombie).
 func processExists(_ pid: Int32) -> Bool {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }

@@ -1,0 +1,261 @@
+import FluxCore
+
+/// What a `DaemonCore` needs from whatever carries its frames: fluxd's libuv transport (`FluxDaemon.Daemon`),
+/// `FluxTesting`'s in-memory bus, or the router tests' bus. An adapter owns the connections; the core owns every
+/// decision about them (what to send, when a peer is too slow, what the memory budget allows).
+///
+/// The core calls these while it handles an event, on the adapter's thread; none of them may feed the core an
+/// event. A peer the adapter does not know (closed already) is ignored.
+public protocol DaemonTransport: AnyObject {
+    /// Queues `frame` for `peer` (written in order, after what was queued before). Returns the bytes now waiting
+    /// unwritten for the peer (0 where nothing ever waits, e.g. in memory).
+    func write(_ frame: Frame, to peer: PeerID) -> Int
+    /// Bytes waiting unwritten for `peer`.
+    func queuedBytes(of peer: PeerID) -> Int
+    /// Bytes the transport holds for `peer` that count towards fluxd's memory budget: its unfinished frame and
+    /// its frames waiting to be written.
+    func accountableBytes(of peer: PeerID) -> Int
+    /// The core charged `bytes` of the peer's transport bytes to the memory budget: a transport that reports
+    /// changes only while something is charged (fluxd's) keeps this.
+    func charged(_ bytes: Int, for peer: PeerID)
+    /// Drops what waits unwritten for `peer` (a write already in progress finishes).
+    func discardQueued(of peer: PeerID)
+    /// Closes `peer`'s connection after writing what was queued for it; with `cutOffAfter`, closes it without
+    /// waiting for those writes once that many milliseconds have passed. The adapter reports `.closed(peer)`
+    /// once it is gone.
+    func close(_ peer: PeerID, cutOffAfter: Millis?)
+    /// Asks the adapter to feed `.endOfBatch` before it writes what this batch of reads produced.
+    func requestEndOfBatch()
+}
+
+/// How a `DaemonCore` treats its peers beyond the router's own limits.
+public struct DaemonCoreConfig: Sendable {
+    /// The router's limits and identity.
+    public var router = RouterConfig()
+    /// How long a connection closed as a slow consumer (`router.maxBacklog`) or over the memory budget has to
+    /// read its error before it is cut off.
+    public var slowConsumerGrace: Millis = 1000
+    /// A monitor whose connection has more than this many bytes waiting misses events (and is told how many with
+    /// `missed` before the next one it gets).
+    public var monitorBacklogLimit = 1 << 20
+
+    public init(router: RouterConfig = RouterConfig()) {
+        self.router = router
+    }
+}
+
+/// The answer of a host-operation handler (`DaemonCore.handleHostOperation`).
+public enum HostAnswer: Sendable {
+    /// The reply frame (built with `FrameBuilder`; its `id` is the request's).
+    case reply(Frame)
+    /// A refusal: the peer gets `error` with this code and message, `ref` the request's id.
+    case error(ErrorCode, String)
+}
+
+/// The one host of fluxd's semantics: the `Router` (SPEC R1-R7, §10) plus the policies that need to know about
+/// the transport — a slow consumer is cut off (`maxBacklog`, SPEC §8.5), a monitor that is behind misses events
+/// and is told how many (§8.10), transport bytes are charged to the memory budget (§12), host operations are
+/// answered by registered handlers through the router (so their replies and errors are counted and monitored like
+/// any other) — and the notifications a host reacts to (stores up and down, stalled stores, logs).
+///
+/// It does no I/O and reads no clock: an adapter (`DaemonTransport`) feeds it events with the time and carries
+/// out its writes and closes. fluxd's libuv transport, `FluxTesting.InMemoryBus` and the router tests are three
+/// such adapters over this one core (swift-nio's `EmbeddedChannel` idea: tests run the real pipeline).
+///
+/// Not thread-safe: one thread (fluxd's loop thread) feeds it. `handle` must not be re-entered from the
+/// transport's methods; the notification closures run after the event is done and may feed it.
+public final class DaemonCore: RouterEffectSink {
+    /// The configuration it runs with.
+    public let config: DaemonCoreConfig
+    /// The dispatcher state machine (read its introspection; feed it only through `handle`).
+    public let router: Router
+    /// Called for every log line the core makes.
+    @exclusivity(unchecked) public var onLog: ((LogLevel, String) -> Void)?
+    /// Called when a store comes up or goes down (after the event that did it).
+    @exclusivity(unchecked) public var onStoreChange: ((StoreChange) -> Void)?
+    /// Called when a store left its oldest action unanswered past `storeTimeout` (after the event): its name, its
+    /// owner's pid, and whether its connection is being closed as `unresponsive`.
+    @exclusivity(unchecked) public var onStoreStalled: ((String, Int32?, Bool) -> Void)?
+
+    private unowned let transport: any DaemonTransport
+    @exclusivity(unchecked) private var hostHandlers: [Op: (PeerID, HostRequest) -> HostAnswer] = [:]
+    @exclusivity(unchecked) private var feeding = false
+    /// Work found while carrying out an event's effects, done once the router is finished with it.
+    @exclusivity(unchecked) private var later = Later()
+    /// Peers being closed as slow consumers or over budget: cut off after `slowConsumerGrace`, and no longer
+    /// accounted.
+    @exclusivity(unchecked) private var cuttingOff: Set<PeerID> = []
+    /// What each peer's transport bytes were last charged at, for the peers that have been charged anything.
+    @exclusivity(unchecked) private var accounted: [PeerID: Int] = [:]
+    /// Monitor events dropped per monitor since its last delivered one.
+    @exclusivity(unchecked) private var missedEvents: [PeerID: Int] = [:]
+
+    private struct Later {
+        var hostRequests: [(PeerID, HostRequest)] = []
+        var storeChanges: [StoreChange] = []
+        var stalls: [(String, Int32?, Bool)] = []
+        var overLimit: [(PeerID, RouterEvent)] = []
+        var toAccount: [PeerID] = []
+        var isEmpty: Bool {
+            hostRequests.isEmpty && storeChanges.isEmpty && stalls.isEmpty && overLimit.isEmpty && toAccount.isEmpty
+        }
+    }
+
+    /// How far a peer's queued bytes may grow past what was charged before a write charges them again.
+    static let accountingSlack = 256 << 10
+    /// Queues up to this size need no look at the peer after a write (below both the slack and `maxBacklog`).
+    private let checkAbove: Int
+
+    /// A core that writes through `transport` (kept unowned: the adapter owns the core).
+    public init(config: DaemonCoreConfig, transport: any DaemonTransport) {
+        self.config = config
+        self.router = Router(config: config.router)
+        self.transport = transport
+        self.checkAbove = min(Self.accountingSlack, config.router.maxBacklog)
+    }
+
+    /// Answers host operation `op` (SPEC §8.11) with `handler`: the router validates the request, the handler
+    /// answers it (after the event that carried it; it may feed the core).
+    public func handleHostOperation(_ op: Op, with handler: @escaping (PeerID, HostRequest) -> HostAnswer) {
+        precondition(op.isHostOperation, "\(op) is not a host operation")
+        hostHandlers[op] = handler
+        router.hostOps.insert(op)
+    }
+
+    /// Feeds one event at time `now` (milliseconds on a monotonic clock), carries out its effects through the
+    /// transport, then what they called for: slow consumers and peers over budget are closed, host requests
+    /// answered, notifications delivered.
+    public func handle(_ event: RouterEvent, now: Millis) {
+        precondition(!feeding, "DaemonCore.handle re-entered")
+        if case .closed(let peer) = event { forget(peer) }
+        feeding = true
+        router.handle(event, now: now, sink: self)
+        feeding = false
+        if !later.isEmpty { finish(now: now) }
+    }
+
+    /// The transport's accountable bytes for `peer` changed (its unfinished frame grew, or writes completed).
+    public func transportBytesChanged(_ peer: PeerID, now: Millis) {
+        if feeding {
+            later.toAccount.append(peer)
+        } else {
+            account(peer)
+            if !later.isEmpty { finish(now: now) }
+        }
+    }
+
+    /// Whether the core is in the middle of `handle` (an adapter asked to feed `.endOfBatch` then asks again
+    /// once it is done).
+    public var isHandling: Bool { feeding }
+
+    private func finish(now: Millis) {
+        while !later.isEmpty {
+            let work = later
+            later = Later()
+            for peer in work.toAccount { account(peer) }
+            for (peer, event) in work.overLimit { handle(event, now: now); _ = peer }
+            for (peer, request) in work.hostRequests {
+                let answer = hostHandlers[request.op].map { $0(peer, request) }
+                    ?? .error(.unknownOp, "unknown op \"\(request.op.rawValue)\"")
+                switch answer {
+                case .reply(let frame): handle(.hostReply(peer, frame), now: now)
+                case .error(let code, let message): handle(.hostError(peer, code, message: message, ref: request.id), now: now)
+                }
+            }
+            for change in work.storeChanges { onStoreChange?(change) }
+            for (store, pid, closing) in work.stalls { onStoreStalled?(store, pid, closing) }
+        }
+    }
+
+    private func forget(_ peer: PeerID) {
+        cuttingOff.remove(peer)
+        accounted.removeValue(forKey: peer)
+        missedEvents.removeValue(forKey: peer)
+    }
+
+    // MARK: - Effects
+
+    /// The router's `.send`: queues the frame; a peer whose queue passed `maxBacklog` is a slow consumer, one
+    /// whose queue grew past what was charged is charged again.
+    public func send(_ frame: Frame, to peer: PeerID) {
+        let queued = transport.write(frame, to: peer)
+        if queued > checkAbove { queueGrew(peer, queued) }
+    }
+
+    private func queueGrew(_ peer: PeerID, _ queued: Int) {
+        guard !cuttingOff.contains(peer) else { return }
+        if queued > config.router.maxBacklog {
+            onLog?(.warning, "slow consumer: peer \(peer) has \(queued) bytes unread; closing it")
+            cutOff(peer, .backlogged(peer))
+        } else if queued > (accounted[peer] ?? 0) + Self.accountingSlack {
+            if feeding { later.toAccount.append(peer) } else { account(peer) }
+        }
+    }
+
+    /// Every other effect.
+    public func perform(_ effect: RouterEffect) {
+        switch effect {
+        case .send(let peer, let frame):
+            send(frame, to: peer)
+        case .monitor(let peer, let frame):
+            deliverMonitorEvent(frame, to: peer)
+        case .host(let peer, let request):
+            later.hostRequests.append((peer, request))
+        case .close(let peer):
+            transport.close(peer, cutOffAfter: cuttingOff.contains(peer) ? config.slowConsumerGrace : nil)
+        case .log(let level, let message):
+            onLog?(level, message)
+        case .stalled(let store, let pid, let closing):
+            later.stalls.append((store, pid, closing))
+        case .storeChanged(let change):
+            later.storeChanges.append(change)
+        case .deferred:
+            transport.requestEndOfBatch()
+        }
+    }
+
+    /// A monitor must never slow routing (SPEC §8.10): while its connection is behind, events for it are dropped
+    /// and counted; the next one delivered is preceded by `{"op":"missed","count":N}`.
+    private func deliverMonitorEvent(_ frame: Frame, to peer: PeerID) {
+        if transport.queuedBytes(of: peer) > config.monitorBacklogLimit {
+            missedEvents[peer, default: 0] += 1
+            return
+        }
+        if let missed = missedEvents.removeValue(forKey: peer) {
+            var b = FrameBuilder(op: "missed")
+            b.int("count", missed)
+            send(b.finish(), to: peer)
+        }
+        send(frame, to: peer)
+    }
+
+    // MARK: - Slow consumers and the memory budget
+
+    /// Charges the change in a peer's transport bytes to its memory account; a growth the budget refuses closes
+    /// it with `memory-budget`.
+    private func account(_ peer: PeerID) {
+        guard !cuttingOff.contains(peer) else { return }
+        let bytes = transport.accountableBytes(of: peer)
+        guard bytes != (accounted[peer] ?? 0) else { return }
+        if router.accountTransport(peer, bytes: bytes) {
+            accounted[peer] = bytes
+            transport.charged(bytes, for: peer)
+            return
+        }
+        onLog?(.warning, "memory budget exceeded by peer \(peer) (\(bytes) bytes in the transport, \(router.memory.used) used in all); closing it")
+        cutOff(peer, .overBudget(peer))
+        let left = transport.accountableBytes(of: peer)
+        if router.accountTransport(peer, bytes: left) {
+            accounted[peer] = left
+            transport.charged(left, for: peer)
+        }
+    }
+
+    /// Drops what waits for `peer` and has the router close it with `event`'s error, which then follows the
+    /// write in progress; the transport cuts it off if it has not read that within `slowConsumerGrace`.
+    private func cutOff(_ peer: PeerID, _ event: RouterEvent) {
+        cuttingOff.insert(peer)
+        transport.discardQueued(of: peer)
+        later.overLimit.append((peer, event))
+    }
+}

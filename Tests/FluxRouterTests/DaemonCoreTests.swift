@@ -1,0 +1,167 @@
+import FluxCore
+import Testing
+@testable import FluxRouter
+
+/// The policies the daemon core adds around the router, through a transport whose backlog the test sets: slow
+/// consumers, monitors that are behind, transport bytes against the memory budget, host operations, and the
+/// notifications a host reacts to.
+@Suite("DaemonCore: the semantics fluxd, the in-memory bus and these tests share")
+struct DaemonCoreTests {
+    /// A transport whose queues never drain by themselves: `backlog[peer]` bytes wait, plus what was written.
+    final class FakeTransport: DaemonTransport {
+        var backlog: [PeerID: Int] = [:]
+        var partial: [PeerID: Int] = [:]
+        var frames: [PeerID: [Envelope]] = [:]
+        var closes: [(PeerID, Millis?)] = []
+        var discarded: [PeerID] = []
+        var charges: [PeerID: Int] = [:]
+
+        func write(_ frame: Frame, to peer: PeerID) -> Int {
+            frames[peer, default: []].append(try! Envelope(body: frame.bodyArray))
+            backlog[peer, default: 0] += frame.bytes.count
+            return backlog[peer]!
+        }
+        func queuedBytes(of peer: PeerID) -> Int { backlog[peer] ?? 0 }
+        func accountableBytes(of peer: PeerID) -> Int { (backlog[peer] ?? 0) + (partial[peer] ?? 0) }
+        func charged(_ bytes: Int, for peer: PeerID) { charges[peer] = bytes }
+        func discardQueued(of peer: PeerID) {
+            discarded.append(peer)
+            backlog[peer] = 0
+        }
+        func close(_ peer: PeerID, cutOffAfter: Millis?) { closes.append((peer, cutOffAfter)) }
+        func requestEndOfBatch() {}
+
+        func take(_ peer: PeerID) -> [Envelope] {
+            defer { frames[peer] = [] }
+            return frames[peer] ?? []
+        }
+        /// The peer read everything.
+        func drain(_ peer: PeerID) { backlog[peer] = 0 }
+    }
+
+    final class Harness {
+        let transport = FakeTransport()
+        let core: DaemonCore
+        var now: Millis = 1000
+        var changes: [StoreChange] = []
+
+        init(_ configure: (inout DaemonCoreConfig) -> Void = { _ in }) {
+            var config = DaemonCoreConfig()
+            configure(&config)
+            core = DaemonCore(config: config, transport: transport)
+            core.onStoreChange = { [unowned self] in self.changes.append($0) }
+        }
+
+        func send(_ peer: PeerID, _ json: String) { core.handle(.frame(peer, Array(json.utf8)), now: now) }
+
+        func join(_ peer: PeerID, role: String) {
+            core.handle(.connected(peer, PeerCredentials(pid: Int32(peer), uid: 1000)), now: now)
+            send(peer, #"{"op":"hello","protocol":1,"role":"\#(role)","name":"p\#(peer)"}"#)
+            #expect(transport.take(peer).map { $0.string("op").value } == ["welcome"])
+            transport.drain(peer)
+        }
+    }
+
+    @Test("a peer whose unread bytes pass maxBacklog gets slow-consumer, what waited is dropped, and it is cut off after the grace")
+    func slowConsumer() {
+        let h = Harness {
+            $0.router.maxBacklog = 4096
+            $0.slowConsumerGrace = 750
+        }
+        h.join(1, role: "store")
+        h.send(1, #"{"op":"register","store":"s","handles":["t"],"state":{"n":0}}"#)
+        h.join(2, role: "client")
+        h.transport.backlog[2] = 4000  // peer 2 reads nothing
+        h.send(2, #"{"op":"subscribe","store":"s"}"#)
+        h.send(2, #"{"op":"get","id":"g","store":"s"}"#)
+        h.send(2, #"{"op":"info","id":"i"}"#)  // the info reply alone passes 4096
+        #expect(h.transport.discarded.contains(2))
+        let last = h.transport.take(2).last
+        #expect(last?.string("op").value == "error" && last?.string("code").value == "slow-consumer")
+        #expect(h.transport.closes.contains { $0.0 == 2 && $0.1 == 750 })
+        #expect(h.core.router.counters.errors["slow-consumer"] == 1)
+        // The store is untouched.
+        #expect(!h.transport.closes.contains { $0.0 == 1 })
+    }
+
+    @Test("a monitor that is behind misses events and is told how many before the next one")
+    func monitorMissesEvents() {
+        let h = Harness { $0.monitorBacklogLimit = 100 }
+        h.join(1, role: "store")
+        h.join(3, role: "monitor")
+        h.send(1, #"{"op":"register","store":"s","handles":["t"],"state":{"n":0}}"#)
+        #expect(h.transport.take(3).map { $0.string("kind").value } == ["store-up", "snapshot"])
+        h.transport.backlog[3] = 1000
+        h.join(2, role: "client")  // a connect event, missed
+        h.send(2, #"{"op":"dispatch","type":"t"}"#)  // a dispatch event, missed
+        #expect(h.transport.take(3).isEmpty)
+        h.transport.drain(3)
+        h.send(1, #"{"op":"done","store":"s","seq":1}"#)
+        let got = h.transport.take(3)
+        #expect(got.first?.string("op").value == "missed")
+        #expect(got.first?.int("count").value == 2)
+        #expect(got.dropFirst().allSatisfy { $0.string("op").value == "event" } && got.count > 1)
+        #expect(!h.transport.closes.contains { $0.0 == 3 })
+    }
+
+    @Test("host operations are answered by their handlers through the router: replies counted, errors coded with ref")
+    func hostOperations() {
+        let h = Harness()
+        var asked: [HostRequest] = []
+        h.core.handleHostOperation(.workers) { _, request in
+            asked.append(request)
+            var b = FrameBuilder(op: "workers")
+            b.string("id", request.id)
+            b.key("workers")
+            b.rawBytes(Array(#"[]"#.utf8))
+            return .reply(b.finish())
+        }
+        h.core.handleHostOperation(.restartWorker) { _, _ in .error(.unknownWorker, "no worker named \"x\"") }
+        h.join(2, role: "client")
+        let framesOut = h.core.router.counters.traffic.framesOut
+        h.send(2, #"{"op":"workers","id":"w1"}"#)
+        #expect(asked == [.workers(id: "w1")])
+        #expect(h.transport.take(2).map { $0.string("op").value } == ["workers"])
+        #expect(h.core.router.counters.traffic.framesOut == framesOut + 1)
+        h.send(2, #"{"op":"restart-worker","id":"r1","name":"x"}"#)
+        let error = h.transport.take(2).first
+        #expect(error?.string("code").value == "unknown-worker")
+        #expect(error?.string("ref").value == "r1")
+        #expect(h.core.router.counters.errors["unknown-worker"] == 1)
+        // Not registered: unknown-op. Invalid: bad-message, and the handler is not called.
+        h.send(2, #"{"op":"stop-worker","id":"s1","name":"x"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "unknown-op")
+        h.send(2, #"{"op":"restart-worker","id":"r2","name":"no/slashes"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "bad-message")
+        h.send(2, #"{"op":"workers"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "bad-message")
+        #expect(asked.count == 1)
+    }
+
+    @Test("store changes reach the host after the event: up with its owner, down when the owner goes")
+    func storeChanges() {
+        let h = Harness()
+        h.join(1, role: "store")
+        h.send(1, #"{"op":"register","store":"s","handles":["t"]}"#)
+        #expect(h.changes == [StoreChange(store: "s", status: .up, owner: 1, ownerPID: 1)])
+        h.core.handle(.closed(1), now: h.now)
+        #expect(h.changes.last == StoreChange(store: "s", status: .down))
+    }
+
+    @Test("transport bytes are charged to the memory budget; a peer whose bytes do not fit is closed with memory-budget")
+    func transportBytesAgainstTheBudget() {
+        let h = Harness {
+            $0.router.memory.total = 1 << 20
+            $0.router.memory.perUser = 512 << 10
+            $0.router.memory.connectionAllowance = 1024
+        }
+        h.join(2, role: "client")
+        h.transport.partial[2] = 100 << 10
+        h.core.transportBytesChanged(2, now: h.now)
+        #expect(h.transport.charges[2] == 100 << 10)
+        h.transport.partial[2] = 600 << 10
+        h.core.transportBytesChanged(2, now: h.now)
+        #expect(h.transport.take(2).last?.string("code").value == "memory-budget")
+        #expect(h.transport.closes.contains { $0.0 == 2 && $0.1 != nil })
+    }
+}

@@ -5,7 +5,8 @@ For every protocol/schemas/*.schema.json: it must be a valid JSON Schema (draft 
 SPEC.md §14 requires (title, description, x-direction, x-since, additionalProperties: true, a const op), its file
 name must be <op>.<direction>.schema.json, and index.json must list it. For every
 protocol/vectors/messages/<stem>.json: each "valid" example must pass its schema and each "invalid" one must
-fail it.
+fail it; each "invalidBySpecOnly" one (optional: what SPEC.md rejects but JSON Schema cannot express, such as byte
+lengths and integers written with a fraction) must pass it, or it belongs in "invalid".
 
 Usage: python3 protocol/tools/check_schemas.py [-v]
 Prints one line per failure (and per check with -v), then a final line "N passed, M failed"; exits 1 on failure.
@@ -98,6 +99,10 @@ def main():
             check(not errors, f"{stem}.json valid[{i}] passes" + (f": {errors[0].message}" if errors else ""))
         for i, msg in enumerate(examples.get("invalid", [])):
             check(not validator.is_valid(msg), f"{stem}.json invalid[{i}] fails: {json.dumps(msg)[:120]}")
+        for i, msg in enumerate(examples.get("invalidBySpecOnly", [])):
+            errors = sorted(validator.iter_errors(msg), key=lambda e: list(e.path))
+            check(not errors, f"{stem}.json invalidBySpecOnly[{i}] passes the schema (only SPEC.md rejects it)"
+                  + (f": {errors[0].message}; move it to \"invalid\"" if errors else ""))
 
     for name in sorted(os.listdir(MESSAGES)):
         if name.endswith(".json"):

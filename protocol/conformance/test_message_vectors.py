@@ -1,0 +1,786 @@
+"""Every example message a peer sends (protocol/vectors/messages/*.c2d.json and *.s2d.json), sent to a real fluxd.
+
+One test per example (`<file>-<valid|invalid|invalidBySpecOnly>-<index>`), each against a fresh fluxd (the one the
+conformance scenarios use: ``$FLUXD``, else ``.build/debug/fluxd``), so that what one example does cannot change
+what another one gets:
+
+- ``hello`` examples are the first frame of a fresh connection. Every other example is sent on a connection that
+  said hello in the role that may send it (``store`` for ``*.s2d``, ``client`` for ``*.c2d``), after the state it
+  needs was set up: a store that handles every type for ``dispatch``, a retained snapshot for ``get``, a live query
+  for ``unquery``, an owned store with a delivered action whose ``seq`` the example answers for ``done`` and
+  ``reject`` (so a valid answer is really accepted, and a lax fluxd that accepts an invalid one is seen doing so),
+  a fluxd with a worker config (``--config``) naming the examples' workers for the host operations of §8.11.
+- An invalid example must get the ``error`` SPEC.md gives for it (``spec_verdict`` below is SPEC's rules for the
+  messages peers send, written from SPEC §3-§8 and §11): ``bad-message`` for a bad field, or ``unknown-op``,
+  ``handshake-required``, ``unsupported-version`` ...; with ``ref`` by §8.9 (the message's string ``id``, else its
+  string ``store``; never on ``unsupported-version``, §6); fatal, then the connection closed, during the handshake
+  only; otherwise the connection survives, which a ``ping`` answered by its ``pong`` right after proves. A
+  refused message must have no effect (no action delivered, no settlement, no registration). An invalid example
+  whose ``op`` names another valid message (``{"op":"pong"}`` among the ``ping`` examples) is handled as that one.
+- A valid example must be handled: its reply (``got``, ``query-ok``, ``registered`` ...), or the effect it has (an
+  action delivered with the example's type, payload and cause; a settlement of the answered action; a snapshot).
+  The one valid example with a semantic error is a ``register`` whose ``waitFor`` names the store itself:
+  ``cycle`` (SPEC §8.2).
+- Every frame fluxd sends in these tests must pass the schema of its op (``*.d2c.schema.json``), when the
+  ``jsonschema`` package is installed.
+
+Run: ``FLUXD=/path/to/fluxd python3 -m pytest -q protocol/conformance/test_message_vectors.py`` (``-k dispatch``
+for one file's examples). Standard library only, but for the reply schema checks.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import pytest
+
+import run
+
+try:
+    from jsonschema import Draft202012Validator
+except ImportError:  # the reply schema checks are skipped; everything else runs
+    Draft202012Validator = None
+
+MESSAGES = os.path.join(run.REPO, "protocol", "vectors", "messages")
+SCHEMAS = os.path.join(run.REPO, "protocol", "schemas")
+DEADLINE = 5.0
+MAX_INT = 2 ** 53 - 1
+HOST_OPS = {"workers", "restart-worker", "stop-worker"}
+KINDS = ("valid", "invalid", "invalidBySpecOnly")
+
+# --------------------------------------------------------------------------------------------------------------
+# SPEC.md's rules for the messages peers send
+
+
+def is_int(v: Any) -> bool:
+    """An integer of §4.3: a JSON number without fraction or exponent, 0 … 2^53−1 (`1.0` is not one)."""
+    return type(v) is int and 0 <= v <= MAX_INT
+
+
+def is_seq(v: Any) -> bool:
+    """An integer naming an action (`cause`, `done.seq`, `reject.seq`): 1 … 2^53−1 (§4.3)."""
+    return is_int(v) and v >= 1
+
+
+def utf8_len(v: str) -> int:
+    return len(v.encode("utf-8"))
+
+
+def is_store(v: Any) -> bool:
+    """A store name (§4.1): 1-128 bytes of [A-Za-z0-9._:/-]."""
+    return isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9._:/-]{1,128}", v) is not None
+
+
+def is_type(v: Any) -> bool:
+    """An action type (§4.1): 1-256 bytes of [A-Za-z0-9._:/-]."""
+    return isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9._:/-]{1,256}", v) is not None
+
+
+def is_pattern(v: Any) -> bool:
+    """A pattern (§5): an action type, or a prefix of one (maybe empty) followed by one trailing `*`; ≤ 256 bytes."""
+    if not isinstance(v, str):
+        return False
+    if v.endswith("*"):
+        return re.fullmatch(r"[A-Za-z0-9._:/-]{0,255}", v[:-1]) is not None
+    return is_type(v)
+
+
+def is_worker(v: Any) -> bool:
+    """A worker name (§8.11): 1-64 bytes of [A-Za-z0-9._-]."""
+    return isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,64}", v) is not None
+
+
+def is_id(v: Any) -> bool:
+    """An id (§4.2): a string of 1-256 bytes of UTF-8, decoded."""
+    return isinstance(v, str) and 1 <= utf8_len(v) <= 256
+
+
+def is_peer_name(v: Any) -> bool:
+    """hello.name (§4.2): a string of at most 128 bytes."""
+    return isinstance(v, str) and utf8_len(v) <= 128
+
+
+def is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def is_json(v: Any) -> bool:
+    """An opaque value (`payload`, `state`, `query`): any JSON, `null` included (§3.3)."""
+    return True
+
+
+def is_role(v: Any) -> bool:
+    return v in ("client", "store", "monitor")
+
+
+def is_store_error(v: Any) -> bool:
+    """reject.error (§8.3): an object with a string `code` of 1-256 bytes and, if present, a string `message`."""
+    return (isinstance(v, dict) and isinstance(v.get("code"), str) and 1 <= utf8_len(v["code"]) <= 256
+            and ("message" not in v or isinstance(v["message"], str)))
+
+
+def array_of(item: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(item(x) for x in v)
+
+
+REQ, OPT = True, False
+# op -> field -> (required, check). `op` itself is checked before.
+FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
+    "hello": {"protocol": (REQ, is_int), "role": (REQ, is_role), "name": (OPT, is_peer_name),
+              "heartbeat": (OPT, is_bool)},
+    "bye": {},
+    "dispatch": {"type": (REQ, is_type), "payload": (OPT, is_json), "id": (OPT, is_id), "settle": (OPT, is_bool),
+                 "cause": (OPT, is_seq)},
+    "get": {"store": (REQ, is_store), "id": (OPT, is_id)},
+    "info": {"id": (OPT, is_id)},
+    "ping": {"id": (OPT, is_id)},
+    "pong": {"id": (OPT, is_id)},
+    "query": {"id": (REQ, is_id), "store": (REQ, is_store), "query": (REQ, is_json)},
+    "unquery": {"id": (REQ, is_id)},
+    "subscribe": {"store": (REQ, is_store)},
+    "unsubscribe": {"store": (REQ, is_store)},
+    "workers": {"id": (REQ, is_id)},
+    "restart-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
+    "stop-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
+    "register": {"store": (REQ, is_store), "handles": (REQ, array_of(is_pattern)),
+                 "waitFor": (OPT, array_of(is_store)), "state": (OPT, is_json), "queryDeltas": (OPT, is_bool)},
+    "unregister": {"store": (REQ, is_store)},
+    "done": {"store": (REQ, is_store), "seq": (REQ, is_seq), "state": (OPT, is_json)},
+    "reject": {"store": (REQ, is_store), "seq": (REQ, is_seq), "error": (REQ, is_store_error)},
+    "state": {"store": (REQ, is_store), "state": (REQ, is_json)},
+}
+# The ops each role may send on a ready connection (§7; the host operations of §8.11: any role).
+CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong", "bye"}
+ROLE_OPS = {
+    "client": CLIENT_OPS | HOST_OPS,
+    "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state"},
+    "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye"} | HOST_OPS,
+}
+KNOWN_OPS = set().union(*ROLE_OPS.values())
+
+
+class Verdict(NamedTuple):
+    """The error SPEC gives for a message."""
+    code: str
+    ref: Optional[str]
+    fatal: bool
+    why: str
+
+
+def spec_ref(msg: Dict[str, Any]) -> Optional[str]:
+    """`error.ref` by §8.9: the message's `id` if a string, else its `store` if a string, else none."""
+    if isinstance(msg.get("id"), str):
+        return msg["id"]
+    if isinstance(msg.get("store"), str):
+        return msg["store"]
+    return None
+
+
+def field_problem(msg: Dict[str, Any], op: str) -> Optional[str]:
+    for field, (required, check) in FIELDS[op].items():
+        if field not in msg:
+            if required:
+                return f"required field {field!r} missing"
+        elif not check(msg[field]):
+            return f"field {field!r} = {short(msg[field], 60)} breaks its rule"
+    if op == "dispatch" and msg.get("settle") is True and "id" not in msg:
+        return "settle: true without id"
+    return None
+
+
+def spec_verdict(msg: Dict[str, Any], role: Optional[str]) -> Optional[Verdict]:
+    """The error SPEC.md gives for `msg` (None: a valid message). `role` None: the first frame of a connection."""
+    op = msg.get("op")
+    if role is None:  # §6
+        if op != "hello":
+            return Verdict("handshake-required", spec_ref(msg), True, "the first frame is not a hello")
+        if is_int(msg.get("protocol")) and msg["protocol"] != 1:
+            return Verdict("unsupported-version", None, True, "protocol is an integer other than 1")
+        problem = field_problem(msg, "hello")
+        return Verdict("bad-message", spec_ref(msg), True, problem) if problem else None
+    if not isinstance(op, str):
+        return Verdict("bad-message", spec_ref(msg), False, "op missing or not a string (§3.3)")
+    if op == "hello":
+        return Verdict("bad-message", spec_ref(msg), False, "second hello (§6)")
+    if op not in KNOWN_OPS:
+        return Verdict("unknown-op", spec_ref(msg), False, f"op {op!r} is not one fluxd receives (§7)")
+    if op not in ROLE_OPS[role]:
+        return Verdict("forbidden", spec_ref(msg), False, f"a {role} may not send {op} (§7)")
+    problem = field_problem(msg, op)
+    return Verdict("bad-message", spec_ref(msg), False, problem) if problem else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The examples
+
+
+class Case(NamedTuple):
+    stem: str       # e.g. "dispatch.c2d"
+    kind: str       # valid | invalid | invalidBySpecOnly
+    index: int
+    msg: Dict[str, Any]
+
+    @property
+    def file_op(self) -> str:
+        return self.stem.rsplit(".", 1)[0]
+
+    @property
+    def role(self) -> Optional[str]:
+        if self.file_op == "hello":
+            return None
+        return "store" if self.stem.endswith(".s2d") else "client"
+
+    @property
+    def name(self) -> str:
+        return f"{self.stem}-{self.kind}-{self.index}"
+
+
+def load_cases() -> List[Case]:
+    cases = []
+    for path in sorted(glob.glob(os.path.join(MESSAGES, "*.c2d.json")) + glob.glob(os.path.join(MESSAGES, "*.s2d.json"))):
+        stem = os.path.basename(path)[: -len(".json")]
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        for kind in KINDS:
+            for i, msg in enumerate(doc.get(kind, [])):
+                cases.append(Case(stem, kind, i, msg))
+    return cases
+
+
+CASES = load_cases()
+
+
+def short(value: Any, n: int = 240) -> str:
+    """`value` as JSON, cut to about `n` characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= n else text[: n - 12] + f"…({len(text)} chars)"
+
+
+def encode(msg: Any) -> bytes:
+    return json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fluxd, connections and the replies' schemas
+
+
+def _reply_validators() -> Dict[str, Any]:
+    if Draft202012Validator is None:
+        return {}
+    validators = {}
+    for path in glob.glob(os.path.join(SCHEMAS, "*.d2c.schema.json")):
+        with open(path, encoding="utf-8") as f:
+            validators[os.path.basename(path).split(".")[0]] = Draft202012Validator(json.load(f))
+    return validators
+
+
+REPLY_VALIDATORS = _reply_validators()
+
+WORKER_SCRIPT = r'''
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[sys.argv.index("--socket") + 1])
+body = json.dumps({"op": "hello", "protocol": 1, "role": "client", "name": "vector-worker"}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+while s.recv(65536):  # until fluxd closes the connection (or SIGTERM ends this process)
+    pass
+'''
+
+
+class Fluxd(run.Fluxd):
+    """run.Fluxd, stopped at once: a graceful stop would drain for up to 5 s while a test's actions are
+    unsettled, so the stop signal is sent twice (SPEC §8.8: a second SIGTERM/SIGINT ends the drain)."""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        super().stop()
+
+
+def worker_names() -> List[str]:
+    """The workers the config of the host-operation tests lists: the names of the valid examples, and `todo`,
+    `comments`."""
+    names = {"todo", "comments"}
+    for case in CASES:
+        if case.file_op in ("restart-worker", "stop-worker") and case.kind == "valid" and is_worker(case.msg.get("name")):
+            names.add(case.msg["name"])
+    return sorted(names)
+
+
+@pytest.fixture
+def start_fluxd():
+    """Starts a fluxd (with a worker config when `workers` is true); every one is stopped after the test."""
+    started: List[Fluxd] = []
+    directories: List[str] = []
+
+    def start(workers: bool = False) -> Fluxd:
+        arguments = []
+        if workers:
+            directory = tempfile.mkdtemp(prefix="fluxvec-")
+            directories.append(directory)
+            script = os.path.join(directory, "worker.py")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(WORKER_SCRIPT)
+            config = os.path.join(directory, "fluxd.toml")
+            with open(config, "w", encoding="utf-8") as f:
+                for name in worker_names():
+                    f.write(f'[workers."{name}"]\ncommand = {json.dumps(sys.executable)}\n'
+                            f'args = [{json.dumps(script)}]\nstores = []\nrestart = "never"\nstop_timeout = 2\n\n')
+            arguments = ["--config", config]
+        fluxd = Fluxd(run.fluxd_path(), arguments)
+        started.append(fluxd)
+        return fluxd
+
+    yield start
+    for fluxd in started:
+        fluxd.stop()
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class Conn:
+    """A raw connection to fluxd that reads JSON frames with deadlines and checks each against its schema."""
+
+    def __init__(self, fluxd: Fluxd, label: str, problems: List[str]):
+        self.peer = run.Peer(fluxd.socket_path)
+        self.label = label
+        self.problems = problems
+        self.pings = 0
+        self.peer_id: Optional[int] = None
+
+    def send(self, msg: Any) -> None:
+        self.peer.send_body(encode(msg))
+
+    def read(self, timeout: float = DEADLINE) -> Optional[Dict[str, Any]]:
+        """The next frame, or None at EOF; fails the test at the deadline."""
+        try:
+            body = self.peer.next_frame(timeout)
+        except run.ScenarioFailure:
+            pytest.fail(f"{self.label}: no frame from fluxd within {timeout} s")
+        if body is None:
+            return None
+        frame = json.loads(body)
+        validator = REPLY_VALIDATORS.get(frame.get("op"))
+        if validator is not None:
+            for error in validator.iter_errors(frame):
+                self.problems.append(f"{self.label} got a frame that breaks {frame.get('op')}.d2c.schema.json "
+                                     f"({error.message}): {short(frame)}")
+        return frame
+
+    def hello(self, role: str) -> Dict[str, Any]:
+        self.send({"op": "hello", "protocol": 1, "role": role, "name": self.label})
+        welcome = self.read()
+        assert welcome and welcome.get("op") == "welcome", f"{self.label}: hello answered {welcome}"
+        self.peer_id = welcome["peer"]
+        return welcome
+
+    def barrier(self) -> Tuple[List[Dict[str, Any]], bool]:
+        """Sends a ping; returns the frames before its pong and whether the pong came (False: the connection
+        ended first)."""
+        self.pings += 1
+        ident = f"vector-barrier-{self.pings}"
+        self.send({"op": "ping", "id": ident})
+        frames = []
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            frame = self.read(max(0.0, deadline - time.monotonic()))
+            if frame is None:
+                return frames, False
+            if frame.get("op") == "pong" and frame.get("id") == ident:
+                return frames, True
+            frames.append(frame)
+
+    def until(self, what: str, predicate: Callable[[Dict[str, Any]], bool]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """Reads until a frame matches; returns it and the frames before it."""
+        before = []
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            frame = self.read(max(0.0, deadline - time.monotonic()))
+            if frame is None:
+                pytest.fail(f"{self.label}: the connection ended while waiting for {what}; got {short(before)}")
+            if predicate(frame):
+                return frame, before
+            before.append(frame)
+
+    def close(self) -> None:
+        self.peer.close()
+
+
+class Run:
+    """One example's test: its fluxd, its connections, the SPEC verdict and the checks."""
+
+    def __init__(self, case: Case, start_fluxd, workers: bool = False):
+        self.case = case
+        self.msg = case.msg
+        self.problems: List[str] = []
+        self.conns: List[Conn] = []
+        self.fluxd = start_fluxd(workers)
+        self.verdict = spec_verdict(self.msg, case.role)
+        self._check_model()
+
+    def _check_model(self) -> None:
+        """The SPEC model and the example's list agree (a gap in `spec_verdict` would make a test meaningless)."""
+        same_op = self.msg.get("op") == self.case.file_op
+        if self.case.kind == "valid":
+            assert self.verdict is None, f"valid example, yet SPEC (as this test reads it) says {self.verdict}"
+        elif same_op:
+            assert self.verdict is not None, "invalid example that this test's reading of SPEC finds valid"
+
+    def conn(self, label: str, role: Optional[str]) -> Conn:
+        c = Conn(self.fluxd, label, self.problems)
+        self.conns.append(c)
+        if role:
+            c.hello(role)
+        return c
+
+    def store(self, label: str, name: str, handles: List[str], state: Any = None, with_state: bool = False) -> Conn:
+        """A store-role connection that registered `name`."""
+        c = self.conn(label, "store")
+        reg = {"op": "register", "store": name, "handles": handles}
+        if with_state:
+            reg["state"] = state
+        c.send(reg)
+        c.until(f"registered {name}", lambda f: f.get("op") == "registered" and f.get("store") == name)
+        c.until(f"queries of {name}", lambda f: f.get("op") == "queries" and f.get("store") == name)
+        return c
+
+    def describe(self, frames: List[Dict[str, Any]]) -> str:
+        return f"sent {short(self.msg)}\n  fluxd answered: {short(frames, 600) if frames else 'nothing'}"
+
+    def expect_refused(self, frames: List[Dict[str, Any]], alive: bool) -> None:
+        """The example got exactly the error SPEC gives, and the connection survived or closed as SPEC says."""
+        v = self.verdict
+        assert v is not None
+        errors = [f for f in frames if f.get("op") == "error"]
+        want = f"error {v.code} (ref {v.ref!r}, fatal {v.fatal}) because {v.why}"
+        assert errors, f"expected {want}\n  {self.describe(frames)}"
+        assert len(errors) == 1, f"expected one error, {want}\n  {self.describe(frames)}"
+        e = errors[0]
+        assert e.get("code") == v.code, f"expected {want}\n  {self.describe(frames)}"
+        assert e.get("ref") == v.ref, f"expected ref {v.ref!r} (SPEC §8.9), {want}\n  {self.describe(frames)}"
+        assert e.get("fatal") is v.fatal, f"expected fatal {v.fatal}, {want}\n  {self.describe(frames)}"
+        if v.fatal:
+            assert not alive, f"a fatal error must close the connection\n  {self.describe(frames)}"
+        else:
+            assert alive, f"the connection must survive {v.code} (SPEC §11)\n  {self.describe(frames)}"
+        others = [f for f in frames if f.get("op") != "error"]
+        assert not others, f"a refused message has no other reply\n  {self.describe(frames)}"
+
+    def expect_no_error(self, frames: List[Dict[str, Any]]) -> None:
+        errors = [f for f in frames if f.get("op") == "error"]
+        assert not errors, f"a valid message must be handled (no error)\n  {self.describe(frames)}"
+
+    def finish(self) -> None:
+        for c in self.conns:
+            c.close()
+        assert not self.problems, "\n".join(self.problems)
+
+
+def only(frames: List[Dict[str, Any]], op: str, describe: str) -> Dict[str, Any]:
+    assert len(frames) >= 1 and frames[0].get("op") == op, f"expected {op}\n  {describe}"
+    return frames[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Expected replies of valid requests (by the op the example names)
+
+
+def check_reply(r: Run, frames: List[Dict[str, Any]], alive: bool, context: Dict[str, Any]) -> None:
+    msg = r.msg
+    op = msg["op"]
+    d = r.describe(frames)
+    r.expect_no_error(frames)
+    if op == "bye":
+        assert not alive and not frames, f"bye: fluxd closes the connection (§8.8)\n  {d}"
+        return
+    assert alive, f"the connection must stay open\n  {d}"
+    echo = msg.get("id")
+    if op == "pong":
+        assert not frames, f"fluxd sends nothing in reply to a pong (§8.7)\n  {d}"
+    elif op == "ping":
+        pong = only(frames, "pong", d)
+        assert pong.get("id") == echo, f"pong echoes the id\n  {d}"
+        assert len(frames) == 1, d
+    elif op == "info":
+        info = only(frames, "info", d)
+        assert info.get("id") == echo and isinstance(info.get("stores"), list), f"info echoes the id\n  {d}"
+    elif op == "get":
+        got = only(frames, "got", d)
+        assert (got.get("id"), got.get("store"), got.get("state")) == (echo, msg["store"], context["state"]), \
+            f"got: id echoed, the store, its retained state {context['state']!r}\n  {d}"
+    elif op == "subscribe":
+        sub = only(frames, "subscribed", d)
+        assert sub.get("store") == msg["store"] and sub.get("status") == "unknown", f"subscribed (unknown)\n  {d}"
+    elif op == "unsubscribe":
+        unsub = only(frames, "unsubscribed", d)
+        assert unsub.get("store") == msg["store"], f"unsubscribed\n  {d}"
+    elif op == "query":
+        assert only(frames, "query-ok", d).get("id") == echo, f"query-ok echoes the id\n  {d}"
+    elif op == "unquery":
+        assert only(frames, "unquery-ok", d).get("id") == echo, f"unquery-ok echoes the id\n  {d}"
+    elif op == "workers":
+        reply = only(frames, "workers", d)
+        assert reply.get("id") == echo and sorted(w["name"] for w in reply["workers"]) == worker_names(), \
+            f"workers: id echoed, every configured worker\n  {d}"
+    elif op in ("restart-worker", "stop-worker"):
+        reply = only(frames, "worker", d)
+        assert reply.get("id") == echo and reply["worker"].get("name") == msg["name"], \
+            f"worker: id echoed, the named worker\n  {d}"
+    else:
+        raise AssertionError(f"no reply check for {op}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One runner per file
+
+
+def run_hello(case: Case, start_fluxd) -> None:
+    r = Run(case, start_fluxd)
+    c = r.conn("first-frame", None)
+    c.send(r.msg)
+    first = c.read()
+    frames = [first] if first is not None else []
+    if r.verdict:
+        after = c.read()
+        r.expect_refused(frames, alive=after is not None)
+        assert after is None, f"fatal: the connection is closed after the error\n  {r.describe(frames + [after])}"
+    else:
+        assert first is not None and first.get("op") == "welcome", f"expected welcome\n  {r.describe(frames)}"
+        assert first.get("protocol") == 1 and isinstance(first.get("peer"), int), r.describe(frames)
+        more, alive = c.barrier()
+        assert alive and not more, f"the connection is ready\n  {r.describe(frames + more)}"
+    r.finish()
+
+
+def run_request(case: Case, start_fluxd) -> None:
+    """Requests a client sends, answered by a reply (or by nothing: pong, bye)."""
+    op = case.file_op
+    r = Run(case, start_fluxd, workers=op in HOST_OPS)
+    msg = r.msg
+    context: Dict[str, Any] = {}
+    c = r.conn("client", case.role)
+    if op == "get" and is_store(msg.get("store")):
+        context["state"] = {"vector": "get"}
+        r.store("owner", msg["store"], [], context["state"], with_state=True)
+    if op == "unquery" and is_id(msg.get("id")):
+        c.send({"op": "query", "id": msg["id"], "store": "vector-queries", "query": {}})
+        c.until("query-ok", lambda f: f.get("op") == "query-ok")
+    if op == "unsubscribe" and is_store(msg.get("store")):
+        c.send({"op": "subscribe", "store": msg["store"]})
+        c.until("subscribed", lambda f: f.get("op") == "subscribed")
+    c.send(msg)
+    frames, alive = c.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+    else:
+        check_reply(r, frames, alive, context)
+    r.finish()
+
+
+def run_dispatch(case: Case, start_fluxd) -> None:
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    store = r.store("catch-all", "catch-all", ["*"])
+    c = r.conn("dispatcher", "client")
+    c.send(msg)
+    frames, alive = c.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+        delivered, _ = store.barrier()
+        actions = [f for f in delivered if f.get("op") == "action"]
+        assert not actions, f"a refused dispatch reaches no store (R1, R6)\n  {r.describe(frames)}\n  the store got {short(actions)}"
+    else:
+        r.expect_no_error(frames)
+        assert alive and not frames, f"an accepted dispatch has no reply until it settles\n  {r.describe(frames)}"
+        action, _ = store.until("the action", lambda f: f.get("op") == "action")
+        d = f"{r.describe(frames)}\n  the store got {short(action)}"
+        assert action["type"] == msg["type"] and action["payload"] == msg.get("payload"), f"type and payload forwarded\n  {d}"
+        assert action["origin"] == c.peer_id and action["seq"] == 1 and action["store"] == "catch-all", d
+        assert action.get("cause") == msg.get("cause"), f"cause forwarded as is, only if given (§8.3)\n  {d}"
+        if msg.get("settle") is True:
+            store.send({"op": "done", "store": "catch-all", "seq": action["seq"]})
+            settled, _ = c.until("settled", lambda f: f.get("op") in ("settled", "error"))
+            assert settled.get("op") == "settled" and settled["id"] == msg["id"], f"settled\n  {d}\n  then {short(settled)}"
+            assert settled["results"] == [{"store": "catch-all", "status": "done", "version": 0}], short(settled)
+    r.finish()
+
+
+def run_register(case: Case, start_fluxd) -> None:
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    c = r.conn("store", "store")
+    c.send(msg)
+    frames, alive = c.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+    elif msg["store"] in msg.get("waitFor", []):
+        # Valid by the schema; SPEC §8.2: a store waiting for itself is a cycle.
+        r.verdict = Verdict("cycle", msg["store"], False, "waitFor names the store itself (§8.2)")
+        r.expect_refused(frames, alive)
+    else:
+        r.expect_no_error(frames)
+        d = r.describe(frames)
+        ops = [f.get("op") for f in frames]
+        with_state = "state" in msg
+        assert ops == (["registered", "snapshot", "queries"] if with_state else ["registered", "queries"]), \
+            f"registered, {'the snapshot of the initial state, ' if with_state else ''}queries (§8.2)\n  {d}"
+        reg = frames[0]
+        assert (reg["store"], reg["version"], reg["seq"], reg["resumed"]) == (msg["store"], 1 if with_state else 0, 0, False), \
+            f"a first registration: version {1 if with_state else 0}, seq 0, not resumed\n  {d}"
+        if with_state:
+            snap = frames[1]
+            assert (snap["store"], snap["version"], snap["seq"], snap["state"]) == (msg["store"], 1, 0, msg["state"]), d
+        assert frames[-1] == {"op": "queries", "store": msg["store"], "queries": []}, d
+    r.finish()
+
+
+def owned_name(msg: Dict[str, Any], fallback: str) -> str:
+    """The store a store example is about: its own name if valid, else `fallback` (so the connection owns one)."""
+    return msg["store"] if is_store(msg.get("store")) else fallback
+
+
+def run_unregister(case: Case, start_fluxd) -> None:
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    name = owned_name(msg, "todos")
+    owner = r.store("owner", name, [])
+    watcher = r.conn("subscriber", "client")
+    watcher.send({"op": "subscribe", "store": name})
+    watcher.until("subscribed", lambda f: f.get("op") == "subscribed")
+    owner.send(msg)
+    frames, alive = owner.barrier()
+    seen, _ = watcher.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+        assert not [f for f in seen if f.get("op") == "store-down"], \
+            f"a refused unregister takes no store down\n  {r.describe(frames)}\n  the subscriber got {short(seen)}"
+    else:
+        r.expect_no_error(frames)
+        assert alive and not frames, f"unregister has no reply (§8.2)\n  {r.describe(frames)}"
+        assert {"op": "store-down", "store": name, "reason": "unregistered"} in seen, \
+            f"subscribers get store-down unregistered\n  {r.describe(frames)}\n  the subscriber got {short(seen)}"
+    r.finish()
+
+
+def run_answer(case: Case, start_fluxd) -> None:
+    """done/reject: the store owns the example's store (or `todos`) and has been delivered the action whose seq
+    the example answers (or seq 1), dispatched with settle by a client."""
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    name = owned_name(msg, "todos")
+    seq = msg.get("seq")
+    target = seq if type(seq) is int and 1 <= seq <= 60 else 1
+    owner = r.store("owner", name, ["vector/target"])
+    if target > 1:
+        r.store("filler", "vector-filler", ["vector/filler"])
+    client = r.conn("dispatcher", "client")
+    for _ in range(target - 1):
+        client.send({"op": "dispatch", "type": "vector/filler"})
+    client.send({"op": "dispatch", "id": "vector-action", "type": "vector/target", "settle": True, "payload": {}})
+    action, _ = owner.until("the action", lambda f: f.get("op") == "action")
+    assert action["seq"] == target and action["store"] == name, f"set-up: expected action {target}, got {action}"
+    owner.send(msg)
+    frames, alive = owner.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+        seen, _ = client.barrier()
+        assert not [f for f in seen if f.get("op") == "settled"], \
+            f"a refused answer settles nothing\n  {r.describe(frames)}\n  the dispatcher got {short(seen)}"
+    else:
+        r.expect_no_error(frames)
+        assert alive and not frames, f"{msg['op']} has no reply\n  {r.describe(frames)}"
+        settled, _ = client.until("settled", lambda f: f.get("op") in ("settled", "error"))
+        d = f"{r.describe(frames)}\n  the dispatcher got {short(settled)}"
+        assert settled.get("op") == "settled" and settled["seq"] == target, d
+        if msg["op"] == "done":
+            want = {"store": name, "status": "done", "version": 1 if "state" in msg else 0}
+        else:
+            want = {"store": name, "status": "rejected", "error": msg["error"]}
+        assert settled["results"] == [want], f"settled with {want}\n  {d}"
+    r.finish()
+
+
+def run_state(case: Case, start_fluxd) -> None:
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    name = owned_name(msg, "comments")
+    owner = r.store("owner", name, [])
+    owner.send(msg)
+    frames, alive = owner.barrier()
+    owner.send({"op": "get", "id": "vector-get", "store": name})
+    got, _ = owner.until("got", lambda f: f.get("id") == "vector-get" or f.get("ref") == "vector-get")
+    if r.verdict:
+        r.expect_refused(frames, alive)
+        assert got.get("code") == "unknown-store", \
+            f"a refused state makes no snapshot\n  {r.describe(frames)}\n  then get: {short(got)}"
+    else:
+        r.expect_no_error(frames)
+        assert alive and not frames, f"state has no reply (§8.4)\n  {r.describe(frames)}"
+        assert got.get("op") == "got" and (got["version"], got["seq"], got["state"]) == (1, 0, msg["state"]), \
+            f"the state is retained as version 1\n  {r.describe(frames)}\n  then get: {short(got)}"
+    r.finish()
+
+
+RUNNERS = {
+    "hello": run_hello, "dispatch": run_dispatch, "register": run_register, "unregister": run_unregister,
+    "done": run_answer, "reject": run_answer, "state": run_state,
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_example(case: Case, start_fluxd) -> None:
+    RUNNERS.get(case.file_op, run_request)(case, start_fluxd)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fluxd's own registered reply (SPEC §8.2)
+
+
+@pytest.mark.parametrize("initial_state", [False, True], ids=["without-state", "with-state"])
+def test_registered_again_is_resumed(initial_state: bool, start_fluxd) -> None:
+    """`registered.resumed` is true when the name was registered before in this run (§8.2), whether or not the
+    store ever had a snapshot; `version` and `seq` are the retained ones."""
+    fluxd = start_fluxd()
+    problems: List[str] = []
+    c = Conn(fluxd, "store", problems)
+    c.hello("store")
+    first = {"op": "register", "store": "again", "handles": []}
+    if initial_state:
+        first["state"] = {"n": 1}
+    c.send(first)
+    reg, _ = c.until("registered", lambda f: f.get("op") == "registered")
+    assert (reg["version"], reg["seq"], reg["resumed"]) == (1 if initial_state else 0, 0, False), reg
+    c.send({"op": "unregister", "store": "again"})
+    c.send({"op": "register", "store": "again", "handles": []})
+    again, before = c.until("registered", lambda f: f.get("op") == "registered")
+    assert not [f for f in before if f.get("op") == "error"], before
+    assert (again["version"], again["seq"], again["resumed"]) == (1 if initial_state else 0, 0, True), \
+        f"registering a name registered before in this run: resumed true (SPEC §8.2); fluxd sent {again}"
+    c.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_every_peer_sent_schema_has_examples() -> None:
+    """Each schema of a message peers send has examples here, valid and invalid."""
+    stems = {os.path.basename(p)[: -len(".schema.json")] for p in glob.glob(os.path.join(SCHEMAS, "*.schema.json"))}
+    sent = {s for s in stems if not s.endswith(".d2c")}
+    have = {c.stem for c in CASES}
+    assert sent <= have, sorted(sent - have)
+    for stem in sent:
+        kinds = {c.kind for c in CASES if c.stem == stem}
+        assert {"valid", "invalid"} <= kinds, (stem, kinds)

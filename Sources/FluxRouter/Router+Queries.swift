@@ -5,10 +5,8 @@ import FluxCore
 extension Router {
     // MARK: - Subscriptions and queries
 
-    func subscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
-            return fail(peer, .badMessage, "subscribe needs a valid \"store\" name", &out)
-        }
+    func subscribe(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
+        let name = request.store
         if !peer.subscriptions.contains(name) {
             guard peer.subscriptions.count < config.maxSubscriptions else {
                 return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptions.count) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
@@ -28,10 +26,8 @@ extension Router {
         if let snapshot = store.snapshot { out.send(peer, snapshot) }
     }
 
-    func unsubscribe(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let name) = env.string(.store) else {
-            return fail(peer, .badMessage, "unsubscribe needs \"store\"", &out)
-        }
+    func unsubscribe(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
+        let name = request.store
         let store = stores[name]
         if peer.subscriptions.remove(name) != nil {
             store?.subscribers.removeAll { $0 === peer }
@@ -43,16 +39,8 @@ extension Router {
         if let store { forgetIfUnused(store) }
     }
 
-    func query(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string(.id), !id.isEmpty, id.utf8.count <= 256 else {
-            return fail(peer, .badMessage, "query needs an \"id\" of 1 to 256 bytes", &out)
-        }
-        guard case .value(let name) = env.string(.store), Names.isValidStore(name) else {
-            return fail(peer, .badMessage, "query needs a valid \"store\" name", &out, ref: id)
-        }
-        guard let q = env.raw("query") else {
-            return fail(peer, .badMessage, "query needs \"query\"", &out, ref: id)
-        }
+    func query(_ peer: Peer, _ request: QueryRequest, _ out: inout Output) {
+        let id = request.id, name = request.store, q = request.query
         guard peer.queries[id] == nil else {
             return fail(peer, .badMessage, "query id \"\(id)\" is already active", &out, ref: id)
         }
@@ -70,22 +58,20 @@ extension Router {
         peer.queryBytes += bytes.count
         let store = entry(name)
         var b = FrameBuilder(op: "query-ok")
-        b.raw("id", env.raw(.id)!)
+        b.raw("id", request.idRaw)
         out.send(peer, b.finish())
         queriesChanged(store, [store.addQuery(bytes)], &out)
     }
 
-    func unquery(_ peer: Peer, _ env: Envelope, _ out: inout Output) {
-        guard case .value(let id) = env.string(.id) else {
-            return fail(peer, .badMessage, "unquery needs \"id\"", &out)
-        }
+    func unquery(_ peer: Peer, _ request: UnqueryRequest, _ out: inout Output) {
+        let id = request.id
         guard let q = peer.queries.removeValue(forKey: id) else {
             return fail(peer, .badMessage, "no active query \"\(id)\"", &out, ref: id)
         }
         peer.queryBytes -= q.bytes.count
         memory.release(peer.account, Router.queryCost(q.bytes))
         var b = FrameBuilder(op: "unquery-ok")
-        b.raw("id", env.raw(.id)!)
+        b.raw("id", request.idRaw)
         out.send(peer, b.finish())
         if let store = stores[q.store] {
             if let change = store.removeQuery(q.bytes) { queriesChanged(store, [change], &out) }

@@ -9,15 +9,18 @@ public struct Counters: Sendable {
 
     mutating func count(_ code: ErrorCode) { errors[code.rawValue, default: 0] += 1 }
 
-    func json() -> [UInt8] {
-        let t = traffic
-        var j = Array("{\"connections\":\(t.connections),\"framesIn\":\(t.framesIn),\"framesOut\":\(t.framesOut),\"bytesIn\":\(t.bytesIn),\"bytesOut\":\(t.bytesOut),\"actions\":\(t.actions),\"snapshots\":\(t.snapshots),\"errors\":{".utf8)
-        for (i, key) in errors.keys.sorted().enumerated() {
-            if i > 0 { j.append(UInt8(ascii: ",")) }
-            j.append(contentsOf: "\"\(key)\":\(errors[key]!)".utf8)
+    /// The fields of `info.counters`.
+    func write(to c: inout JSONBuilder) {
+        c.field("connections", traffic.connections)
+        c.field("framesIn", traffic.framesIn)
+        c.field("framesOut", traffic.framesOut)
+        c.field("bytesIn", traffic.bytesIn)
+        c.field("bytesOut", traffic.bytesOut)
+        c.field("actions", traffic.actions)
+        c.field("snapshots", traffic.snapshots)
+        c.object("errors") { e in
+            for key in errors.keys.sorted() { e.field(named: key, errors[key]!) }
         }
-        j.append(contentsOf: "}}".utf8)
-        return j
     }
 }
 

@@ -250,14 +250,6 @@ final class ActionRecord {
     var isComplete: Bool { finalCount == targets.count }
 }
 
-/// The route looked up last, with its type as the dispatcher wrote it (`isValid` false: none).
-struct LastRoute {
-    var type = ""
-    var typeJSON: [UInt8] = []
-    var targets: [StoreEntry] = []
-    var isValid: Bool { !typeJSON.isEmpty }
-}
-
 /// One store's answer to one action.
 enum StoreResult {
     case done

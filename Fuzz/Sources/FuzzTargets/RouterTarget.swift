@@ -261,7 +261,7 @@ final class RouterHarness {
         config.handshakeTimeout = Self.timeouts[Int(b1 & 3) % 3]
         config.maxPending = Self.maxPendings[Int(b1 >> 2) % 3]
         config.maxFrame = 4096
-        config.hostOps = ["workers"]
+        config.hostOps = [.workers]
         useSink = b0 & 0x80 != 0
         abandon = b1 & 0xF0 == 0xF0
         router = Router(config: config)
@@ -338,7 +338,7 @@ final class RouterHarness {
             var wellFormed = stores.contains(name)
             var fields = [#""op":"register""#, #""store":\#(h.quoted(name))"#]
             switch h.r.below(6) {
-            case 0: break
+            case 0: wellFormed = false  // handles is required (SPEC §8.2)
             case 1: fields.append(#""handles":["todo/*","a",1]"#); wellFormed = false
             default: fields.append(#""handles":\#(h.stringArray(patterns))"#)
             }
@@ -353,7 +353,7 @@ final class RouterHarness {
                 waitFor = [h.store()]
                 fields.append(#""waitFor":[\#(h.quoted(waitFor[0]))]"#)
             }
-            if waitFor.contains(name) { wellFormed = false }
+            // (waiting for itself is a cycle, SPEC §8.2: refused after the well-formedness checks)
             switch h.r.below(4) {  // since 0.2.0
             case 0, 1: break
             case 2: fields.append(#""queryDeltas":true"#)
@@ -363,7 +363,9 @@ final class RouterHarness {
             var state: [UInt8]? = nil
             switch h.r.below(4) {
             case 0, 1: break
-            case 2: fields.append(#""state":null"#); wellFormed = false
+            case 2:
+                state = Array("null".utf8)  // null is a state like any other (SPEC §3.3)
+                fields.append(#""state":null"#)
             default:
                 let text = h.r.pick(states)
                 state = Array(text.utf8)
@@ -419,7 +421,7 @@ final class RouterHarness {
             var wellFormed = true
             switch h.r.below(8) {
             case 0, 1, 2: break
-            case 3: fields.append(#""state":null"#); wellFormed = false
+            case 3: fields.append(#""state":null"#)  // null is a state like any other (SPEC §3.3)
             default: fields.append(#""state":\#(h.r.pick(states))"#)
             }
             if h.r.below(16) == 0 { fields.remove(at: 2); wellFormed = false }
@@ -430,7 +432,8 @@ final class RouterHarness {
         MessageTemplate(name: "reject") { h, peer in
             let name = h.answerStore(peer)
             let seq = h.answerSeq(peer, name)
-            let errors = [#"{"code":"x/y","message":"no"}"#, #"{"code":"x/y"}"#, #"{"message":"no code"}"#, "null", #""e""#]
+            let errors = [#"{"code":"x/y","message":"no"}"#, #"{"code":"x/y"}"#, #"{"message":"no code"}"#, "null", #""e""#,
+                          #"{"code":"x/y","message":5}"#, #"{"code":""}"#]
             let e = h.r.below(errors.count)
             let wellFormed = e < 2
             let expect: Expectation = wellFormed && peer.owned.contains(name) ? .answer(store: name, seq: seq, state: nil) : .nothing
@@ -438,8 +441,8 @@ final class RouterHarness {
         },
         MessageTemplate(name: "state") { h, peer in
             let name = h.answerStore(peer)
-            let state = h.r.below(8) == 0 ? "null" : h.r.pick(states)
-            let expect: Expectation = state != "null" && peer.owned.contains(name) ? .state(store: name, state: Array(state.utf8)) : .nothing
+            let state = h.r.below(8) == 0 ? "null" : h.r.pick(states)  // null is a state like any other (SPEC §3.3)
+            let expect: Expectation = peer.owned.contains(name) ? .state(store: name, state: Array(state.utf8)) : .nothing
             return Outgoing(#"{"op":"state","store":\#(h.quoted(name)),"state":\#(state)}"#, expect)
         },
         MessageTemplate(name: "subscribe") { h, peer in
@@ -774,7 +777,8 @@ final class RouterHarness {
                 case .send(let id, let frame): print("    -> \(id) \(frame.text)")
                 case .monitor(let id, let frame): print("    -> \(id) (monitor) \(frame.text)")
                 case .close(let id): print("    close \(id)")
-                case .host(let id, let env): print("    host \(id) \(String(decoding: env.body, as: UTF8.self))")
+                case .host(let id, let request): print("    host \(id) \(request)")
+                case .storeChanged(let change): print("    store changed \(change)")
                 case .stalled(let store, let pid, let closing): print("    stalled \(store) pid \(pid.map { "\($0)" } ?? "nil") closing \(closing)")
                 case .deferred: print("    deferred")
                 case .log: break
@@ -1168,8 +1172,9 @@ final class RouterHarness {
             if let limited {
                 fuzzCheck(codes.contains("limit-exceeded") == limited, "register \(store): limit-exceeded expected \(limited), errors \(codes) (\(eventDescription))")
             }
-            guard let reg = eventRegistered.first(where: { $0.peer == peer.id && $0.store == store }) else { return }
-            if let state, !reg.resumed, !codes.contains("memory-budget") { retain(store, state, by: peer) }
+            guard eventRegistered.contains(where: { $0.peer == peer.id && $0.store == store }) else { return }
+            // The initial state is used only when no snapshot is retained (SPEC §8.2).
+            if let state, retained[store] == nil, !codes.contains("memory-budget") { retain(store, state, by: peer) }
         case .subscribe(let store, let limited):
             guard peer.role != nil else { return }
             fuzzCheck(codes.contains("limit-exceeded") == limited, "subscribe \(store): limit-exceeded expected \(limited), errors \(codes) (\(eventDescription))")

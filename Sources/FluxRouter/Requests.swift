@@ -1,0 +1,344 @@
+import FluxCore
+
+// Decoding and validation of every message a peer sends (SPEC §4, §8): each request type reads its fields from
+// the envelope and enforces every rule SPEC.md and protocol/schemas state for them, so the semantics (Router.swift)
+// work on values that are known valid. A violation is a `Refusal`: the error code SPEC §11 gives, a message that
+// names the field and what was expected, and the `ref` (SPEC §8.9). Payloads, states, queries and errors are not
+// decoded: they stay the exact bytes the sender wrote (SPEC §1).
+
+/// Why a request is refused before its semantics run.
+struct Refusal: Error {
+    var code: ErrorCode
+    var message: String
+    /// The `ref` of the error; nil: the request's `id` if it is a string, else its `store` (SPEC §8.9).
+    var ref: String?
+    /// Whether the connection is closed (a bad `hello` closes it, SPEC §6).
+    var fatal = false
+
+    static func badMessage(_ message: String, ref: String? = nil) -> Refusal {
+        Refusal(code: .badMessage, message: message, ref: ref)
+    }
+}
+
+/// The field rules shared by the requests: each reader names the field and what it expected.
+struct FieldReader {
+    let env: Envelope
+    let op: StaticString
+
+    /// An optional id (SPEC §4.2): a string of 1-256 bytes decoded. Returns its exact token too (echoed in
+    /// replies byte for byte).
+    func id(required: Bool) throws(Refusal) -> (text: String, raw: ArraySlice<UInt8>)? {
+        switch env.string(.id) {
+        case .absent:
+            if required { throw .badMessage("\(op) needs an \"id\": a string of 1 to \(Names.maxIDBytes) bytes") }
+            return nil
+        case .value(let id) where Names.isValidID(id):
+            return (id, env.raw(.id)!)
+        default:
+            throw .badMessage("\"id\" must be a string of 1 to \(Names.maxIDBytes) bytes")
+        }
+    }
+
+    /// A required store name (SPEC §4.1).
+    func store(ref: String? = nil) throws(Refusal) -> String {
+        switch env.string(.store) {
+        case .value(let name) where Names.isValidStore(name): return name
+        case .absent: throw .badMessage("\(op) needs \"store\": a store name", ref: ref)
+        default: throw .badMessage("\"store\" must be a store name: 1 to \(Names.maxStoreBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: ref)
+        }
+    }
+
+    /// A required sequence number (1 ... 2^53-1, SPEC §4.3).
+    func seq(ref: String?) throws(Refusal) -> UInt64 {
+        switch env.int(.seq) {
+        case .value(let n) where Names.isValidInteger(n, positive: true): return UInt64(n)
+        case .absent: throw .badMessage("\(op) needs \"seq\": the seq of the action it answers", ref: ref)
+        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref)
+        }
+    }
+
+    /// An optional boolean.
+    func bool(_ key: String, ref: String?) throws(Refusal) -> Bool? {
+        switch env.bool(key) {
+        case .absent: return nil
+        case .value(let b): return b
+        case .wrongType: throw .badMessage("\"\(key)\" must be a boolean", ref: ref)
+        }
+    }
+
+    /// A state value (SPEC §3.3: any JSON value, `null` included): its span, nil when absent.
+    func state() -> JSONSpan? { env.span(.state) }
+
+    /// An optional array of strings, each checked by `valid`.
+    func names(_ key: String, ref: String?, what: String, _ valid: (String) -> Bool) throws(Refusal) -> [String]? {
+        switch env.stringArray(key) {
+        case .absent: return nil
+        case .value(let items) where items.allSatisfy(valid): return items
+        default: throw .badMessage("\"\(key)\" must be an array of \(what)", ref: ref)
+        }
+    }
+}
+
+/// `hello` (SPEC §8.1). Every refusal closes the connection.
+struct HelloRequest {
+    var version: Int64
+    var role: Role
+    var name: String
+    var heartbeat: Bool
+
+    init(_ env: Envelope) throws(Refusal) {
+        func fatal(_ message: String) -> Refusal { Refusal(code: .badMessage, message: message, fatal: true) }
+        guard case .value(let version) = env.int("protocol"), Names.isValidInteger(version) else {
+            throw fatal("hello needs \"protocol\": an integer (this fluxd speaks \(fluxProtocolVersion))")
+        }
+        // Checked before anything else: a peer of another version may spell the rest differently (SPEC §6).
+        guard version == Int64(fluxProtocolVersion) else {
+            throw Refusal(code: .unsupportedVersion,
+                          message: "protocol \(version) is not supported; this fluxd speaks protocol \(fluxProtocolVersion)",
+                          fatal: true)
+        }
+        guard case .value(let roleName) = env.string("role"), let role = Role(rawValue: roleName) else {
+            throw fatal("hello needs \"role\": \"client\", \"store\" or \"monitor\"")
+        }
+        switch env.string("name") {
+        case .value(let n) where Names.isValidPeerName(n): name = n
+        case .absent: name = ""
+        default: throw fatal("\"name\" must be a string of at most \(Names.maxPeerNameBytes) bytes")
+        }
+        switch env.bool("heartbeat") {
+        case .value(let h): heartbeat = h
+        case .absent: heartbeat = false
+        case .wrongType: throw fatal("\"heartbeat\" must be a boolean")
+        }
+        self.version = version
+        self.role = role
+    }
+}
+
+/// `register` (SPEC §8.2).
+struct RegisterRequest {
+    /// The message (the initial state is a span of it).
+    var body: [UInt8]
+    var store: String
+    var handles: [String]
+    var waitFor: [String]
+    var queryDeltas: Bool
+    /// The initial state's span (used when fluxd retains no snapshot of the store).
+    var state: JSONSpan?
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "register")
+        body = env.body
+        store = try fields.store()
+        let name = store
+        guard let handles = try fields.names("handles", ref: name, what: "action types or prefix* patterns",
+                                              Names.isValidPattern) else {
+            throw .badMessage("register needs \"handles\": an array of action types or prefix* patterns", ref: name)
+        }
+        self.handles = handles
+        waitFor = try fields.names("waitFor", ref: name, what: "store names", Names.isValidStore) ?? []
+        queryDeltas = try fields.bool("queryDeltas", ref: name) ?? false
+        state = fields.state()
+    }
+}
+
+/// `unregister` (SPEC §8.2).
+struct UnregisterRequest {
+    var store: String
+
+    init(_ env: Envelope) throws(Refusal) {
+        store = try FieldReader(env: env, op: "unregister").store()
+    }
+}
+
+/// `dispatch` (SPEC §8.3), on the hot path: the type is decoded and checked only when it is not written exactly
+/// as the last type routed (`knownType`, which was valid).
+struct DispatchRequest {
+    /// The id's exact token, echoed in `settled`.
+    var idRaw: ArraySlice<UInt8>?
+    /// The id decoded (the `ref` of errors about this dispatch).
+    var id: String?
+    var typeJSON: ArraySlice<UInt8>
+    /// The decoded type; nil when it is `knownType`'s.
+    var type: String?
+    var settle: Bool
+    var cause: Int64?
+    var payload: ArraySlice<UInt8>?
+
+    init(_ env: Envelope, knownTypeJSON: [UInt8]?) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "dispatch")
+        let id = try fields.id(required: false)
+        self.id = id?.text
+        idRaw = id?.raw
+        guard let typeSpan = env.span(.type) else {
+            throw .badMessage("dispatch needs \"type\": an action type", ref: self.id)
+        }
+        guard typeSpan.kind == .string else {
+            throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: self.id)
+        }
+        typeJSON = env.body[typeSpan.range]
+        if let known = knownTypeJSON, sameBytes(known, typeJSON) {
+            type = nil
+        } else {
+            let decoded = decodeJSONString(typeJSON)
+            guard Names.isValidType(decoded) else {
+                throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -, no *", ref: self.id)
+            }
+            type = decoded
+        }
+        settle = try fields.bool("settle", ref: self.id) ?? false
+        if settle && id == nil { throw .badMessage("a dispatch with \"settle\": true needs an \"id\"") }
+        switch env.int(.cause) {
+        case .absent: cause = nil
+        case .value(let c) where Names.isValidInteger(c, positive: true): cause = c
+        default: throw .badMessage("\"cause\" must be the seq of an action: an integer from 1 to 2^53-1", ref: self.id)
+        }
+        payload = env.raw(.payload)
+    }
+}
+
+/// `done` and `reject` (SPEC §8.3), on the hot path: the store name is decoded only when it is not written
+/// exactly as the store this peer answered for last.
+struct AnswerRequest {
+    /// The message (the state is a span of it).
+    var body: [UInt8]
+    var isDone: Bool
+    var storeJSON: ArraySlice<UInt8>
+    var seq: UInt64
+    /// `done`: the new state's span, if any.
+    var state: JSONSpan?
+    /// `reject`: the store's error object, forwarded byte for byte.
+    var error: ArraySlice<UInt8>?
+
+    init(_ env: Envelope, isDone: Bool) throws(Refusal) {
+        self.isDone = isDone
+        body = env.body
+        let op: StaticString = isDone ? "done" : "reject"
+        let fields = FieldReader(env: env, op: op)
+        guard let storeSpan = env.span(.store), storeSpan.kind == .string else {
+            _ = try fields.store()  // throws the right message
+            throw .badMessage("\(op) needs \"store\"")
+        }
+        storeJSON = env.body[storeSpan.range]
+        let ref = env.string(.store).value
+        seq = try fields.seq(ref: ref)
+        if isDone {
+            state = fields.state()
+        } else {
+            guard let error = env.raw(.error), env.span(.error)?.kind == .object,
+                  let object = try? Envelope(body: Array(error)),
+                  let code = object.string("code").value, !code.isEmpty, code.utf8.count <= 256,
+                  object.span("message").map({ $0.kind == .string }) ?? true else {
+                throw .badMessage("reject needs \"error\": {\"code\": a string of 1 to 256 bytes, \"message\": string}", ref: ref)
+            }
+            self.error = error
+        }
+    }
+
+    /// The store name, decoded and checked (when it is not the peer's last store).
+    func storeName() throws(Refusal) -> String {
+        let name = decodeJSONString(storeJSON)
+        guard Names.isValidStore(name) else {
+            throw .badMessage("\"store\" must be a store name: 1 to \(Names.maxStoreBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: name)
+        }
+        return name
+    }
+}
+
+/// `state` (SPEC §8.4).
+struct StateRequest {
+    var body: [UInt8]
+    var store: String
+    var state: JSONSpan
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "state")
+        body = env.body
+        store = try fields.store()
+        guard let state = fields.state() else {
+            throw .badMessage("state needs \"state\": the store's new state (any JSON value)", ref: store)
+        }
+        self.state = state
+    }
+}
+
+/// `subscribe`, `unsubscribe` (SPEC §8.5).
+struct StoreRequest {
+    var store: String
+
+    init(_ env: Envelope, op: StaticString) throws(Refusal) {
+        store = try FieldReader(env: env, op: op).store()
+    }
+}
+
+/// `query` (SPEC §8.6).
+struct QueryRequest {
+    var id: String
+    var idRaw: ArraySlice<UInt8>
+    var store: String
+    var query: ArraySlice<UInt8>
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "query")
+        let id = try fields.id(required: true)!
+        self.id = id.text
+        idRaw = id.raw
+        store = try fields.store(ref: id.text)
+        guard let query = env.raw("query") else {
+            throw .badMessage("query needs \"query\": the query's value (any JSON value)", ref: id.text)
+        }
+        self.query = query
+    }
+}
+
+/// `unquery` (SPEC §8.6).
+struct UnqueryRequest {
+    var id: String
+    var idRaw: ArraySlice<UInt8>
+
+    init(_ env: Envelope) throws(Refusal) {
+        let id = try FieldReader(env: env, op: "unquery").id(required: true)!
+        self.id = id.text
+        idRaw = id.raw
+    }
+}
+
+/// `get` (SPEC §8.7).
+struct GetRequest {
+    var idRaw: ArraySlice<UInt8>?
+    var id: String?
+    var store: String
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "get")
+        let id = try fields.id(required: false)
+        self.id = id?.text
+        idRaw = id?.raw
+        store = try fields.store(ref: id?.text)
+    }
+}
+
+/// `info`, `ping`, `pong` (SPEC §8.7): an optional id, echoed.
+struct IdentifiedRequest {
+    var idRaw: ArraySlice<UInt8>?
+
+    init(_ env: Envelope, op: StaticString) throws(Refusal) {
+        idRaw = try FieldReader(env: env, op: op).id(required: false)?.raw
+    }
+}
+
+extension HostRequest {
+    /// `workers`, `restart-worker`, `stop-worker` (SPEC §8.11).
+    init(_ env: Envelope, op: Op) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "host operation")
+        guard let id = try fields.id(required: true)?.text else { throw .badMessage("\(op.rawValue) needs an \"id\"") }
+        if op == .workers {
+            self = .workers(id: id)
+            return
+        }
+        guard case .value(let name) = env.string("name"), Names.isValidWorker(name) else {
+            throw .badMessage("\(op.rawValue) needs \"name\": a worker name of 1 to 64 bytes of A-Z a-z 0-9 . _ -", ref: id)
+        }
+        self = op == .restartWorker ? .restartWorker(id: id, name: name) : .stopWorker(id: id, name: name)
+    }
+}

@@ -1,0 +1,466 @@
+import DequeModule
+import FluxCore
+
+extension Router {
+    // MARK: - Stores
+
+    func register(_ peer: Peer, _ request: RegisterRequest, now: Millis, _ out: inout Output) {
+        let name = request.store, handles = request.handles, waitFor = request.waitFor
+        if waitFor.count > config.maxWaitFor {
+            return fail(peer, .limitExceeded, "\"waitFor\" names \(waitFor.count) stores (maxWaitFor \(config.maxWaitFor))", &out, ref: name)
+        }
+        if !peer.owned.contains(name) && peer.owned.count >= config.maxStoresPerConnection {
+            return fail(peer, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out, ref: name)
+        }
+        let store = entry(name)
+        if let owner = store.owner {
+            return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out, ref: name)
+        }
+        if let path = cyclePath(from: name, waitFor: waitFor) {
+            forgetIfUnused(store)  // a refused registration leaves no name behind
+            return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out, ref: name)
+        }
+        // A registered name is remembered for the whole run: it stays charged to the last connection that
+        // registered it (and so to its user), which bounds how many names one user can make fluxd keep.
+        let registrationCost = 256 + name.utf8.count + handles.reduce(0) { $0 + $1.utf8.count + 16 }
+            + waitFor.reduce(0) { $0 + $1.utf8.count + 16 }
+        // The initial state (used when no snapshot is retained) must fit too, checked before anything is announced:
+        // its room is charged with the registration and handed back for `publish` to take below.
+        let initialCost = store.version == 0 ? request.state.map { 96 + store.nameJSON.count + $0.range.count } ?? 0 : 0
+        let noRoom = "fluxd's memory budget has no room for registering store \"\(name)\"\(initialCost > 0 ? " with its initial state" : "") (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)"
+        if store.registeredBy === peer.account {
+            guard memory.resize(peer.account, from: store.registrationCost, to: registrationCost + initialCost) else {
+                forgetIfUnused(store)
+                return fail(peer, .memoryBudget, noRoom, &out, ref: name)
+            }
+            memory.release(peer.account, initialCost)
+        } else {
+            guard memory.charge(peer.account, registrationCost + initialCost) else {
+                forgetIfUnused(store)
+                return fail(peer, .memoryBudget, noRoom, &out, ref: name)
+            }
+            memory.release(peer.account, initialCost)
+            if let previous = store.registeredBy { memory.release(previous, store.registrationCost) }
+            store.registeredBy = peer.account
+        }
+        store.registrationCost = registrationCost
+        let resumed = store.wasRegistered  // registered before in this run (SPEC §8.2)
+        store.ownerPeer = peer
+        store.status = .up
+        store.queryDeltas = request.queryDeltas
+        store.stalled = false
+        expiringStores.remove(name)
+        upStores.insert(name)
+        if config.storeTimeout > 0 { scheduleSweep() }
+        store.handles = handles
+        store.waitFor = waitFor
+        store.wasRegistered = true
+        peer.owned.insert(name)
+        routes.invalidate()
+        for i in store.queue.indices { store.queue[i].deadline = nil }
+
+        let initial = store.snapshot != nil ? nil : request.state.map { request.body[$0.range] }
+        var b = FrameBuilder(op: "registered")
+        b.string("store", name)
+        b.int("version", store.version + (initial == nil ? 0 : 1))  // the initial state becomes version 1 below
+        b.int("seq", store.seq)
+        b.bool("resumed", resumed)
+        out.send(peer, b.finish())
+        var up = FrameBuilder(op: "store-up")
+        up.string("store", name)
+        up.int("version", store.version + (initial == nil ? 0 : 1))
+        let upFrame = up.finish(coalescing: .fence(key: store.key))
+        for sub in store.subscribers where sub !== peer { out.send(sub, upFrame) }
+        emit("store-up", &out) { e in
+            e.string("store", name)
+            e.int("version", store.version + (initial == nil ? 0 : 1))
+        }
+        out.append(.storeChanged(StoreChange(store: name, status: .up, owner: peer.id, ownerPID: peer.creds.pid)))
+        let versionBefore = store.version
+        if let initial {
+            let published = publish(store, state: initial, seq: store.seq, &out)
+            assert(published, "the initial state's room was checked above")
+        }
+        let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
+        if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }
+        sendQueries(store, &out)
+        out.log(.info, "store \"\(name)\" registered by peer \(peer.id) (\(peer.name)), version \(store.version)\(resumed ? ", resumed" : ""), \(store.queue.count) queued")
+        pump(store, &out)
+    }
+
+    func unregister(_ peer: Peer, _ request: UnregisterRequest, now: Millis, _ out: inout Output) {
+        let name = request.store
+        guard let store = stores[name], store.owner == peer.id else {
+            return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+        }
+        storeDown(store, reason: "unregistered", now: now, &out)
+    }
+
+    /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
+    /// queue, to be redelivered when the store registers again; start the queue timeout; tell subscribers.
+    func storeDown(_ store: StoreEntry, reason: StaticString, now: Millis, quietly: Bool = false,
+                           _ out: inout Output) {
+        store.ownerPeer?.owned.remove(store.name)
+        store.ownerPeer = nil
+        store.status = .down
+        store.stalled = false
+        upStores.remove(store.name)
+        var back = store.inflight
+        store.inflight.removeAll()
+        for i in back.indices { back[i].redelivered = true }
+        store.queue.prepend(contentsOf: back)
+        let deadline = now + config.queueTimeout
+        for i in store.queue.indices { store.queue[i].deadline = max(store.queue[i].deadline ?? deadline, deadline) }
+        if !store.queue.isEmpty { expiringStores.insert(store.name) }
+        var b = FrameBuilder(op: "store-down")
+        b.string("store", store.name)
+        b.constant("reason", reason)
+        let frame = b.finish(coalescing: .fence(key: store.key))
+        for sub in store.subscribers { out.send(sub, frame) }
+        emit("store-down", &out) { e in
+            e.string("store", store.name)
+            e.constant("reason", reason)
+        }
+        out.append(.storeChanged(StoreChange(store: store.name, status: .down)))
+        out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
+    }
+
+    /// The waitFor path that would close a cycle if `name` waited for `waitFor`, or nil.
+    ///
+    /// A depth-first search that remembers every store it has finished (`done`): a store from which `name` is not
+    /// reachable is never walked again, so one check visits each store and each waitFor edge at most once
+    /// (linear in the registration graph; the steps are counted in `maxCycleCheckSteps`). Iterative, so a long
+    /// chain of stores cannot exhaust the stack.
+    func cyclePath(from name: String, waitFor: [String]) -> [String]? {
+        var done: Set<String> = [name]
+        var path: [String] = [name]
+        // Each frame: a store on the current path and the index of its next waitFor entry to walk.
+        var stack: [(deps: [String], next: Int)] = [(waitFor, 0)]
+        var steps = 0
+        defer { maxCycleCheckSteps = max(maxCycleCheckSteps, steps) }
+        while !stack.isEmpty {
+            let top = stack.count - 1
+            let (deps, next) = stack[top]
+            guard next < deps.count else {
+                stack.removeLast()
+                path.removeLast()
+                continue
+            }
+            stack[top].next = next + 1
+            let dep = deps[next]
+            steps += 1  // one edge
+            if dep == name { return path + [name] }
+            guard done.insert(dep).inserted else { continue }
+            steps += 1  // one store
+            path.append(dep)
+            stack.append((stores[dep]?.waitFor ?? [], 0))
+        }
+        return nil
+    }
+
+    func entry(_ name: String) -> StoreEntry {
+        if let s = stores[name] { return s }
+        let s = StoreEntry(name: name, key: nextStoreKey)
+        nextStoreKey &+= 1
+        stores[name] = s
+        return s
+    }
+
+    /// Forgets a store name nobody needs any more: never registered, no subscriber, no live query (SPEC §10).
+    /// A name that is subscribed to before its store registers stays known, so reconnecting clients keep working.
+    func forgetIfUnused(_ store: StoreEntry) {
+        guard !store.wasRegistered, store.subscribers.isEmpty, store.queryOrder.isEmpty, store.queue.isEmpty,
+              store.inflight.isEmpty, store.snapshot == nil else { return }
+        stores.removeValue(forKey: store.name)
+    }
+
+    // MARK: - Dispatch, delivery and answers
+
+    /// R1: an accepted action gets the next `seq` and joins the queue of every store that handles its type, in
+    /// `seq` order; refusals (§11) give it no `seq`.
+    func dispatch(_ peer: Peer, _ request: DispatchRequest, now: Millis, _ out: inout Output) {
+        let refText = request.id
+        let typeJSON = request.typeJSON
+        let type: String
+        let targets: [StoreEntry]
+        if request.type == nil, let last = routes.last(ifSameAs: typeJSON) {
+            type = last.type
+            targets = last.targets
+        } else {
+            type = request.type ?? decodeJSONString(typeJSON)
+            targets = routes.targets(for: type, typeJSON: typeJSON, in: stores)
+        }
+        let wantsSettlement = request.settle, idRaw = request.idRaw, cause = request.cause
+        if shuttingDown || draining {
+            return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
+        }
+        if targets.isEmpty {
+            return fail(peer, .noHandler, "no store handles \"\(type)\"", &out, ref: refText)
+        }
+        if peer.unsettled >= config.maxPending {
+            return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out, ref: refText)
+        }
+        // A full queue refuses busy dispatchers only: one with fewer than `fairPending` unsettled actions is still
+        // accepted, so a flood from one connection cannot lock the others out of a store.
+        for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
+            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
+        }
+        let payload = request.payload ?? ArraySlice("null".utf8)
+        guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
+            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out, ref: refText)
+        }
+        lastSeq += 1
+        let action = ActionRecord(
+            seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
+            payload: payload,
+            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
+        pendingCount += 1
+        peer.unsettled += 1
+        out.traffic.actions += 1
+        emit("dispatch", &out) { e in
+            e.int("seq", action.seq)
+            e.string("type", type)
+            e.int("origin", peer.id)
+            e.string("originName", peer.name)
+            if let cause { e.int("cause", cause) }
+            e.raw("payload", action.payload)
+        }
+        for (i, store) in targets.enumerated() {
+            if store.status == .down && store.queue.count >= config.queueLimit {
+                action.setResult(at: i, .unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))"))
+                continue
+            }
+            if store.status == .down {
+                store.queue.append(Delivery(action: action, deadline: now + config.queueTimeout))
+                expiringStores.insert(store.name)
+            } else {
+                store.queue.append(Delivery(action: action, deadline: nil))
+            }
+        }
+        for store in targets { pump(store, &out) }
+        if action.isComplete { settle(action, &out) }
+    }
+
+    /// Sends actions from the head of a live store's queue while its window has room and the head is not held
+    /// back by waitFor.
+    func pump(_ store: StoreEntry, _ out: inout Output) {
+        guard store.status == .up, let peer = store.ownerPeer else { return }
+        while store.inflight.count < config.storeWindow, !store.queue.isEmpty {
+            if !store.waitFor.isEmpty {
+                let action = store.queue[0].action
+                for dep in store.waitFor {
+                    if let i = action.targets.firstIndex(where: { $0.name == dep }), action.result(at: i) == nil { return }
+                }
+            }
+            let head = store.queue.removeFirst()
+            out.send(peer, actionFrame(head.action, store: store, redelivered: head.redelivered))
+            if store.inflight.isEmpty { store.lastProgress = now }  // the store's clock starts with its oldest
+            store.inflight.append(head)
+        }
+    }
+
+    /// `done` or `reject` from a store: must answer the oldest action in flight to that store.
+    func answer(_ peer: Peer, _ request: AnswerRequest, _ out: inout Output) {
+        let store: StoreEntry
+        if let last = peer.lastStore, last.ownerPeer === peer, sameBytes(last.nameJSON, request.storeJSON) {
+            store = last  // the store this peer answered for last, named the same way: no decoding or hashing
+        } else {
+            let name: String
+            do { name = try request.storeName() } catch { return fail(peer, error.code, error.message, &out, ref: error.ref) }
+            guard let owned = ownedStore(peer, name) else {
+                return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
+            }
+            store = owned
+        }
+        let name = store.name
+        let seq = request.seq
+        // R2: only the oldest unanswered action of the store may be answered. (Read in place: the oldest delivery
+        // is copied, and its action retained, only once it is removed below.)
+        guard !store.inflight.isEmpty, store.inflight[0].action.seq == seq else {
+            let expected = store.inflight.first.map { "\($0.action.seq)" } ?? "none"
+            return fail(peer, .badMessage, "answer for seq \(seq) out of order: the oldest unanswered action of \"\(name)\" is \(expected)", &out, ref: name)
+        }
+        let result: StoreResult
+        if request.isDone {
+            if let state = request.state {
+                // R4/R5: the new state is published before the result is recorded, so every subscriber has the
+                // snapshot queued before the dispatcher's settlement.
+                guard publish(store, state: request.body[state.range], seq: seq, &out) else {
+                    // The action stays unanswered: redelivered when the store comes back (SPEC §10).
+                    return failStateOverBudget(peer, store, state.range.count, &out)
+                }
+            }
+            result = .done
+        } else {
+            result = .rejected(request.error!)
+        }
+        let head = store.inflight.removeFirst()
+        store.lastProgress = now
+        if store.stalled { storeRecovered(store, &out) }
+        store.seq = head.action.seq
+        record(head.action, store: store, result: result, &out)
+        pump(store, &out)
+    }
+
+    /// The store `name` if `peer` owns it (a store peer's last answered store is remembered: no hashing then).
+    func ownedStore(_ peer: Peer, _ name: String) -> StoreEntry? {
+        if let last = peer.lastStore, last.ownerPeer === peer, last.name == name { return last }
+        guard let store = stores[name], store.owner == peer.id else { return nil }
+        peer.lastStore = store
+        return store
+    }
+
+    /// Records one store's result for an action; releases stores waiting for it; settles when complete.
+    func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
+        guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
+        action.setResult(at: i, result, version: store.version)
+        if action.targets.count > 1 {
+            for other in action.targets where other !== store && other.waitFor.contains(store.name) { pump(other, &out) }
+        }
+        if action.isComplete { settle(action, &out) }
+    }
+
+    func settle(_ action: ActionRecord, _ out: inout Output) {
+        pendingCount -= 1
+        let dispatcher = action.dispatcher
+        dispatcher.unsettled -= 1
+        memory.release(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
+        let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
+        guard toDispatcher || !monitors.isEmpty else { return }
+        let results = resultsJSON(action)
+        if toDispatcher, let id = action.id {
+            var b = FrameBuilder(op: "settled", capacity: results.count + 64)
+            b.raw("id", id)
+            b.int("seq", action.seq)
+            b.raw("results", results)
+            out.send(dispatcher, b.finish())
+        }
+        emit("settle", &out) { e in
+            e.int("seq", action.seq)
+            e.raw("results", results)
+        }
+    }
+
+    /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
+    /// frame goes to every subscriber.
+    @discardableResult
+    func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) -> Bool {
+        if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
+            return true
+        }
+        // The retained snapshot is charged to the connection that published it (within its allowance a small
+        // state costs the shared budget nothing); it stays charged to that account, and so to its user, after the
+        // connection closes, until a newer state replaces it.
+        let cost = 96 + store.nameJSON.count + state.count
+        if let owner = store.ownerPeer, owner.account === store.retainedBy {
+            // The common case: the same connection publishes again; only the difference is charged.
+            guard memory.resize(owner.account, from: store.retainedCost, to: cost) else { return false }
+        } else {
+            guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
+            if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
+            guard memory.charge(account, cost) else {
+                if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
+                return false
+            }
+            store.retainedBy = account
+        }
+        store.retainedCost = cost
+        store.version += 1
+        var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
+        b.raw("store", store.nameJSON)
+        b.int("version", store.version)
+        b.int("seq", seq)
+        b.key("state")
+        let stateStart = b.byteCount
+        b.rawBytes(state)
+        // A subscriber that cannot keep up is sent only the newest of its unwritten snapshots of this store.
+        let frame = b.finish(coalescing: .newestWins(key: store.key))
+        store.snapshot = frame
+        store.snapshotSeq = seq
+        store.stateRange = stateStart..<(stateStart + state.count)
+        out.traffic.snapshots += 1
+        for sub in store.subscribers { out.send(sub, frame) }
+        emit("snapshot", &out) { e in
+            e.string("store", store.name)
+            e.int("version", store.version)
+            e.int("seq", seq)
+            e.raw("state", state)
+        }
+        return true
+    }
+
+    func unsolicitedState(_ peer: Peer, _ request: StateRequest, _ out: inout Output) {
+        guard let store = ownedStore(peer, request.store) else {
+            return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
+        }
+        let state = request.body[request.state.range]
+        if !publish(store, state: state, seq: store.seq, &out) {
+            failStateOverBudget(peer, store, state.count, &out)
+        }
+    }
+
+    // MARK: - Time and shutdown
+
+    func tick(now: Millis, _ out: inout Output) {
+        if let at = sweepAt, at <= now { sweep(now: now, &out) }
+        while let first = handshakes.first {
+            guard let peer = peers[first] else { handshakes.removeFirst(); continue }
+            guard peer.connectedAt + config.handshakeTimeout <= now else { break }
+            endHandshake(peer)
+            fail(peer, .timeout, "no hello within \(config.handshakeTimeout) ms", &out)
+        }
+        for name in expiringStores.sorted() {
+            guard let store = stores[name] else { continue }
+            while let head = store.queue.first, let d = head.deadline, d <= now {
+                store.queue.removeFirst()
+                record(head.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
+            }
+            if store.queue.isEmpty { expiringStores.remove(name) }
+        }
+    }
+
+    func shutdown(_ out: inout Output) {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
+        for action in unsettledActions() {
+            for i in action.targets.indices where action.result(at: i) == nil {
+                action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
+            }
+            settle(action, &out)
+        }
+        for name in stores.keys.sorted() {
+            let store = stores[name]!
+            // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
+            // store's queue would expire at a later tick and be settled a second time.
+            store.queue.removeAll()
+            store.inflight.removeAll()
+            guard store.status == .up else { continue }
+            var b = FrameBuilder(op: "store-down")
+            b.string("store", name)
+            b.constant("reason", "shutdown")
+            let frame = b.finish(coalescing: .fence(key: store.key))
+            for sub in store.subscribers { out.send(sub, frame) }
+        }
+        expiringStores.removeAll()
+        let bye = byeFrame(reason: "shutdown")
+        for id in peers.keys.sorted() {
+            let peer = peers[id]!
+            guard !peer.closing else { continue }
+            out.send(peer, bye)
+            close(peer, &out)
+        }
+    }
+
+    /// Every accepted, unsettled action, in seq order: each is waiting in the queue or window of at least one
+    /// target store (an action leaves a store's queues only with a final result from it, and settles when all
+    /// its targets have one).
+    func unsettledActions() -> [ActionRecord] {
+        var found: [UInt64: ActionRecord] = [:]
+        for store in stores.values {
+            for d in store.inflight { found[d.action.seq] = d.action }
+            for d in store.queue { found[d.action.seq] = d.action }
+        }
+        return found.keys.sorted().map { found[$0]! }
+    }
+}

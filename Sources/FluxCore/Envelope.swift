@@ -96,7 +96,7 @@ public enum EnvelopeKey: Int, CaseIterable, Sendable {
 /// the JSON grammar, and each top-level field's value is known by its byte span. Nested values (payloads, states,
 /// queries) are never decoded here; they are forwarded as the exact bytes the sender wrote.
 ///
-/// This is how fluxd stays off Foundation's JSON on its hot path (see DESIGN.md, "Performance principles").
+/// This is how fluxd stays off Foundation's JSON on its hot path (docs/ARCHITECTURE.md, "Performance principles that shaped the hot path").
 public struct Envelope: Sendable {
     /// The frame body the spans point into.
     public let body: [UInt8]

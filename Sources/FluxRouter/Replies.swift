@@ -129,11 +129,7 @@ extension Router {
         // Closed before the monitor event: a monitor whose own error is fatal gets nothing after it (found by the
         // router fuzz target).
         if closes { close(peer, &out) }
-        emit("error", &out) { e in
-            e.int("peer", peer.id)
-            e.string("code", code.rawValue)
-            e.string("message", message)
-        }
+        observeError(peer, code, message, &out)
         out.log(.debug, "peer \(peer.id) (\(peer.name)): \(code.rawValue): \(message)")
     }
 }

@@ -61,13 +61,7 @@ extension Router {
         }
         out.send(peer, welcomeFrame(peer))
         out.log(.debug, "peer \(peer.id) hello: role \(role.rawValue), name \"\(name)\"")
-        emit("connect", &out) { e in
-            e.int("peer", peer.id)
-            e.string("role", role.rawValue)
-            e.string("name", name)
-            if let pid = peer.creds.pid { e.int("pid", pid) }
-            if let uid = peer.creds.uid { e.int("uid", uid) }
-        }
+        observeConnect(peer, &out)
         if role == .monitor { monitors.append(peer.id) }
     }
 
@@ -83,10 +77,7 @@ extension Router {
             if n <= 1 { connectionsByUser.removeValue(forKey: uid) } else { connectionsByUser[uid] = n - 1 }
         }
         if peer.role != nil {
-            emit("disconnect", &out) { e in
-                e.int("peer", id)
-                e.string("name", peer.name)
-            }
+            observeDisconnect(peer, &out)
         }
         let owned = peer.owned.sorted()
         let quietly = owned.count > 8  // one line for them all, not one per store

@@ -66,11 +66,7 @@ extension Router {
                 let waited = now - store.lastProgress
                 let seq = store.inflight[0].action.seq
                 out.log(.warning, "store \"\(name)\" stalled: action \(seq) unanswered for \(waited) ms, \(store.inflight.count) in flight, \(store.queue.count) queued (peer \(owner.id), pid \(owner.creds.pid.map { "\($0)" } ?? "?"))\(config.closeStalledStores ? "; closing it" : "")")
-                emit("store-stalled", &out) { e in
-                    e.string("store", name)
-                    e.int("seq", seq)
-                    e.int("waited", waited)
-                }
+                observeStall(name, seq: seq, waited: waited, &out)
                 out.append(.stalled(store: name, pid: owner.creds.pid, closing: config.closeStalledStores))
                 if config.closeStalledStores {
                     fail(owner, .unresponsive, "store \"\(name)\" left action \(seq) unanswered for \(waited) ms (storeTimeout \(config.storeTimeout))", &out, ref: name, fatal: true)
@@ -84,6 +80,6 @@ extension Router {
     func storeRecovered(_ store: StoreEntry, _ out: inout Output) {
         store.stalled = false
         out.log(.notice, "store \"\(store.name)\" answers again")
-        emit("store-recovered", &out) { e in e.string("store", store.name) }
+        observeRecovery(store, &out)
     }
 }

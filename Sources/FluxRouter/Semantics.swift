@@ -71,11 +71,7 @@ extension Router {
         up.int("version", store.version + (initial == nil ? 0 : 1))
         let upFrame = up.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribers where sub !== peer { out.send(sub, upFrame) }
-        emit("store-up", &out) { e in
-            e.string("store", name)
-            e.int("version", store.version + (initial == nil ? 0 : 1))
-        }
-        out.append(.storeChanged(StoreChange(store: name, status: .up, owner: peer.id, ownerPID: peer.creds.pid)))
+        observeStoreUp(name, version: store.version + (initial == nil ? 0 : 1), owner: peer, &out)
         let versionBefore = store.version
         if let initial {
             let published = publish(store, state: initial, seq: store.seq, &out)
@@ -117,11 +113,7 @@ extension Router {
         b.constant("reason", reason)
         let frame = b.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribers { out.send(sub, frame) }
-        emit("store-down", &out) { e in
-            e.string("store", store.name)
-            e.constant("reason", reason)
-        }
-        out.append(.storeChanged(StoreChange(store: store.name, status: .down)))
+        observeStoreDown(store, reason: reason, &out)
         out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
     }
 
@@ -217,14 +209,7 @@ extension Router {
         pendingCount += 1
         peer.unsettled += 1
         out.traffic.actions += 1
-        emit("dispatch", &out) { e in
-            e.int("seq", action.seq)
-            e.string("type", type)
-            e.int("origin", peer.id)
-            e.string("originName", peer.name)
-            if let cause { e.int("cause", cause) }
-            e.raw("payload", action.payload)
-        }
+        observeDispatch(action, type: type, from: peer, &out)
         for (i, store) in targets.enumerated() {
             if store.status == .down && store.queue.count >= config.queueLimit {
                 action.setResult(at: i, .unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))"))
@@ -335,10 +320,7 @@ extension Router {
             b.raw("results", results)
             out.send(dispatcher, b.finish())
         }
-        emit("settle", &out) { e in
-            e.int("seq", action.seq)
-            e.raw("results", results)
-        }
+        observeSettle(action, results: results, &out)
     }
 
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
@@ -380,12 +362,7 @@ extension Router {
         store.stateRange = stateStart..<(stateStart + state.count)
         out.traffic.snapshots += 1
         for sub in store.subscribers { out.send(sub, frame) }
-        emit("snapshot", &out) { e in
-            e.string("store", store.name)
-            e.int("version", store.version)
-            e.int("seq", seq)
-            e.raw("state", state)
-        }
+        observeSnapshot(store, seq: seq, state: state, &out)
         return true
     }
 

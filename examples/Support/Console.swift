@@ -54,7 +54,7 @@ public final class StopSignals {
 
     init(_ handler: @escaping @Sendable (Int32) -> Void) {
         // A process started by Foundation's `Process` from a test thread can inherit SIGINT/SIGTERM blocked
-        // (DESIGN.md): unblock them, or the stop request stays pending forever and never reaches the handler.
+        // (sigprocmask is inherited across fork/exec): unblock them, or the stop request stays pending forever and never reaches the handler.
         var unblock = sigset_t()
         sigemptyset(&unblock)
         sigaddset(&unblock, SIGINT)

@@ -132,6 +132,8 @@ class AsyncClient(ClientCore):
             raise (ended.error or ended) from None
         except BaseException:
             client._abort(Disconnected("handshake failed"))
+            if client._welcome.done() and not client._welcome.cancelled():
+                client._welcome.exception()  # retrieved: nobody awaits it any more (e.g. connect timed out)
             raise
         client.welcome = client._welcome_from(msg)
         return client

@@ -354,6 +354,7 @@ class Client(ClientCore):
     def _wait(self, ready: Callable[[], Any], deadline: Deadline, what: _What) -> Any:
         """Pumps frames until ``ready()`` returns something, ``deadline`` passes (raises
         :class:`FluxTimeoutError`) or the connection ends (raises :class:`Disconnected`)."""
+        last_look = False
         while True:
             value = ready()
             if value is not None:
@@ -361,7 +362,9 @@ class Client(ClientCore):
             if self._closed is not None:
                 raise self._closed
             if deadline.expired():
-                raise deadline.error(what) if isinstance(what, str) else what()
+                if last_look:
+                    raise deadline.error(what) if isinstance(what, str) else what()
+                last_look = True  # route what has arrived already before giving up
             self._pump(deadline.remaining())
 
     def _wake(self) -> None:

@@ -14,7 +14,7 @@ from .aio import AsyncClient, AsyncStoreRegistration
 from .client import Client, StoreRegistration
 from .errors import Disconnected, FluxError
 from .protocol import STORE_ERROR, STORE_UNHANDLED_ACTION, Op
-from .wire import ActiveQuery, QuerySet, dumps, pattern_matches
+from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
 #: A handler's outcome: ``("done", new state or None)`` or ``("reject", error object)``.
@@ -68,7 +68,11 @@ class ActionContext:
 
     def dispatch(self, type: str, payload: Any = None) -> None:
         """Dispatches a follow-up action with ``cause`` = this action's seq. It is sent after this action's
-        answer, and only if the handler does not reject."""
+        answer, and only if the handler does not reject. An invalid type raises ``ValueError`` here, in the
+        handler (so the action is rejected), not later."""
+        if not is_valid_action_type(type):
+            raise ValueError(f"invalid follow-up action type {type!r}")
+        dumps(payload)  # not JSON: raises here too
         self.follow_ups.append((type, payload))
 
 

@@ -39,6 +39,11 @@ class Todos(Store):
     async def asynchronous(self, state, payload, ctx):
         return state
 
+    @on("todo/follow")
+    def follow(self, state, payload, ctx):
+        ctx.dispatch(payload["type"], payload.get("payload"))
+        return state
+
 
 class Counter(Store):
     name = "counter"
@@ -76,8 +81,8 @@ def test_an_unhandled_action_is_rejected_naming_the_handled_types(fluxd, running
     with Client.connect(fluxd.socket_path) as client:
         assert rejection(client, "todo/frobnicate", store="todos") == {
             "code": "store/unhandled-action",
-            "message": "no handler for 'todo/frobnicate'; this store handles: todo/add, todo/async, todo/refuse, "
-                       "todo/setify, todo/toggle"}
+            "message": "no handler for 'todo/frobnicate'; this store handles: todo/add, todo/async, todo/follow, "
+                       "todo/refuse, todo/setify, todo/toggle"}
         settlement = client.dispatch_and_settle("counter/ad", {"by": 1}, timeout=10)  # a typo of counter/add
         with pytest.raises(ActionRejectedError) as caught:
             settlement.raise_for_status()
@@ -122,6 +127,8 @@ def test_failure_messages_are_written_for_the_dispatcher(fluxd, running):
         assert rejection(client, "todo/async", {}, "todos")["message"] == (
             "todo/async failed: TypeError: the handler is a coroutine function: async handlers need "
             "fluxbus.AsyncStore")
+        assert rejection(client, "todo/follow", {"type": "bad type"}, "todos")["message"] == (
+            "todo/follow failed: ValueError: invalid follow-up action type 'bad type'")
         # none of it changed the state, and the store still works
         assert client.dispatch_and_settle("todo/add", {"title": "milk"}, timeout=10)["todos"].version == 2
         assert store.state == {"items": [{"title": "milk", "done": False}]}

@@ -3,22 +3,46 @@
 Standard library only, Python 3.9+.
 
 - :class:`Client` (``fluxbus.client``): synchronous client.
-- :class:`AsyncClient` (``fluxbus.aio``): asyncio client.
-- :class:`Store`, :func:`on`, :class:`Reject` (``fluxbus.store``): write a store worker.
-- ``fluxbus.wire``: frames, the strict envelope check, message types, :class:`FluxError`.
+- :class:`AsyncClient` (``fluxbus.aio``): asyncio client; every call that talks to fluxd is a coroutine.
+- :class:`Store`, :class:`AsyncStore`, :func:`on`, :class:`Reject` (``fluxbus.store``): write a store worker.
+- ``fluxbus.errors``: :class:`FluxError` and one subclass per protocol error code, :class:`ActionRejectedError`,
+  :class:`FluxConnectionError`, :class:`FluxTimeoutError`.
+- ``fluxbus.protocol``: the wire vocabulary (ops, roles, statuses, error codes), checked against ``protocol/``.
+- ``fluxbus.wire``: frames, the strict envelope check, message types.
 """
-from .aio import AsyncClient, AsyncQueryReceipt, AsyncSubscription
-from .client import Client, QueryReceipt, Subscription, connect
-from .store import ActionContext, Reject, Store, on
+from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
+from .client import Client, QueryReceipt, StoreRegistration, Subscription, connect
+from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONError, BadMessageError, CycleError,
+                     Disconnected, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
+                     FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
+                     MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, OverloadedError,
+                     ShuttingDownError, SlowConsumerError, StoreUnavailableError, TooManyConnectionsError,
+                     UnknownOpError, UnknownStoreError, UnknownWorkerError, UnresponsiveError,
+                     UnsupportedVersionError, WrongServerUIDError, error_class)
+from .protocol import (ERROR_CODES, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op, ResultStatus, Role,
+                       StoreStatus)
+from .store import ActionContext, AsyncStore, Reject, Store, StoreBase, on
 from .wire import (LIMIT_EXCEEDED, MEMORY_BUDGET, TOO_MANY_CONNECTIONS, UNRESPONSIVE, WRONG_SERVER_UID, ActiveQuery,
-                   Disconnected, Envelope, EnvelopeError, FluxError, FrameDecoder, QuerySet, Settlement, Snapshot,
-                   StoreResult, SubscriptionEvent, Welcome, check_envelope, default_socket_path, expected_server_uid)
+                   Envelope, EnvelopeError, FrameDecoder, QuerySet, Settlement, Snapshot, StoreResult,
+                   SubscriptionEvent, Welcome, check_envelope, default_socket_path, expected_server_uid)
 
 __all__ = [
-    "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
-    "ActionContext", "ActiveQuery", "AsyncClient", "AsyncQueryReceipt", "AsyncSubscription", "Client",
-    "Disconnected", "Envelope", "EnvelopeError", "FluxError", "FrameDecoder", "QueryReceipt", "QuerySet", "Reject",
-    "Settlement", "Snapshot", "Store", "StoreResult", "Subscription", "SubscriptionEvent", "Welcome",
-    "check_envelope", "connect", "default_socket_path", "expected_server_uid", "on",
+    # clients and stores
+    "ActionContext", "AsyncClient", "AsyncQueryReceipt", "AsyncStore", "AsyncStoreRegistration",
+    "AsyncSubscription", "Client", "QueryReceipt", "Reject", "Store", "StoreBase", "StoreRegistration",
+    "Subscription", "connect", "on",
+    # errors
+    "ERROR_CLASSES", "ActionRejectedError", "BadFrameError", "BadJSONError", "BadMessageError", "CycleError",
+    "Disconnected", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
+    "HandshakeRequiredError", "HandshakeTimeoutError", "LimitExceededError", "MemoryBudgetError", "NameTakenError",
+    "NoHandlerError", "NotConnectedError", "OverloadedError", "ShuttingDownError", "SlowConsumerError",
+    "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
+    "UnknownWorkerError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    # protocol vocabulary
+    "ERROR_CODES", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op", "ResultStatus", "Role",
+    "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
+    # wire types
+    "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot",
+    "StoreResult", "SubscriptionEvent", "Welcome", "check_envelope", "default_socket_path", "expected_server_uid",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -2,18 +2,37 @@
 from __future__ import annotations
 
 import collections
+import select
 import socket
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
-from ._core import ClientCore, Message, QueryReceiptCore, SubscriptionCore
-from .wire import (Disconnected, FluxError, FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid,
-                   default_socket_path, encode_frame, loads)
+from ._core import NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, SubscriptionCore, resolve_socket_path
+from .errors import BadJSONError, Disconnected, FluxError, NameTakenError, connect_error
+from .protocol import Op
+from .wire import (FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, encode_frame, loads)
 from .wire import expected_server_uid as _expected_server_uid
 
-#: What the reader thread hands to the calling thread: a decoded message, an unreadable body, or the end.
-_Incoming = Union[Message, bytes, Disconnected]
+#: Put in the incoming queue to wake the thread waiting in a call (see :meth:`StoreRegistration.interrupt`).
+_WAKE = object()
+#: What the reader thread hands to the calling thread: a decoded message, an unreadable body, the end, a wake-up.
+_Incoming = Union[Message, bytes, Disconnected, object]
+#: What a wait raises when its deadline passes: a message (``timed out after N s <what>``) or a ready error.
+_What = Union[str, Callable[[], FluxError]]
+
+
+def _connect_socket(sock: socket.socket, path: str, source: str, deadline: Deadline) -> None:
+    """Connects ``sock`` to ``path`` before ``deadline``; a failure says where and what to do."""
+    sock.settimeout(deadline.remaining())
+    try:
+        sock.connect(path)
+    except socket.timeout:
+        raise deadline.error(f"connecting to fluxd at {path}") from None
+    except OSError as error:
+        raise connect_error(path, source, error) from None
+    finally:
+        sock.settimeout(None)
 
 
 class Client(ClientCore):
@@ -29,9 +48,13 @@ class Client(ClientCore):
     consumer rather than growing without bound. Use a client from one thread at a time (sends are locked, so a
     store may publish from a worker thread).
 
-    Errors from fluxd become :class:`FluxError` raised by the call they answer. Errors that answer no call
-    (e.g. ``no-handler`` for a fire-and-forget :meth:`dispatch`) are kept in :attr:`errors` (``ref`` = the id
-    ``dispatch`` returned). Calls take an optional ``timeout`` in seconds (``None`` = the client's default).
+    Errors from fluxd are raised by the call they answer, as the :class:`~fluxbus.errors.FluxError` subclass of
+    their code (e.g. :class:`~fluxbus.errors.NoHandlerError`). Errors that answer no call (e.g. ``no-handler``
+    for a fire-and-forget :meth:`dispatch`) are kept in :attr:`errors` (``ref`` = the id ``dispatch`` returned).
+
+    Every call takes an optional ``timeout`` in seconds (``None`` = the client's :attr:`timeout`, set by
+    :meth:`connect`); it covers the whole call: sending, the reply and any wait. A call that runs out of time
+    raises :class:`~fluxbus.errors.FluxTimeoutError` (a builtin ``TimeoutError`` too).
     """
 
     #: Bytes of messages the reader thread holds for the caller before it stops reading (see the class doc).
@@ -56,7 +79,7 @@ class Client(ClientCore):
         self._replies: Dict[str, Message] = {}
         self._awaited: set = set()
         self._subscriptions: Dict[str, "Subscription"] = {}
-        self._store_inbox: Dict[str, Deque[Message]] = {}
+        self._stores: Dict[str, "StoreRegistration"] = {}
         self.errors: Deque[FluxError] = collections.deque(maxlen=256)
         self.welcome: Welcome
 
@@ -66,19 +89,25 @@ class Client(ClientCore):
     def connect(cls, socket_path: Optional[str] = None, name: str = "", role: str = "client",
                 timeout: Optional[float] = 30.0, heartbeat: bool = True,
                 expected_server_uid: Optional[int] = None) -> "Client":
-        """Connects to fluxd (``socket_path`` or :func:`default_socket_path`) and does the handshake.
-        ``role`` is ``client``, ``store`` or ``monitor``. Raises :class:`FluxError` if fluxd refuses (e.g.
-        ``too-many-connections``).
+        """Connects to fluxd (``socket_path`` or :func:`~fluxbus.default_socket_path`) and does the handshake.
+        ``role`` is ``client``, ``store`` or ``monitor``. ``timeout`` covers connecting and the handshake, and is
+        the default timeout of every later call (``None``: no limit).
+
+        Raises :class:`~fluxbus.errors.FluxConnectionError` when nothing listens at the path (its message names
+        the path, where it came from and how to start fluxd),
+        :class:`~fluxbus.errors.TooManyConnectionsError` if fluxd refuses the connection, and
+        :class:`~fluxbus.errors.FluxTimeoutError` when ``timeout`` passes.
 
         ``heartbeat`` (default on) asks fluxd to ping this connection when it is silent; the reader thread
         answers. ``expected_server_uid`` (else ``$FLUXBUS_SERVER_UID``, else 0 when running as root; else no
         check) is the uid fluxd must run as: it is checked with ``SO_PEERCRED`` before ``hello`` is sent, and a
-        mismatch raises :class:`FluxError` ``wrong-server-uid``."""
-        path = socket_path or default_socket_path()
+        mismatch raises :class:`~fluxbus.errors.WrongServerUIDError` (code ``wrong-server-uid``)."""
+        deadline = Deadline(timeout)
+        path, source = resolve_socket_path(socket_path)
         expected = _expected_server_uid(expected_server_uid)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(path)
+            _connect_socket(sock, path, source, deadline)
             check_server_uid(sock, path, expected)
         except BaseException:
             sock.close()
@@ -89,9 +118,9 @@ class Client(ClientCore):
             # fluxd may refuse a connection before it says anything (too-many-connections) and close it, so the
             # hello can fail to send: the reader thread still delivers the refusal, which _wait then raises.
             client._handshaking = True
-            client._send_hello(role, name, heartbeat)
+            client._send_raw(client._hello_frame(role, name, heartbeat), deadline)
             client._handshaking = False
-            msg = client._wait(lambda: client._welcome_msg, timeout, "welcome")
+            msg = client._wait(lambda: client._welcome_msg, deadline, f"waiting for fluxd's welcome at {path}")
         except Disconnected as ended:
             client._finish(ended)
             raise (ended.error or ended) from None  # a refusal (fatal error) is raised as itself
@@ -106,11 +135,11 @@ class Client(ClientCore):
     def close(self, timeout: float = 2.0) -> None:
         """Says ``bye``, waits (at most ``timeout`` s) for fluxd to close the connection, then closes it."""
         if self._closed is None:
+            deadline = Deadline(timeout)
             try:
-                self._send({"op": "bye"})
-                deadline = time.monotonic() + timeout
-                while self._closed is None and time.monotonic() < deadline:
-                    self._pump(deadline - time.monotonic())
+                self._send_raw(self._frame({"op": Op.BYE}), deadline)
+                while self._closed is None and not deadline.expired():
+                    self._pump(deadline.remaining())
             except (OSError, FluxError):
                 pass
         self._finish(Disconnected("closed locally"))
@@ -127,43 +156,60 @@ class Client(ClientCore):
 
     # -- actions ------------------------------------------------------------------------------------------------
 
-    def dispatch(self, type: str, payload: Any = None, cause: Optional[int] = None) -> str:
+    def dispatch(self, type: str, payload: Any = None, cause: Optional[int] = None,
+                 timeout: Optional[float] = None) -> str:
         """Dispatches an action without waiting for it; returns the id it was sent with. A refusal (e.g.
-        ``no-handler``) arrives later in :attr:`errors` with that id as ``ref``."""
+        ``no-handler``) arrives later in :attr:`errors` with that id as ``ref``. ``timeout`` covers sending."""
         ident = self._check_action(type)
-        self._send_raw(self._dispatch_frame(ident, type, payload, cause, False))
+        self._send_raw(self._dispatch_frame(ident, type, payload, cause, False), self._deadline(timeout))
         return ident
 
     def dispatch_and_settle(self, type: str, payload: Any = None, cause: Optional[int] = None,
                             timeout: Optional[float] = None) -> Settlement:
         """Dispatches an action and waits for its settlement: every target store's result (SPEC §8.3). When it
         returns, every subscription of this client on a store that answered ``done`` already holds the snapshot
-        it produced (read your writes). Raises :class:`FluxError` if fluxd refused the action."""
+        it produced (read your writes). Raises the error fluxd refused the action with (e.g.
+        :class:`~fluxbus.errors.NoHandlerError`); a store's rejection is a result, not an exception
+        (``settlement.raise_for_status()`` raises it)."""
         ident = self._check_action(type)
-        self._awaited.add(ident)
-        self._send_raw(self._dispatch_frame(ident, type, payload, cause, True))
-        return Settlement.from_frame(self._reply(ident, timeout))
+        frame = self._dispatch_frame(ident, type, payload, cause, True)
+        msg = self._call(ident, frame, self._deadline(timeout), f"waiting for the settlement of {type} ({ident})")
+        return Settlement.from_frame(msg)
 
     # -- subscriptions ------------------------------------------------------------------------------------------
 
     def subscribe(self, store: str, timeout: Optional[float] = None) -> "Subscription":
         """Subscribes to a store's snapshots. The returned :class:`Subscription` iterates the retained snapshot
-        (if any) and then every newer one; it is also a context manager (``close()`` unsubscribes)."""
+        (if any) and then every newer one; it is also a context manager (``close()`` unsubscribes).
+
+        A store need not have registered yet (clients may start before stores): ``subscription.status`` is then
+        ``unknown`` and turns ``up`` when it registers. ``timeout`` covers the request and, when given, the wait
+        for the first snapshot too (counted from this call) and each later wait of iteration or ``next()``; a
+        wait that runs out raises :class:`~fluxbus.errors.FluxTimeoutError` saying why (e.g. ``no store named
+        'x' has registered yet``). Without ``timeout``, the request takes the client's default and iteration
+        waits without limit."""
         self._check_store(store)
+        deadline = self._deadline(timeout)
         sub = self._subscriptions.get(store)
+        created = sub is None
         if sub is None:
             sub = Subscription(self, store)
             self._subscriptions[store] = sub
-        self._send({"op": "subscribe", "store": store})
-        msg = self._reply(f"subscribed:{store}", timeout)
-        sub.status = msg.get("status")
+        try:
+            msg = self._call(f"subscribed:{store}", self._frame({"op": Op.SUBSCRIBE, "store": store}), deadline,
+                             f"waiting for fluxd to confirm the subscription to {store!r}")
+        except BaseException:
+            if created and self._subscriptions.get(store) is sub:
+                del self._subscriptions[store]
+            raise
+        sub._subscribed(msg, timeout, deadline)
         return sub
 
     def _unsubscribe(self, store: str, timeout: Optional[float]) -> None:
         self._subscriptions.pop(store, None)
         if self._closed is None:
-            self._send({"op": "unsubscribe", "store": store})
-            self._reply(f"unsubscribed:{store}", timeout)
+            self._call(f"unsubscribed:{store}", self._frame({"op": Op.UNSUBSCRIBE, "store": store}),
+                       self._deadline(timeout), f"waiting for fluxd to confirm unsubscribing from {store!r}")
 
     # -- queries ------------------------------------------------------------------------------------------------
 
@@ -173,34 +219,61 @@ class Client(ClientCore):
         connection ends. Subscribe separately to see the data the store fetches."""
         self._check_store(store)
         ident = self._next_id("q")
-        self._awaited.add(ident)
-        self._send_raw(self._query_frame(ident, store, query))
-        self._reply(ident, timeout)
+        self._call(ident, self._query_frame(ident, store, query), self._deadline(timeout),
+                   f"waiting for fluxd to accept the query on {store!r}")
         return QueryReceipt(self, ident, store, query)
 
     def _unquery(self, ident: str, timeout: Optional[float]) -> None:
         if self._closed is None:
-            self._awaited.add(ident)
-            self._send({"op": "unquery", "id": ident})
-            self._reply(ident, timeout)
+            self._call(ident, self._frame({"op": Op.UNQUERY, "id": ident}), self._deadline(timeout),
+                       f"waiting for fluxd to withdraw query {ident}")
+
+    # -- stores -------------------------------------------------------------------------------------------------
+
+    def register(self, store: str, handles: Iterable[str], wait_for: Iterable[str] = (), state: Any = None,
+                 query_deltas: bool = False, timeout: Optional[float] = None) -> "StoreRegistration":
+        """Registers a store on this (``store``-role) connection (SPEC §8.2) and waits for ``registered``.
+        Returns the :class:`StoreRegistration` through which the store takes what fluxd sends it and answers.
+        Raises e.g. :class:`~fluxbus.errors.NameTakenError` or :class:`~fluxbus.errors.CycleError`.
+        :class:`fluxbus.Store` does all of this for you."""
+        self._check_store(store)
+        if store in self._stores:
+            raise NameTakenError(f"this connection has already registered {store!r}", ref=store)
+        deadline = self._deadline(timeout)
+        registration = StoreRegistration(self, store)
+        self._stores[store] = registration
+        try:
+            self._send_raw(self._frame(self._register_fields(store, list(handles), list(wait_for), state,
+                                                             query_deltas)), deadline)
+            inbox = registration._inbox
+            msg = self._wait(lambda: inbox.popleft() if inbox else None, deadline,
+                             f"waiting for fluxd to register {store!r}")
+            if msg.get("op") == Op.ERROR:
+                raise FluxError.from_frame(msg)
+        except BaseException:
+            if self._stores.get(store) is registration:
+                del self._stores[store]
+            raise
+        registration._registered(msg)
+        return registration
 
     # -- introspection ------------------------------------------------------------------------------------------
 
     def info(self, timeout: Optional[float] = None) -> Message:
         """fluxd's introspection data (SPEC §8.7 ``info``): stores, peers, counters."""
-        ident = self._request({"op": "info"})
-        return self._reply(ident, timeout)
+        return self._request({"op": Op.INFO}, timeout, "waiting for fluxd's info")
 
     def get(self, store: str, timeout: Optional[float] = None) -> Snapshot:
-        """Reads a store's retained snapshot once. Raises ``FluxError`` ``unknown-store`` if there is none."""
-        ident = self._request({"op": "get", "store": store})
-        return self._snapshot_from(self._reply(ident, timeout))
+        """Reads a store's retained snapshot once. Raises :class:`~fluxbus.errors.UnknownStoreError` if there is
+        none."""
+        return self._snapshot_from(self._request({"op": Op.GET, "store": store}, timeout,
+                                                 f"waiting for the snapshot of {store!r}"))
 
     def ping(self, timeout: Optional[float] = None) -> float:
         """Round trip to fluxd; returns the seconds it took. Also a barrier: every reply to an earlier request
         has arrived when it returns (SPEC §8.7)."""
         start = time.monotonic()
-        self._reply(self._request({"op": "ping"}), timeout)
+        self._request({"op": Op.PING}, timeout, "waiting for fluxd's pong")
         return time.monotonic() - start
 
     def poll(self, timeout: float = 0.0) -> None:
@@ -208,26 +281,42 @@ class Client(ClientCore):
         ``events``, :attr:`errors`), without waiting for anything in particular."""
         self._pump(timeout)
 
-    def send_raw(self, body: bytes) -> None:
+    def send_raw(self, body: bytes, timeout: Optional[float] = None) -> None:
         """Sends ``body`` as one frame, as it is (for tests and tools)."""
-        self._send_raw(encode_frame(body))
+        self._send_raw(encode_frame(body), self._deadline(timeout))
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _request(self, fields: Message) -> str:
+    def _request(self, fields: Message, timeout: Optional[float], what: str) -> Message:
         ident = self._next_id("r")
         fields["id"] = ident
-        self._awaited.add(ident)
-        self._send(fields)
-        return ident
+        return self._call(ident, self._frame(fields), self._deadline(timeout), what)
 
-    def _send_raw(self, frame: bytes) -> None:
+    def _call(self, key: str, frame: bytes, deadline: Deadline, what: str) -> Message:
+        """Sends ``frame`` and waits for the reply routed under ``key``, all before ``deadline``; raises the
+        error that answers it."""
+        self._awaited.add(key)
+        try:
+            self._send_raw(frame, deadline)
+            msg = self._wait(lambda: self._replies.pop(key, None), deadline, what)
+        finally:
+            self._awaited.discard(key)
+            self._replies.pop(key, None)
+        if msg.get("op") == Op.ERROR:
+            raise FluxError.from_frame(msg)
+        return msg
+
+    def _send_raw(self, frame: bytes, deadline: Deadline = NO_LIMIT) -> None:
         if self._closed is not None:
             raise self._closed
         failure: Optional[OSError] = None
+        sent = len(frame)
         with self._send_lock:
             try:
-                self._sock.sendall(frame)
+                if deadline.at is None:
+                    self._sock.sendall(frame)
+                else:
+                    sent = self._send_before(frame, deadline)
             except OSError as error:
                 failure = error
         if failure is not None and self._handshaking:
@@ -235,31 +324,54 @@ class Client(ClientCore):
         if failure is not None:  # finished outside the lock: _finish joins the reader, which may want it
             self._finish(Disconnected(f"send failed: {failure}"))
             raise self._closed  # type: ignore[misc]
+        if sent < len(frame):
+            what = "sending to fluxd (it is not reading this connection)"
+            if sent > 0:  # the stream now ends inside a frame: it cannot be used any more
+                self._finish(Disconnected(f"a frame was cut short: {what} timed out"))
+                what += "; the frame was sent in part, so the connection was closed"
+            raise deadline.error(what)
 
-    def _reply(self, key: str, timeout: Optional[float]) -> Message:
-        self._awaited.add(key)
-        try:
-            msg = self._wait(lambda: self._replies.pop(key, None), timeout, key)
-        finally:
-            self._awaited.discard(key)
-        if msg.get("op") == "error":
-            raise FluxError.from_frame(msg)
-        return msg
+    def _send_before(self, frame: bytes, deadline: Deadline) -> int:
+        """Sends as much of ``frame`` as the socket takes before ``deadline``; returns the bytes sent."""
+        view = memoryview(frame)
+        sent = 0
+        poller = None
+        while sent < len(frame):
+            try:
+                sent += self._sock.send(view[sent:], socket.MSG_DONTWAIT)
+                continue
+            except BlockingIOError:
+                pass
+            remaining = deadline.remaining()
+            if not remaining:
+                break
+            if poller is None:
+                poller = select.poll()
+                poller.register(self._sock.fileno(), select.POLLOUT)
+            poller.poll(remaining * 1000)
+        return sent
 
-    def _wait(self, ready: Any, timeout: Optional[float], what: str) -> Any:
-        """Pumps frames until ``ready()`` returns something, the deadline passes or the connection ends."""
-        timeout = self.timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait(self, ready: Callable[[], Any], deadline: Deadline, what: _What) -> Any:
+        """Pumps frames until ``ready()`` returns something, ``deadline`` passes (raises
+        :class:`FluxTimeoutError`) or the connection ends (raises :class:`Disconnected`)."""
+        last_look = False
         while True:
             value = ready()
             if value is not None:
                 return value
             if self._closed is not None:
                 raise self._closed
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"timed out waiting for {what}")
-            self._pump(remaining)
+            if deadline.expired():
+                if last_look:
+                    raise deadline.error(what) if isinstance(what, str) else what()
+                last_look = True  # route what has arrived already before giving up
+            self._pump(deadline.remaining())
+
+    def _wake(self) -> None:
+        """Wakes the thread waiting in a call of this client, so that it checks what it waits for again."""
+        with self._cond:
+            self._incoming.append(_WAKE)
+            self._cond.notify_all()
 
     def _pump(self, timeout: Optional[float]) -> None:
         """Takes what the reader thread has received (waiting at most ``timeout``) and routes it."""
@@ -273,10 +385,12 @@ class Client(ClientCore):
             self._incoming_bytes = 0
             self._cond.notify_all()  # room again for a reader that waits for it
         for item in batch:
+            if item is _WAKE:
+                continue
             if isinstance(item, Disconnected):
                 self._finish(item)
             elif isinstance(item, bytes):
-                self._keep_error(FluxError("bad-json", f"unreadable frame from fluxd: {item[:80]!r}"))
+                self._keep_error(BadJSONError(f"unreadable frame from fluxd: {item[:80]!r}"))
             else:
                 self._route_message(item)
 
@@ -297,7 +411,7 @@ class Client(ClientCore):
                         item: _Incoming = loads(body)
                     except ValueError:
                         item = body
-                    if isinstance(item, dict) and item.get("op") == "ping":
+                    if isinstance(item, dict) and item.get("op") == Op.PING:
                         self._answer_ping(item)
                         continue
                     with self._cond:
@@ -331,23 +445,27 @@ class Client(ClientCore):
         self._welcome_msg = msg
 
     def _on_reply(self, key: str, msg: Message) -> None:
-        self._replies[key] = msg
+        if key in self._awaited:  # a reply nobody waits for any more (its call timed out) is dropped
+            self._replies[key] = msg
 
     def _on_subscription(self, key: Optional[str], msg: Message) -> None:
         sub = self._subscriptions.get(key)  # type: ignore[arg-type]
         if sub is not None:
             sub._deliver(msg)
-        if msg.get("op") == "snapshot" and key in self._store_inbox:
-            self._store_inbox[key].append(msg)  # type: ignore[index]
+        registration = self._stores.get(key)  # type: ignore[arg-type]
+        if msg.get("op") == Op.SNAPSHOT and registration is not None:
+            registration._inbox.append(msg)
 
     def _on_store(self, key: Optional[str], msg: Message) -> None:
-        self._store_inbox.setdefault(key, collections.deque()).append(msg)  # type: ignore[arg-type]
+        registration = self._stores.get(key)  # type: ignore[arg-type]
+        if registration is not None:
+            registration._inbox.append(msg)
 
     def _on_error(self, key: Optional[str], msg: Message, error: FluxError) -> None:
         if key is not None and key in self._awaited:
             self._replies[key] = msg
-        elif key is not None and key in self._store_inbox:
-            self._store_inbox[key].append(msg)
+        elif key is not None and key in self._stores:
+            self._stores[key]._inbox.append(msg)
         elif key is not None and f"subscribed:{key}" in self._awaited:
             self._replies[f"subscribed:{key}"] = msg
         else:
@@ -372,8 +490,12 @@ class Client(ClientCore):
 
 class Subscription(SubscriptionCore):
     """A subscription to one store: iterate it for :class:`Snapshot` objects (the retained one first, then each
-    newer version; never an older one). ``status`` is ``up``/``down``/``unknown`` and follows
-    ``store-down``/``store-up``; :attr:`events` keeps those events. Iteration ends when the connection ends."""
+    newer version; never an older one). Iteration ends when the connection ends or the subscription is closed.
+
+    ``status`` is ``up``, ``down`` or ``unknown`` (no store of that name has registered yet) and follows
+    ``store-down``/``store-up`` as this client reads (during any call, or :meth:`Client.poll`); :attr:`events`
+    keeps those events. ``latest`` is the newest snapshot received, ``first_snapshot`` the first one. How long
+    waits may take: see :meth:`Client.subscribe`."""
 
     client: Client
 
@@ -385,24 +507,48 @@ class Subscription(SubscriptionCore):
     def _enqueue(self, snap: Snapshot) -> None:
         self._queue.append(snap)
 
-    def next(self, timeout: Optional[float] = None) -> Snapshot:
-        """The next snapshot (waits up to ``timeout`` s; raises ``TimeoutError``, or ``Disconnected`` when the
-        connection ended and nothing is left)."""
-        return self.client._wait(lambda: self._queue.popleft() if self._queue else None, timeout,
-                                 f"a snapshot of {self.store}")
+    def _take(self, deadline: Deadline) -> Snapshot:
+        def ready() -> Optional[Snapshot]:
+            if self._queue:
+                return self._queue.popleft()
+            if not self._open:
+                raise RuntimeError(f"the subscription to {self.store!r} is closed")
+            return None
+        return self.client._wait(ready, deadline, lambda: self._timeout_error(deadline))
 
-    def until(self, predicate: Any, timeout: Optional[float] = None) -> Snapshot:
-        """Reads snapshots until one satisfies ``predicate(snapshot)`` and returns it."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def next(self, timeout: Optional[float] = None) -> Snapshot:
+        """The next snapshot. Waits up to ``timeout`` s (default: as the ``subscribe`` call's timeout says, else
+        the client's default); raises :class:`~fluxbus.errors.FluxTimeoutError` saying why nothing came (e.g.
+        ``no store named 'x' has registered yet``), or :class:`Disconnected` when the connection ended and
+        nothing is left."""
+        return self._take(self._wait_deadline(timeout, self.client.timeout))
+
+    def first(self, timeout: Optional[float] = None) -> Snapshot:
+        """The subscription's first snapshot (the retained one, or the first one the store makes), waiting for
+        it as :meth:`next` does. It does not take it from the iteration."""
+        deadline = self._wait_deadline(timeout, self.client.timeout)
+        return self.client._wait(lambda: self.first_snapshot, deadline, lambda: self._timeout_error(deadline))
+
+    def wait_status(self, *statuses: str, timeout: Optional[float] = None) -> str:
+        """Waits until :attr:`status` is one of ``statuses`` (e.g. ``"up"``) and returns it; ``timeout`` as for
+        :meth:`next` (raises :class:`~fluxbus.errors.FluxTimeoutError` saying what the status is)."""
+        deadline = self._wait_deadline(timeout, self.client.timeout)
+        return self.client._wait(lambda: self.status if self.status in statuses else None, deadline,
+                                 lambda: self._status_timeout_error(deadline, statuses))
+
+    def until(self, predicate: Callable[[Snapshot], bool], timeout: Optional[float] = None) -> Snapshot:
+        """Reads snapshots until one satisfies ``predicate(snapshot)`` and returns it; ``timeout`` covers all of
+        it (default: each wait as :meth:`next`)."""
+        deadline = None if timeout is None else Deadline(timeout)
         while True:
-            snap = self.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            snap = self._take(deadline or self._wait_deadline(None, self.client.timeout))
             if predicate(snap):
                 return snap
 
     def __iter__(self) -> Iterator[Snapshot]:
         while self._open:
             try:
-                yield self.next(timeout=None if self.client.timeout is None else 1e9)
+                yield self._take(self._wait_deadline(None, None))
             except Disconnected:
                 return
 
@@ -437,8 +583,74 @@ class QueryReceipt(QueryReceiptCore):
         self.close()
 
 
+class StoreRegistration:
+    """A store this connection registered (:meth:`Client.register`): what fluxd sends the store, and how the
+    store answers. ``version``, ``seq`` and ``resumed`` are those of fluxd's ``registered`` (SPEC §8.2).
+
+    :class:`fluxbus.Store` is built on it; use it directly for a store loop of your own. :meth:`next` may be
+    called from one thread (the store's); :meth:`interrupt` and the sending methods from any."""
+
+    def __init__(self, client: Client, store: str):
+        self.client = client
+        self.store = store
+        self.version = 0
+        self.seq = 0
+        self.resumed = False
+        self._inbox: Deque[Message] = collections.deque()
+        self._interrupted = False
+
+    def _registered(self, msg: Message) -> None:
+        self.version = msg.get("version", 0)
+        self.seq = msg.get("seq", 0)
+        self.resumed = msg.get("resumed") is True
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message fluxd sent for this store, as a dict, in order: the retained ``snapshot`` and the
+        ``queries`` that follow registration, then ``action``, ``queries``/``queries-changed``, ``snapshot`` (when
+        this connection also subscribes) and ``error`` (an answer fluxd refused; ``ref`` = the store). Waits
+        without limit unless ``timeout`` is given (then raises :class:`~fluxbus.errors.FluxTimeoutError`).
+        Returns ``None`` once :meth:`interrupt` was called; raises :class:`Disconnected` when the connection
+        ends."""
+        def ready() -> Any:
+            if self._interrupted:
+                return _WAKE
+            return self._inbox.popleft() if self._inbox else None
+        msg = self.client._wait(ready, Deadline(timeout), f"waiting for a message for store {self.store!r}")
+        return None if msg is _WAKE else msg
+
+    def interrupt(self) -> None:
+        """Makes :meth:`next` return ``None`` (now, if a thread waits in it, and from then on). Thread-safe."""
+        self._interrupted = True
+        self.client._wake()
+
+    def done(self, seq: int, state: Any = None, timeout: Optional[float] = None) -> None:
+        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged)."""
+        fields: Message = {"op": Op.DONE, "store": self.store, "seq": seq}
+        if state is not None:
+            fields["state"] = state
+        self._send(fields, timeout)
+
+    def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> None:
+        """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``)."""
+        self._send({"op": Op.REJECT, "store": self.store, "seq": seq, "error": dict(error)}, timeout)
+
+    def publish(self, state: Any, timeout: Optional[float] = None) -> None:
+        """Publishes a new full state outside an action (``state``, SPEC §8.4)."""
+        self._send({"op": Op.STATE, "store": self.store, "state": state}, timeout)
+
+    def unregister(self, timeout: Optional[float] = None) -> None:
+        """Takes the store down (``unregister``, SPEC §8.2); fluxd sends no reply."""
+        if self.client._stores.get(self.store) is self:
+            del self.client._stores[self.store]
+        self._send({"op": Op.UNREGISTER, "store": self.store}, timeout)
+
+    def _send(self, fields: Message, timeout: Optional[float]) -> None:
+        self.client._send_raw(self.client._frame(fields), self.client._deadline(timeout))
+
+
 def connect(socket_path: Optional[str] = None, name: str = "", role: str = "client",
             timeout: Optional[float] = 30.0, heartbeat: bool = True,
             expected_server_uid: Optional[int] = None) -> Client:
     """Shorthand for :meth:`Client.connect`."""
     return Client.connect(socket_path, name, role, timeout, heartbeat, expected_server_uid)
+

@@ -1,19 +1,35 @@
-"""The ``Store`` base class: a FluxBus store worker in Python."""
+"""Store workers in Python: :class:`Store` (a thread on the synchronous client) and :class:`AsyncStore` (a task on
+the asyncio client). Both take the same class attributes and the same ``@on`` handlers."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+import inspect
+import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
-from .client import Client
-from .wire import ActiveQuery, Disconnected, FluxError, QuerySet, Snapshot, dumps, pattern_matches
+from .aio import AsyncClient, AsyncStoreRegistration
+from .client import Client, StoreRegistration
+from .errors import Disconnected, FluxError
+from .protocol import STORE_ERROR, STORE_UNHANDLED_ACTION, Op
+from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
+#: A handler's outcome: ``("done", new state or None)`` or ``("reject", error object)``.
+Answer = Tuple[str, Any]
+
+log = logging.getLogger("fluxbus.store")
+
+#: The values of :attr:`Store.unhandled`.
+UNHANDLED_MODES = ("reject", "ignore")
+_MAX_MESSAGE = 1000
 
 
 class Reject(Exception):
     """Raise from a handler to reject the action: the store answers ``reject`` with ``{"code", "message"}``
-    (plus ``details`` members) and its state stays as it was."""
+    (plus ``details`` members), passed on unchanged, and its state stays as it was."""
 
     def __init__(self, code: str, message: str = "", **details: Any):
         super().__init__(f"{code}: {message}")
@@ -29,9 +45,9 @@ class Reject(Exception):
 
 
 def on(*types: str) -> Callable[[Handler], Handler]:
-    """Marks a :class:`Store` method as the handler of the given action types (exact types or ``prefix*``
-    patterns). The method is called as ``handler(state, payload, ctx)`` and returns the new state, or ``None``
-    to keep it."""
+    """Marks a store method as the handler of the given action types (exact types or ``prefix*`` patterns). The
+    method is called as ``handler(state, payload, ctx)`` and returns the new state, or ``None`` to keep it (an
+    :class:`AsyncStore` handler may be ``async def``)."""
     def mark(function: Handler) -> Handler:
         function.__flux_types__ = getattr(function, "__flux_types__", ()) + types  # type: ignore[attr-defined]
         return function
@@ -41,7 +57,7 @@ def on(*types: str) -> Callable[[Handler], Handler]:
 class ActionContext:
     """What a handler knows about the action it handles, and how it dispatches follow-ups."""
 
-    def __init__(self, store: "Store", msg: Dict[str, Any]):
+    def __init__(self, store: Any, msg: Dict[str, Any]):
         self.store = store
         self.seq: int = msg["seq"]
         self.type: str = msg["type"]
@@ -52,11 +68,145 @@ class ActionContext:
 
     def dispatch(self, type: str, payload: Any = None) -> None:
         """Dispatches a follow-up action with ``cause`` = this action's seq. It is sent after this action's
-        answer, and only if the handler does not reject."""
+        answer, and only if the handler does not reject. An invalid type raises ``ValueError`` here, in the
+        handler (so the action is rejected), not later."""
+        if not is_valid_action_type(type):
+            raise ValueError(f"invalid follow-up action type {type!r}")
+        dumps(payload)  # not JSON: raises here too
         self.follow_ups.append((type, payload))
 
 
-class Store:
+def unhandled_message(action_type: str, handled: List[str]) -> str:
+    """The message of a ``store/unhandled-action`` rejection: which type, and which ones the store handles."""
+    if not handled:
+        return f"no handler for {action_type!r}; this store has no action handlers"
+    return f"no handler for {action_type!r}; this store handles: {', '.join(handled)}"
+
+
+def failure_error(action_type: str, error: BaseException, payload: Any) -> Dict[str, Any]:
+    """The ``store/error`` a handler's exception is answered with, written for whoever dispatched the action:
+    ``todo/add failed: payload is missing field 'title'`` (with ``"field": "title"``) for a ``KeyError`` of a
+    field the payload lacks, ``... the action has no payload ...`` when it had none, else
+    ``todo/add failed: ValueError: <message>``."""
+    kind = type(error).__name__
+    text = str(error)
+    result: Dict[str, Any] = {"code": STORE_ERROR}
+    key = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else None
+    if isinstance(payload, dict) and isinstance(key, str) and key not in payload:
+        result["message"] = f"{action_type} failed: payload is missing field {key!r}"
+        result["field"] = key
+    elif payload is None and isinstance(error, (TypeError, AttributeError, KeyError)):
+        result["message"] = f"{action_type} failed: the action has no payload ({kind}: {text})"
+    else:
+        result["message"] = f"{action_type} failed: {kind}" + (f": {text}" if text else "")
+    if len(result["message"]) > _MAX_MESSAGE:
+        result["message"] = result["message"][:_MAX_MESSAGE - 3] + "..."
+    return result
+
+
+class StoreBase:
+    """What :class:`Store` and :class:`AsyncStore` share: the class attributes, handler lookup, the answer to an
+    action, and the store's state, version and active queries."""
+
+    name: str = ""
+    handles: List[str] = []
+    wait_for: List[str] = []
+    initial_state: Any = None
+    #: Ask fluxd for ``queries-changed`` deltas instead of the whole set on every change.
+    query_deltas: bool = True
+    #: Ask fluxd to ping the connection when it is silent (answered by the client).
+    heartbeat: bool = True
+    #: What an action whose type matches :attr:`handles` but none of the handlers gets: ``"reject"`` (the
+    #: default) rejects it with ``store/unhandled-action`` naming the type and the handled types, so that a
+    #: typo does not look like success; ``"ignore"`` answers ``done`` without a change.
+    unhandled: str = "reject"
+
+    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
+        self.socket_path = socket_path
+        self.client_name = client_name or f"{self.name}-py"
+        self.expected_server_uid = expected_server_uid
+        if unhandled is not None:
+            self.unhandled = unhandled
+        if self.unhandled not in UNHANDLED_MODES:
+            raise ValueError(f"unhandled must be one of {', '.join(map(repr, UNHANDLED_MODES))}, "
+                             f"not {self.unhandled!r}")
+        self.state: Any = None
+        self._state_json = dumps(None)
+        self.version = 0
+        self.queries: List[ActiveQuery] = []
+        self._query_set = QuerySet()
+        self._handlers: List[Tuple[str, Handler]] = []
+        for attribute in dir(type(self)):
+            function = getattr(type(self), attribute, None)
+            for pattern in getattr(function, "__flux_types__", ()):
+                self._handlers.append((pattern, getattr(self, attribute)))
+
+    def handler_for(self, action_type: str) -> Optional[Handler]:
+        """The handler of an action type: an exact registration wins over patterns, else the longest pattern."""
+        best = None
+        for pattern, handler in self._handlers:
+            if pattern_matches(pattern, action_type):
+                rank = (not pattern.endswith("*"), len(pattern))
+                if best is None or rank > best[0]:
+                    best = (rank, handler)
+        return best[1] if best else None
+
+    def handled_types(self) -> List[str]:
+        """The types and patterns of this store's handlers, sorted."""
+        return sorted({pattern for pattern, _ in self._handlers})
+
+    # -- answers ------------------------------------------------------------------------------------------------
+
+    def _unhandled_answer(self, ctx: ActionContext) -> Answer:
+        if self.unhandled == "ignore":
+            return ("done", None)
+        return ("reject", {"code": STORE_UNHANDLED_ACTION,
+                           "message": unhandled_message(ctx.type, self.handled_types())})
+
+    def _result_answer(self, ctx: ActionContext, new_state: Any) -> Answer:
+        """``done`` for a handler's result (the state goes along only when it changed), or ``store/error`` when
+        it is not JSON."""
+        if new_state is None:
+            return ("done", None)
+        try:
+            encoded = dumps(new_state)
+        except (TypeError, ValueError) as error:
+            return ("reject", {"code": STORE_ERROR,
+                               "message": f"{ctx.type} failed: the handler returned a state that is not JSON "
+                                          f"({error})"})
+        if encoded == self._state_json:
+            return ("done", None)
+        self.state = new_state
+        self._state_json = encoded
+        return ("done", new_state)
+
+    def _failure_answer(self, ctx: ActionContext, error: BaseException, payload: Any) -> Answer:
+        if isinstance(error, Reject):
+            return ("reject", error.error_object())
+        log.error("store %s: the handler of %s (seq %d) failed", self.name, ctx.type, ctx.seq, exc_info=error)
+        return ("reject", failure_error(ctx.type, error, payload))
+
+    def _adopt(self, msg: Dict[str, Any]) -> None:
+        if msg["version"] >= self.version:
+            self.version = msg["version"]
+            self.state = msg.get("state")
+            self._state_json = dumps(self.state)
+
+    def _apply_queries(self, msg: Dict[str, Any]) -> List[ActiveQuery]:
+        """A full ``queries`` set, or a ``queries-changed`` delta applied to the set kept so far."""
+        if msg.get("op") == Op.QUERIES_CHANGED:
+            self._query_set.apply(msg.get("changes", []))
+        else:
+            self._query_set.replace(msg.get("queries", []))
+        self.queries = self._query_set.active
+        return list(self.queries)
+
+    def _not_connected(self) -> Disconnected:
+        return Disconnected(f"store {self.name!r} is not connected: call connect(), start() or run() first")
+
+
+class Store(StoreBase):
     """Base class of a store worker: subclass it, set :attr:`name`, :attr:`handles` (patterns),
     :attr:`initial_state` and optionally :attr:`wait_for`, and write handlers with :func:`on`::
 
@@ -75,43 +225,29 @@ class Store:
 
     Each action delivered is handled once, in order, and answered: ``done`` (carrying ``state`` only when the
     handler changed it, so one action makes at most one new snapshot), or ``reject`` when the handler raises
-    :class:`Reject` (any other exception is rejected as ``store/error``). Handlers get a deep copy of the state,
-    so a failed handler leaves no trace. An action type the store handles but has no handler for is answered
-    ``done`` without change. :meth:`on_queries` is called when the set of active queries changes;
-    :meth:`publish` sends a new state outside an action (e.g. after fetching what a query asked for).
+    :class:`Reject` (passed on as it is). Any other exception is rejected as ``store/error`` with a message for
+    whoever dispatched (``counter/add failed: payload is missing field 'by'``; see :func:`failure_error`) and
+    logged with its traceback (logger ``fluxbus.store``). Handlers get a deep copy of the state, so a failed
+    handler leaves no trace. An action whose type matches :attr:`handles` but no handler (``counter/ad``) is
+    rejected with ``store/unhandled-action`` unless :attr:`unhandled` is ``"ignore"``. :meth:`on_queries` is
+    called when the set of active queries changes; :meth:`publish` sends a new state outside an action (e.g.
+    after fetching what a query asked for).
 
     The store registers with ``"queryDeltas": true`` (:attr:`query_deltas`): after the first full ``queries``
     fluxd sends only the queries whose count changed (``queries-changed``), and the store keeps the whole set
     itself, so :attr:`queries` and :meth:`on_queries` see the full set exactly as before. Its connection asks
     for heartbeats (:attr:`heartbeat`); the client's reader thread answers them even while a handler runs.
+
+    The store's thread waits for fluxd's messages without polling; :meth:`stop` wakes it.
     """
 
-    name: str = ""
-    handles: List[str] = []
-    wait_for: List[str] = []
-    initial_state: Any = None
-    #: Ask fluxd for ``queries-changed`` deltas instead of the whole set on every change.
-    query_deltas: bool = True
-    #: Ask fluxd to ping the connection when it is silent (answered by the client's reader thread).
-    heartbeat: bool = True
-
     def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
-                 expected_server_uid: Optional[int] = None):
-        self.socket_path = socket_path
-        self.client_name = client_name or f"{self.name}-py"
-        self.expected_server_uid = expected_server_uid
-        self.state: Any = None
-        self.version = 0
-        self.queries: List[ActiveQuery] = []
-        self._query_set = QuerySet()
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
+        super().__init__(socket_path, client_name, expected_server_uid, unhandled)
         self.client: Optional[Client] = None
+        self.registration: Optional[StoreRegistration] = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._handlers: List[tuple] = []
-        for attribute in dir(type(self)):
-            function = getattr(type(self), attribute, None)
-            for pattern in getattr(function, "__flux_types__", ()):
-                self._handlers.append((pattern, getattr(self, attribute)))
         self.ready = threading.Event()
 
     # -- hooks --------------------------------------------------------------------------------------------------
@@ -128,40 +264,40 @@ class Store:
         """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
         client = Client.connect(self.socket_path, self.client_name, role="store", heartbeat=self.heartbeat,
                                 expected_server_uid=self.expected_server_uid)
-        self.client = client
-        register: Dict[str, Any] = {"op": "register", "store": self.name, "handles": list(self.handles),
-                                    "waitFor": list(self.wait_for)}
-        if self.query_deltas:
-            register["queryDeltas"] = True
-        if self.initial_state is not None:
-            register["state"] = self.initial_state
-        inbox = client._store_inbox.setdefault(self.name, __import__("collections").deque())
-        client._send(register)
-        registered = client._wait(lambda: inbox.popleft() if inbox else None, None, "registered")
-        if registered.get("op") == "error":
-            raise FluxError.from_frame(registered)
-        while True:
-            msg = client._wait(lambda: inbox.popleft() if inbox else None, None, "registration")
-            if msg["op"] == "snapshot":
-                self._adopt(msg)
-            elif msg["op"] == "queries":
-                self._queries(msg)
-                break
-        self.on_registered(registered.get("resumed") is True)
+        try:
+            registration = client.register(self.name, self.handles, self.wait_for, self.initial_state,
+                                           self.query_deltas)
+            self.client, self.registration = client, registration
+            while True:
+                msg = registration.next(timeout=client.timeout)
+                if msg is None:  # stop() during registration
+                    break
+                if msg.get("op") == Op.SNAPSHOT:
+                    self._adopt(msg)
+                elif msg.get("op") == Op.QUERIES:
+                    self._queries(msg)
+                    break
+                elif msg.get("op") == Op.ERROR:
+                    raise FluxError.from_frame(msg)
+        except BaseException:
+            self.client = self.registration = None
+            client.close()
+            raise
+        self.on_registered(registration.resumed)
         self.ready.set()
         return client
 
     def run(self) -> None:
         """Connects, registers and serves actions until :meth:`stop` or the connection ends."""
-        client = self.client or self.connect()
-        inbox = client._store_inbox[self.name]
+        if self.client is None:
+            self.connect()
+        client, registration = self.client, self.registration
+        assert client is not None and registration is not None
         try:
             while not self._stop.is_set():
-                try:
-                    msg = client._wait(lambda: inbox.popleft() if inbox else (None if not self._stop.is_set() else {"op": "stop"}),
-                                       0.2, "an action")
-                except TimeoutError:
-                    continue
+                msg = registration.next()
+                if msg is None:
+                    break
                 self.handle_message(msg)
         except Disconnected:
             if not self._stop.is_set():
@@ -184,77 +320,258 @@ class Store:
             pass
 
     def stop(self) -> None:
-        """Asks :meth:`run` to return (it closes the connection)."""
+        """Asks :meth:`run` to return (it closes the connection); wakes it at once. Thread-safe."""
         self._stop.set()
+        registration = self.registration
+        if registration is not None:
+            registration.interrupt()
 
     def publish(self, state: Any) -> None:
         """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged.
         Safe to call from another thread."""
         with self._lock:
-            if dumps(state) == dumps(self.state):
+            encoded = dumps(state)
+            if encoded == self._state_json:
                 return
+            if self.registration is None:
+                raise self._not_connected()
             self.state = state
-            assert self.client is not None
-            self.client._send({"op": "state", "store": self.name, "state": state})
+            self._state_json = encoded
+            self.registration.publish(state)
 
     # -- handling -----------------------------------------------------------------------------------------------
 
     def handle_message(self, msg: Dict[str, Any]) -> None:
+        """Handles one message fluxd sent the store (after registration)."""
         op = msg.get("op")
-        if op == "action":
+        if op == Op.ACTION:
             self._handle_action(msg)
-        elif op in ("queries", "queries-changed"):
+        elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
             self._queries(msg)
-        elif op == "snapshot":
-            self._adopt(msg)
-        elif op == "error":
+        elif op == Op.SNAPSHOT:
+            with self._lock:
+                self._adopt(msg)
+        elif op == Op.ERROR:
+            error = FluxError.from_frame(msg)
+            log.warning("store %s: fluxd refused an answer or state: %s", self.name, error)
             assert self.client is not None
-            self.client.errors.append(FluxError.from_frame(msg))
-
-    def handler_for(self, action_type: str) -> Optional[Handler]:
-        """The handler of an action type: an exact registration wins over patterns, else the longest pattern."""
-        best = None
-        for pattern, handler in self._handlers:
-            if pattern_matches(pattern, action_type):
-                rank = (not pattern.endswith("*"), len(pattern))
-                if best is None or rank > best[0]:
-                    best = (rank, handler)
-        return best[1] if best else None
+            self.client.errors.append(error)
 
     def _handle_action(self, msg: Dict[str, Any]) -> None:
-        assert self.client is not None
+        assert self.client is not None and self.registration is not None
         ctx = ActionContext(self, msg)
         handler = self.handler_for(ctx.type)
+        payload = msg.get("payload")
         with self._lock:
-            answer: Dict[str, Any] = {"op": "done", "store": self.name, "seq": ctx.seq}
-            try:
-                new_state = handler(copy.deepcopy(self.state), msg.get("payload"), ctx) if handler else None
-            except Reject as rejection:
-                self.client._send({"op": "reject", "store": self.name, "seq": ctx.seq,
-                                   "error": rejection.error_object()})
-                return
-            except Exception as error:  # a bug in a handler must not wedge the store
-                self.client._send({"op": "reject", "store": self.name, "seq": ctx.seq,
-                                   "error": {"code": "store/error", "message": f"{type(error).__name__}: {error}"}})
-                return
-            if new_state is not None and dumps(new_state) != dumps(self.state):
-                self.state = new_state
-                answer["state"] = new_state
-            self.client._send(answer)
-        for follow_type, payload in ctx.follow_ups:
-            self.client.dispatch(follow_type, payload, cause=ctx.seq)
-
-    def _adopt(self, msg: Dict[str, Any]) -> None:
-        with self._lock:
-            if msg["version"] >= self.version:
-                self.version = msg["version"]
-                self.state = msg.get("state")
+            if handler is None:
+                kind, body = self._unhandled_answer(ctx)
+            else:
+                try:
+                    result = handler(copy.deepcopy(self.state), payload, ctx)
+                    if inspect.isawaitable(result):
+                        if inspect.iscoroutine(result):
+                            result.close()
+                        raise TypeError("the handler is a coroutine function: async handlers need fluxbus.AsyncStore")
+                    kind, body = self._result_answer(ctx, result)
+                except Exception as error:  # a bug in a handler must not wedge the store
+                    kind, body = self._failure_answer(ctx, error, payload)
+            if kind == "done":
+                self.registration.done(ctx.seq, body)
+            else:
+                self.registration.reject(ctx.seq, body)
+        if kind == "done":
+            for follow_type, follow_payload in ctx.follow_ups:
+                self.client.dispatch(follow_type, follow_payload, cause=ctx.seq)
 
     def _queries(self, msg: Dict[str, Any]) -> None:
-        """A full ``queries`` set, or a ``queries-changed`` delta applied to the set kept so far."""
-        if msg.get("op") == "queries-changed":
-            self._query_set.apply(msg.get("changes", []))
-        else:
-            self._query_set.replace(msg.get("queries", []))
-        self.queries = self._query_set.active
-        self.on_queries(list(self.queries))
+        self.on_queries(self._apply_queries(msg))
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class AsyncStore(StoreBase):
+    """A store worker on asyncio: the same class attributes, ``@on`` handlers and answers as :class:`Store`, and
+    handlers may be plain or ``async def`` (so are :meth:`on_queries` and :meth:`on_registered`)::
+
+        class Counter(AsyncStore):
+            name = "counter"
+            handles = ["counter/*"]
+            initial_state = {"value": 0}
+
+            @on("counter/add")
+            async def add(self, state, payload, ctx):
+                return {**state, "value": state["value"] + payload["by"]}
+
+        await Counter().run()          # or: task = await store.start(); ...; await store.stop()
+
+    Actions are handled one at a time, in order, on the event loop; while an ``async`` handler awaits, the
+    connection keeps answering heartbeats, and :meth:`publish` from other tasks waits until the action is
+    answered. Every call that talks to fluxd is a coroutine (:meth:`publish`, :meth:`stop`).
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
+        super().__init__(socket_path, client_name, expected_server_uid, unhandled)
+        self.client: Optional[AsyncClient] = None
+        self.registration: Optional[AsyncStoreRegistration] = None
+        self._stopping = False
+        self._lock: Optional[asyncio.Lock] = None
+        self._lock_owner: Optional[asyncio.Task] = None
+        self._ready: Optional[asyncio.Event] = None
+        self._run_task: Optional[asyncio.Task] = None
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set once the store is registered (created on first use, on the running loop)."""
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
+
+    # -- hooks --------------------------------------------------------------------------------------------------
+
+    def on_queries(self, queries: List[ActiveQuery]) -> Any:
+        """Called whenever the active queries change (may be ``async def``); default: nothing."""
+
+    def on_registered(self, resumed: bool) -> Any:
+        """Called once registration is complete and the retained state adopted (may be ``async def``)."""
+
+    # -- running ------------------------------------------------------------------------------------------------
+
+    async def connect(self) -> AsyncClient:
+        """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
+        client = await AsyncClient.connect(self.socket_path, self.client_name, role="store",
+                                           heartbeat=self.heartbeat, expected_server_uid=self.expected_server_uid)
+        try:
+            registration = await client.register(self.name, self.handles, self.wait_for, self.initial_state,
+                                                 self.query_deltas)
+            self.client, self.registration = client, registration
+            while True:
+                msg = await registration.next(timeout=client.timeout)
+                if msg is None:  # stop() during registration
+                    break
+                if msg.get("op") == Op.SNAPSHOT:
+                    self._adopt(msg)
+                elif msg.get("op") == Op.QUERIES:
+                    await self._queries(msg)
+                    break
+                elif msg.get("op") == Op.ERROR:
+                    raise FluxError.from_frame(msg)
+        except BaseException:
+            self.client = self.registration = None
+            await client.close()
+            raise
+        await _maybe_await(self.on_registered(registration.resumed))
+        self.ready.set()
+        return client
+
+    async def run(self) -> None:
+        """Connects, registers and serves actions until :meth:`stop` or the connection ends."""
+        self._run_task = asyncio.current_task()
+        if self.client is None:
+            await self.connect()
+        client, registration = self.client, self.registration
+        assert client is not None and registration is not None
+        try:
+            while not self._stopping:
+                msg = await registration.next()
+                if msg is None:
+                    break
+                await self.handle_message(msg)
+        except Disconnected:
+            if not self._stopping:
+                raise
+        finally:
+            if self._stopping:
+                await client.close()
+
+    async def start(self) -> "asyncio.Task[None]":
+        """Connects, registers, then serves in a task (returned) on the running loop."""
+        await self.connect()
+        self._run_task = asyncio.ensure_future(self.run())
+        return self._run_task
+
+    async def stop(self) -> None:
+        """Asks :meth:`run` to return, and waits until it has closed the connection."""
+        self._stopping = True
+        if self.registration is not None:
+            self.registration.interrupt()
+        task = self._run_task
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(Disconnected, asyncio.CancelledError):
+                await task
+        elif task is None and self.client is not None:
+            await self.client.close()
+
+    async def publish(self, state: Any) -> None:
+        """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged."""
+        async with self._locked():
+            encoded = dumps(state)
+            if encoded == self._state_json:
+                return
+            if self.registration is None:
+                raise self._not_connected()
+            self.state = state
+            self._state_json = encoded
+            await self.registration.publish(state)
+
+    # -- handling -----------------------------------------------------------------------------------------------
+
+    async def handle_message(self, msg: Dict[str, Any]) -> None:
+        """Handles one message fluxd sent the store (after registration)."""
+        op = msg.get("op")
+        if op == Op.ACTION:
+            await self._handle_action(msg)
+        elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
+            await self._queries(msg)
+        elif op == Op.SNAPSHOT:
+            async with self._locked():
+                self._adopt(msg)
+        elif op == Op.ERROR:
+            error = FluxError.from_frame(msg)
+            log.warning("store %s: fluxd refused an answer or state: %s", self.name, error)
+            assert self.client is not None
+            self.client.errors.put_nowait(error)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """The store's state lock; taken again by the task that holds it (a handler that publishes) it is a
+        no-op."""
+        task = asyncio.current_task()
+        if self._lock_owner is not None and self._lock_owner is task:
+            yield
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self._lock_owner = task
+            try:
+                yield
+            finally:
+                self._lock_owner = None
+
+    async def _handle_action(self, msg: Dict[str, Any]) -> None:
+        assert self.client is not None and self.registration is not None
+        ctx = ActionContext(self, msg)
+        handler = self.handler_for(ctx.type)
+        payload = msg.get("payload")
+        async with self._locked():
+            if handler is None:
+                kind, body = self._unhandled_answer(ctx)
+            else:
+                try:
+                    result = await _maybe_await(handler(copy.deepcopy(self.state), payload, ctx))
+                    kind, body = self._result_answer(ctx, result)
+                except Exception as error:  # a bug in a handler must not wedge the store
+                    kind, body = self._failure_answer(ctx, error, payload)
+            if kind == "done":
+                await self.registration.done(ctx.seq, body)
+            else:
+                await self.registration.reject(ctx.seq, body)
+        if kind == "done":
+            for follow_type, follow_payload in ctx.follow_ups:
+                await self.client.dispatch(follow_type, follow_payload, cause=ctx.seq)
+
+    async def _queries(self, msg: Dict[str, Any]) -> None:
+        await _maybe_await(self.on_queries(self._apply_queries(msg)))

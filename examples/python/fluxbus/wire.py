@@ -1,5 +1,6 @@
 """FluxBus protocol 1 wire layer (SPEC.md §3): length-prefixed frames, the strict JSON/envelope check, and the
-message types shared by the clients. No I/O here."""
+message types shared by the clients. No I/O here. (``FluxError`` and ``Disconnected`` live in
+``fluxbus.errors`` and are re-exported here for older imports.)"""
 from __future__ import annotations
 
 import json
@@ -9,66 +10,20 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 1
+from .errors import WRONG_SERVER_UID, Disconnected  # noqa: F401 (re-exported for older imports)
+from .errors import ActionRejectedError, FluxError, error_from_code, server_uid_error
+from .protocol import PROTOCOL_VERSION, ErrorCode, Op, ResultStatus
 #: The largest frame body fluxd accepts by default; the real value is ``Welcome.limits["maxFrame"]``.
 DEFAULT_MAX_FRAME = 1_048_576
 MAX_DEPTH = 64
 _NAME = re.compile(r"[A-Za-z0-9._:/-]+\Z")
 
 
-#: Error codes fluxd sends (SPEC §11) that callers commonly test for. Any other code is valid too (§13).
-LIMIT_EXCEEDED = "limit-exceeded"  #: a per-connection limit (live queries, subscriptions, query bytes); not fatal
-TOO_MANY_CONNECTIONS = "too-many-connections"  #: refused at connect, before welcome (fatal)
-UNRESPONSIVE = "unresponsive"  #: heartbeat pings unanswered, or a stalled store closed (fatal)
-MEMORY_BUDGET = "memory-budget"  #: no room in fluxd's memory budget (a request refused, or fatal: closed)
-#: A local refusal: fluxd's socket is owned by another uid than the expected one (see ``server_uid_check``).
-WRONG_SERVER_UID = "wrong-server-uid"
-
-_DESCRIPTIONS = {
-    LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (live queries, query bytes, subscriptions or "
-                    "waitFor stores; see welcome.limits); the request was refused, the connection stays",
-    TOO_MANY_CONNECTIONS: "fluxd refused the connection: too many connections (in total, for this user or in "
-                          "the handshake), or no room in its memory budget",
-    UNRESPONSIVE: "fluxd closed the connection as unresponsive: heartbeat pings went unanswered, or a store "
-                  "left an action unanswered too long",
-    MEMORY_BUDGET: "fluxd's memory budget had no room for this peer's request or backlog (fatal: the connection "
-                   "was closed; otherwise only the request was refused)",
-}
-
-
-class FluxError(Exception):
-    """An ``error`` from fluxd (SPEC §8.9, codes in §11), or a local failure with a code of its own.
-
-    Attributes: ``code`` (stable string), ``message`` (human text), ``fatal`` (fluxd closes the connection),
-    ``ref`` (the offending request's id or store, if any). Unknown codes are valid: treat them generically
-    (``fatal`` says whether the connection survived). The codes of this module's constants (``LIMIT_EXCEEDED``,
-    ``TOO_MANY_CONNECTIONS``, ``UNRESPONSIVE``, ``MEMORY_BUDGET``) get a short explanation in ``str(error)``.
-    """
-
-    def __init__(self, code: str, message: str = "", fatal: bool = False, ref: Optional[str] = None):
-        text = f"{code}: {message}" if message else code
-        if code in _DESCRIPTIONS:
-            text += f" ({_DESCRIPTIONS[code]})"
-        super().__init__(text)
-        self.code = code
-        self.message = message
-        self.fatal = fatal
-        self.ref = ref
-
-    @classmethod
-    def from_frame(cls, msg: Dict[str, Any]) -> "FluxError":
-        return cls(str(msg.get("code", "")), str(msg.get("message", "")), msg.get("fatal") is True,
-                   msg.get("ref") if isinstance(msg.get("ref"), str) else None)
-
-
-class Disconnected(FluxError):
-    """The connection to fluxd ended (closed locally, fluxd said ``bye``, or the socket dropped). ``code`` is
-    ``disconnected``; when fluxd ended it with a fatal ``error`` (e.g. ``unresponsive``, ``memory-budget``,
-    ``slow-consumer``), that error is :attr:`error` (``error.code`` says why)."""
-
-    def __init__(self, message: str = "connection closed", error: Optional[FluxError] = None):
-        super().__init__("disconnected", message, True)
-        self.error = error
+#: Error codes callers commonly test for (``fluxbus.protocol.ErrorCode`` has them all).
+LIMIT_EXCEEDED = ErrorCode.LIMIT_EXCEEDED  #: a per-connection limit (live queries, subscriptions, query bytes); not fatal
+TOO_MANY_CONNECTIONS = ErrorCode.TOO_MANY_CONNECTIONS  #: refused at connect, before welcome (fatal)
+UNRESPONSIVE = ErrorCode.UNRESPONSIVE  #: heartbeat pings unanswered, or a stalled store closed (fatal)
+MEMORY_BUDGET = ErrorCode.MEMORY_BUDGET  #: no room in fluxd's memory budget (a request refused, or fatal: closed)
 
 
 def default_socket_path(env: Optional[Mapping[str, str]] = None, uid: Optional[int] = None) -> str:
@@ -108,15 +63,9 @@ def expected_server_uid(expected: Optional[int] = None, env: Optional[Mapping[st
     return None
 
 
-def server_uid_error(path: str, actual: int, expected: int) -> FluxError:
-    """The refusal a client raises when fluxd's listener runs as ``actual`` instead of ``expected``."""
-    return FluxError(WRONG_SERVER_UID, f"fluxd at {path} is run by uid {actual}, expected {expected}; "
-                                       f"set FLUXBUS_SERVER_UID={actual} to accept", True)
-
-
 def check_server_uid(sock: Any, path: str, expected: Optional[int]) -> None:
     """Checks with ``SO_PEERCRED`` that the peer of the connected Unix socket ``sock`` runs as ``expected``
-    (nothing to do when ``expected`` is ``None``). Raises :class:`FluxError` ``wrong-server-uid``."""
+    (nothing to do when ``expected`` is ``None``). Raises :class:`~fluxbus.errors.WrongServerUIDError`."""
     if expected is None:
         return
     import socket as _socket
@@ -433,12 +382,30 @@ class StoreResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "done"
+        return self.status == ResultStatus.DONE
+
+    def exception(self, seq: Optional[int] = None) -> Optional[FluxError]:
+        """The exception this result stands for (``None`` when ``done``): :class:`ActionRejectedError` for
+        ``rejected`` (the store's code and message), the code's class for ``unavailable``
+        (:class:`StoreUnavailableError`, :class:`ShuttingDownError`), with ``.store`` set."""
+        if self.ok:
+            return None
+        error = self.error if isinstance(self.error, dict) else {}
+        if self.status == ResultStatus.REJECTED:
+            return ActionRejectedError(self.store, error, seq)
+        code = error.get("code") if isinstance(error.get("code"), str) else ErrorCode.STORE_UNAVAILABLE
+        message = error.get("message") if isinstance(error.get("message"), str) else ""
+        exception = error_from_code(code, message or f"store {self.store!r} is unavailable")
+        exception.store = self.store  # type: ignore[attr-defined]
+        return exception
 
 
 @dataclass(frozen=True)
 class Settlement:
-    """Every target store's result for one action (SPEC §8.3 ``settled``), sorted by store name."""
+    """Every target store's result for one action (SPEC §8.3 ``settled``), sorted by store name.
+
+    A settlement is returned whatever the stores answered; ``ok`` says whether all were ``done``, and
+    :meth:`raise_for_status` turns the first result that is not into an exception."""
     id: str
     seq: int
     results: List[StoreResult]
@@ -447,6 +414,16 @@ class Settlement:
     def ok(self) -> bool:
         """True when every target answered ``done``."""
         return all(r.ok for r in self.results)
+
+    def raise_for_status(self) -> "Settlement":
+        """Returns the settlement if every target answered ``done``; else raises the first other result's
+        exception (:meth:`StoreResult.exception`): :class:`ActionRejectedError` (``code``/``message`` are the
+        store's), :class:`StoreUnavailableError` or :class:`ShuttingDownError`."""
+        for result in self.results:
+            exception = result.exception(self.seq)
+            if exception is not None:
+                raise exception
+        return self
 
     def __getitem__(self, store: str) -> StoreResult:
         for r in self.results:
@@ -524,22 +501,28 @@ class QuerySet:
         return len(self._by_key)
 
 
+_REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED})
+_SUBSCRIPTION = frozenset({Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP})
+_STORE = frozenset({Op.REGISTERED, Op.QUERIES, Op.QUERIES_CHANGED, Op.ACTION})
+
+
 def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
     """Where a message from fluxd goes: ``("reply", id)``, ``("subscription", store)``, ``("store", store)``,
-    ``("error", ref)``, ``("ping", id)`` (a heartbeat), ``("bye", None)`` or ``("ignore", None)`` for ops this library does not know (§13)."""
+    ``("error", ref)``, ``("ping", id)`` (a heartbeat), ``("bye", None)`` or ``("ignore", None)`` for ops this
+    library does not know (§13)."""
     op = msg.get("op")
-    if op in ("pong", "info", "got", "query-ok", "unquery-ok", "settled"):
+    if op in _REPLIES:
         return ("reply", msg.get("id") if isinstance(msg.get("id"), str) else None)
-    if op in ("subscribed", "unsubscribed"):
+    if op == Op.SUBSCRIBED or op == Op.UNSUBSCRIBED:
         return ("reply", f"{op}:{msg.get('store')}")
-    if op in ("snapshot", "store-down", "store-up"):
+    if op in _SUBSCRIPTION:
         return ("subscription", msg.get("store"))
-    if op in ("registered", "queries", "queries-changed", "action"):
+    if op in _STORE:
         return ("store", msg.get("store"))
-    if op == "ping":  # a heartbeat ping (only to a peer that said hello with "heartbeat": true)
+    if op == Op.PING:  # a heartbeat ping (only to a peer that said hello with "heartbeat": true)
         return ("ping", msg.get("id") if isinstance(msg.get("id"), str) else None)
-    if op == "error":
+    if op == Op.ERROR:
         return ("error", msg.get("ref") if isinstance(msg.get("ref"), str) else None)
-    if op == "bye":
+    if op == Op.BYE:
         return ("bye", None)
     return ("ignore", None)

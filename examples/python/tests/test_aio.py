@@ -31,7 +31,7 @@ def test_async_dispatch_subscribe_settle(fluxd, todos):
             assert settlement.ok and settlement["todos"].version == 2
             assert sub.latest.version == 2  # read your writes
             versions = []
-            client.dispatch("todo/add", {"title": "more"})
+            await client.dispatch("todo/add", {"title": "more"})
             async for snap in sub:
                 versions.append(snap.version)
                 if snap.version == 3:
@@ -50,7 +50,7 @@ def test_async_errors(fluxd):
             with pytest.raises(FluxError) as caught:
                 await client.dispatch_and_settle("nobody/handles")
             assert caught.value.code == "no-handler"
-            ident = client.dispatch("nobody/handles")
+            ident = await client.dispatch("nobody/handles")
             error = await asyncio.wait_for(client.errors.get(), 10)
             assert (error.code, error.ref) == ("no-handler", ident)
             with pytest.raises(FluxError) as caught:

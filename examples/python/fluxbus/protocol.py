@@ -1,0 +1,146 @@
+"""The wire vocabulary of protocol 1 in one place: ops (by direction), roles, store and result statuses, worker
+states and error codes.
+
+The source of truth is ``protocol/``: ``schemas/index.json`` lists every (op, direction) and the schemas' enums
+give the roles and statuses; the first column of the table in ``SPEC.md`` §11 lists the error codes.
+``tests/test_protocol.py`` fails when this module and ``protocol/`` disagree.
+"""
+from __future__ import annotations
+
+from typing import FrozenSet, Tuple
+
+PROTOCOL_VERSION = 1
+
+
+class Op:
+    """Every ``op`` of protocol 1 (some names are used in two directions, e.g. ``info`` and ``ping``)."""
+    ACTION = "action"
+    BYE = "bye"
+    DISPATCH = "dispatch"
+    DONE = "done"
+    ERROR = "error"
+    EVENT = "event"
+    GET = "get"
+    GOT = "got"
+    HELLO = "hello"
+    INFO = "info"
+    MISSED = "missed"
+    PING = "ping"
+    PONG = "pong"
+    QUERIES = "queries"
+    QUERIES_CHANGED = "queries-changed"
+    QUERY = "query"
+    QUERY_OK = "query-ok"
+    REGISTER = "register"
+    REGISTERED = "registered"
+    REJECT = "reject"
+    RESTART_WORKER = "restart-worker"
+    SETTLED = "settled"
+    SNAPSHOT = "snapshot"
+    STATE = "state"
+    STOP_WORKER = "stop-worker"
+    STORE_DOWN = "store-down"
+    STORE_UP = "store-up"
+    SUBSCRIBE = "subscribe"
+    SUBSCRIBED = "subscribed"
+    UNQUERY = "unquery"
+    UNQUERY_OK = "unquery-ok"
+    UNREGISTER = "unregister"
+    UNSUBSCRIBE = "unsubscribe"
+    UNSUBSCRIBED = "unsubscribed"
+    WELCOME = "welcome"
+    WORKER = "worker"
+    WORKERS = "workers"
+
+
+#: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``).
+OPS_TO_FLUXD: FrozenSet[str] = frozenset({
+    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RESTART_WORKER,
+    Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
+})
+#: Ops only a store-role peer sends to fluxd (``s2d``).
+OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
+#: Ops fluxd sends to a peer (``d2c``).
+OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
+    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.QUERIES_CHANGED, Op.QUERY_OK, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP,
+    Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
+})
+#: Direction name (as in ``schemas/index.json``) -> the ops sent that way.
+OPS_BY_DIRECTION = {"c2d": OPS_TO_FLUXD, "s2d": OPS_FROM_STORE, "d2c": OPS_FROM_FLUXD}
+
+
+class Role:
+    """``hello.role`` (SPEC §1, §8.1)."""
+    CLIENT = "client"
+    STORE = "store"
+    MONITOR = "monitor"
+
+
+ROLES: Tuple[str, ...] = (Role.CLIENT, Role.STORE, Role.MONITOR)
+
+
+class StoreStatus:
+    """A store as a subscriber sees it (``subscribed.status``; ``store-up``/``store-down`` change it)."""
+    UP = "up"            #: owned by a live connection
+    DOWN = "down"        #: registered before, its owner is gone
+    UNKNOWN = "unknown"  #: never registered (in this fluxd run)
+
+
+STORE_STATUSES: Tuple[str, ...] = (StoreStatus.UP, StoreStatus.DOWN, StoreStatus.UNKNOWN)
+
+
+class ResultStatus:
+    """One target store's result in ``settled`` (SPEC §8.3)."""
+    DONE = "done"
+    REJECTED = "rejected"
+    UNAVAILABLE = "unavailable"
+
+
+RESULT_STATUSES: Tuple[str, ...] = (ResultStatus.DONE, ResultStatus.REJECTED, ResultStatus.UNAVAILABLE)
+
+#: A supervised worker's ``state`` (``worker``/``workers`` replies, SPEC §8.11).
+WORKER_STATES: Tuple[str, ...] = ("starting", "running", "backing-off", "stopping", "stopped", "failed")
+
+
+class ErrorCode:
+    """The error codes of SPEC §11, in the table's order. Receivers handle other codes generically (§13)."""
+    BAD_FRAME = "bad-frame"
+    TOO_LARGE = "too-large"
+    BAD_JSON = "bad-json"
+    BAD_MESSAGE = "bad-message"
+    UNKNOWN_OP = "unknown-op"
+    HANDSHAKE_REQUIRED = "handshake-required"
+    UNSUPPORTED_VERSION = "unsupported-version"
+    TIMEOUT = "timeout"
+    FORBIDDEN = "forbidden"
+    NAME_TAKEN = "name-taken"
+    CYCLE = "cycle"
+    UNKNOWN_STORE = "unknown-store"
+    NO_HANDLER = "no-handler"
+    OVERLOADED = "overloaded"
+    STORE_UNAVAILABLE = "store-unavailable"
+    SHUTTING_DOWN = "shutting-down"
+    UNKNOWN_WORKER = "unknown-worker"
+    SLOW_CONSUMER = "slow-consumer"
+    LIMIT_EXCEEDED = "limit-exceeded"
+    TOO_MANY_CONNECTIONS = "too-many-connections"
+    MEMORY_BUDGET = "memory-budget"
+    UNRESPONSIVE = "unresponsive"
+
+
+#: Every code of the SPEC §11 table, in its order.
+ERROR_CODES: Tuple[str, ...] = (
+    ErrorCode.BAD_FRAME, ErrorCode.TOO_LARGE, ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.UNKNOWN_OP,
+    ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.TIMEOUT, ErrorCode.FORBIDDEN,
+    ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
+    ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.SLOW_CONSUMER,
+    ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
+)
+
+# Codes the store libraries (Swift, Python, Node) put in a ``reject``'s error object. Not SPEC §11 codes: a
+# store's codes are its own (§8.3); these are the ones every FluxBus store library uses alike.
+#: A handler raised an exception that is not a deliberate rejection.
+STORE_ERROR = "store/error"
+#: The action's type matches the store's ``handles`` patterns but no handler of the store.
+STORE_UNHANDLED_ACTION = "store/unhandled-action"

@@ -19,7 +19,7 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
                      ShuttingDownError, SlowConsumerError, StoreUnavailableError, TooManyConnectionsError,
                      UnknownOpError, UnknownStoreError, UnknownWorkerError, UnresponsiveError,
                      UnsupportedVersionError, WrongServerUIDError, error_class)
-from .protocol import (ERROR_CODES, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op, ResultStatus, Role,
+from .protocol import (ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op, ResultStatus, Role,
                        StoreStatus)
 from .store import ActionContext, AsyncStore, Reject, Store, StoreBase, on
 from .wire import (LIMIT_EXCEEDED, MEMORY_BUDGET, TOO_MANY_CONNECTIONS, UNRESPONSIVE, WRONG_SERVER_UID, ActiveQuery,
@@ -39,7 +39,7 @@ __all__ = [
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
     "UnknownWorkerError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
     # protocol vocabulary
-    "ERROR_CODES", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op", "ResultStatus", "Role",
+    "ERROR_CODES", "STORE_BAD_PAYLOAD", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op", "ResultStatus", "Role",
     "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
     # wire types
     "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot",

@@ -142,5 +142,7 @@ ERROR_CODES: Tuple[str, ...] = (
 # store's codes are its own (§8.3); these are the ones every FluxBus store library uses alike.
 #: A handler raised an exception that is not a deliberate rejection.
 STORE_ERROR = "store/error"
+#: A store rejected an action whose payload lacks what its handler needs (SPEC §8.3, informative).
+STORE_BAD_PAYLOAD = "store/bad-payload"
 #: The action's type matches the store's ``handles`` patterns but no handler of the store.
 STORE_UNHANDLED_ACTION = "store/unhandled-action"

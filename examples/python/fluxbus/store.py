@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 from .aio import AsyncClient, AsyncStoreRegistration
 from .client import Client, StoreRegistration
 from .errors import Disconnected, FluxError
-from .protocol import STORE_ERROR, STORE_UNHANDLED_ACTION, Op
+from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, Op
 from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
@@ -84,18 +84,21 @@ def unhandled_message(action_type: str, handled: List[str]) -> str:
 
 
 def failure_error(action_type: str, error: BaseException, payload: Any) -> Dict[str, Any]:
-    """The ``store/error`` a handler's exception is answered with, written for whoever dispatched the action:
-    ``todo/add failed: payload is missing field 'title'`` (with ``"field": "title"``) for a ``KeyError`` of a
-    field the payload lacks, ``... the action has no payload ...`` when it had none, else
+    """The rejection a handler's exception is answered with, written for whoever dispatched the action:
+    ``store/bad-payload`` ``todo/add failed: payload is missing field 'title'`` (with ``"field": "title"``) for a
+    ``KeyError`` of a field the payload lacks, or ``... the action has no payload ...`` when it had none (as the
+    Swift and Node libraries say when a payload does not decode); else ``store/error``
     ``todo/add failed: ValueError: <message>``."""
     kind = type(error).__name__
     text = str(error)
     result: Dict[str, Any] = {"code": STORE_ERROR}
     key = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else None
     if isinstance(payload, dict) and isinstance(key, str) and key not in payload:
+        result["code"] = STORE_BAD_PAYLOAD
         result["message"] = f"{action_type} failed: payload is missing field {key!r}"
         result["field"] = key
     elif payload is None and isinstance(error, (TypeError, AttributeError, KeyError)):
+        result["code"] = STORE_BAD_PAYLOAD
         result["message"] = f"{action_type} failed: the action has no payload ({kind}: {text})"
     else:
         result["message"] = f"{action_type} failed: {kind}" + (f": {text}" if text else "")

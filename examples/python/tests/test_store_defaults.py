@@ -108,9 +108,9 @@ def test_failure_messages_are_written_for_the_dispatcher(fluxd, running):
     store = running(Todos(socket_path=fluxd.socket_path))
     with Client.connect(fluxd.socket_path) as client:
         assert rejection(client, "todo/add", {"name": "milk"}, "todos") == {
-            "code": "store/error", "message": "todo/add failed: payload is missing field 'title'", "field": "title"}
+            "code": "store/bad-payload", "message": "todo/add failed: payload is missing field 'title'", "field": "title"}
         assert rejection(client, "todo/add", None, "todos") == {
-            "code": "store/error",
+            "code": "store/bad-payload",
             "message": "todo/add failed: the action has no payload (TypeError: 'NoneType' object is not "
                        "subscriptable)"}
         assert rejection(client, "todo/toggle", {"index": "first"}, "todos") == {

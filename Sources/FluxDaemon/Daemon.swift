@@ -54,7 +54,7 @@ public enum DaemonError: Error, CustomStringConvertible {
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
-/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
+/// exclusivity checks were a measurable share of the hot path (figures: Benchmarks/PROFILE.md).
 public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport {
     /// The configuration the daemon was started with.
     public let config: DaemonConfig

@@ -16,8 +16,8 @@
 ///
 /// Pure bookkeeping (no I/O, no clock), owned by the router; the daemon reports transport bytes through
 /// `Router.accountTransport(_:bytes:)`. Like the router, it lives on one thread and never re-enters itself, so its
-/// stored properties are `@exclusivity(unchecked)` (dynamic exclusivity checks on them cost ~15% of fluxd's
-/// instructions per round trip when they were checked).
+/// stored properties are `@exclusivity(unchecked)` (dynamic exclusivity checks on them showed in the profile;
+/// Benchmarks/PROFILE.md).
 public final class MemoryBudget {
     /// The budget's limits (announced to peers in `welcome.limits`).
     public struct Limits: Sendable, Equatable {

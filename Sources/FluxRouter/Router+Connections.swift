@@ -50,7 +50,6 @@ extension Router {
     }
 
     func hello(_ peer: Peer, _ hello: HelloRequest, _ out: inout Output) {
-        endHandshake(peer)
         let role = hello.role, name = hello.name
         peer.role = role
         peer.name = name

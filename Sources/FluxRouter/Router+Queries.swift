@@ -87,7 +87,7 @@ extension Router {
         guard let peer = store.ownerPeer else { return }
         guard store.queryDeltas else {
             // The whole set, once per batch of reads however many changes the batch made: building a set of
-            // thousands of queries for each change made a burst of queries quadratic (a 514 ms loop hold).
+            // thousands of queries for each change made a burst of queries quadratic (Benchmarks/ATTACKS.md).
             if !store.queriesDeferred {
                 store.queriesDeferred = true
                 if deferredQueries.isEmpty { out.append(.deferred) }

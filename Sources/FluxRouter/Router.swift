@@ -26,7 +26,7 @@ import FluxCore
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
-/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
+/// exclusivity checks were a measurable share of the hot path (figures: Benchmarks/PROFILE.md).
 public final class Router {
     public let config: RouterConfig
     /// The host operations answered by the host (`RouterConfig.hostOps`, and those registered since).
@@ -278,6 +278,7 @@ public final class Router {
                 guard name == "hello" else {
                     return fail(peer, .handshakeRequired, "the first frame must be hello, not \(name)", &out)
                 }
+                endHandshake(peer)  // a hello, good or bad, ends the handshake (a bad one closes the connection)
                 let request: HelloRequest
                 do { request = try HelloRequest(env) } catch where error.code == .unsupportedVersion {
                     counters.count(.unsupportedVersion)

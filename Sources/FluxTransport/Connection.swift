@@ -67,7 +67,7 @@ public struct SocketCredentials: Equatable, Sendable {
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
-/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
+/// exclusivity checks were a measurable share of the hot path (figures: Benchmarks/PROFILE.md).
 public final class Connection: HandleOwner {
     /// A value for the owner's use (fluxd stores the peer id here). Not used by the transport.
     ///
@@ -205,10 +205,9 @@ public final class Connection: HandleOwner {
 
     /// Frames handled from one read before what they produced is written out. Everything one loop iteration
     /// produces goes out in one write per connection; only a very long read (64 KiB holds ~500 small frames) is
-    /// routed in slices, so the receivers start on its first frames while fluxd routes the rest. (Slices of 16
-    /// had paid while routing was slow; with routing at ~1.3 µs per action they cost more in `writev`s and
-    /// wake-ups than the overlap gained: workload 2 went from ~300k to ~400k round trips/s with 1 client and
-    /// ~320k to ~480k with 8 when they were dropped, Benchmarks/PROFILE.md.)
+    /// routed in slices, so the receivers start on its first frames while fluxd routes the rest. (Smaller slices
+    /// cost more in `writev`s and wake-ups than the overlap gained once routing was fast; the measurements are
+    /// in Benchmarks/PROFILE.md.)
     static let framesPerFlush = 256
     /// ... but only once those frames make writes of this many frames on average (a slice that fans out to many
     /// connections waits for more, since every connection written costs a syscall).

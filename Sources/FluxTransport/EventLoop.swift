@@ -17,7 +17,7 @@ import Synchronization
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
-/// exclusivity checks were ~13% of fluxd's instructions per routed action (Benchmarks/PROFILE.md).
+/// exclusivity checks were a measurable share of the hot path (figures: Benchmarks/PROFILE.md).
 public final class EventLoop {
     /// Size of the read buffer shared by every connection of the loop (reads are consumed synchronously).
     public static let readBufferSize = 65_536
@@ -106,7 +106,7 @@ public final class EventLoop {
     private let startNanoseconds = uv_hrtime()
 
     /// A tick count for measuring holds: the CPU's time-stamp counter where there is one (a single instruction,
-    /// where reading the clock twice per read cost ~180 instructions per round trip), else nanoseconds.
+    /// where reading the clock twice per read showed in the profile, Benchmarks/PROFILE.md), else nanoseconds.
     @inline(__always)
     public static func clock() -> UInt64 { fluxbus_ticks() }
 

@@ -2,7 +2,7 @@ import FluxCore
 
 /// The frames queued for one connection's next write, in order: a growable buffer of `Frame`s that releases them
 /// one by one with a specialised loop. (An `[Frame]`'s `removeAll(keepingCapacity:)` destroyed them through the
-/// runtime's generic value witnesses: ~60 instructions per frame on fluxd's hot path, Benchmarks/PROFILE.md.)
+/// runtime's generic value witnesses on fluxd's hot path; figures in Benchmarks/PROFILE.md.)
 ///
 /// No memory until the first frame is queued (an idle connection costs nothing here). Loop-thread only, like its
 /// owner.

@@ -808,10 +808,12 @@ final class RouterHarness {
                 peer.closeEffect = true
                 pendingCloses.append(id)
                 fatalPending.remove(id)
-            case .host(let id, let env):
+            case .host(let id, let request):
                 guard let peer = peers[id] else { fuzzFail("host effect for unknown peer \(id)") }
                 fuzzCheck(peer.role != nil && !peer.closeEffect && !peer.closedEvent, "host effect for peer \(id) that may not send it (\(eventDescription))")
-                fuzzCheck(env.string(.op).value == "workers", "host effect for op \(String(describing: env.string(.op).value))")
+                fuzzCheck(request.op == .workers && Names.isValidID(request.id), "host effect for \(request) (\(eventDescription))")
+            case .storeChanged:
+                break
             case .stalled(let store, let pid, let closing):
                 observeStalled(store, pid: pid, closing: closing)
             case .deferred:

@@ -24,7 +24,7 @@ extension Router {
             refusal = "fluxd's memory budget has no room for another connection of uid \(uid) (\(memory.byUser[uid] ?? 0) of \(config.memory.perUser) bytes per user, \(memory.used) of \(config.memory.total) in total)"
         }
         let peer = Peer(id: id, creds: creds, connectedAt: now, account: account ?? memory.userAccount(uid: uid))
-        peers[id] = peer
+        peers.insert(peer)
         connectionsByUser[uid] = userConnections + 1
         out.traffic.connections += 1
         if let refusal {
@@ -65,9 +65,8 @@ extension Router {
     }
 
     func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
-        guard let peer = peers.removeValue(forKey: id) else { return }
+        guard let peer = peers.remove(id) else { return }
         peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
-        if lastPeer === peer { lastPeer = nil }
         endHandshake(peer)
         monitors.removeAll { $0 == id }
         if peer.heartbeat { heartbeatPeers.remove(id) }

@@ -32,9 +32,8 @@ public final class Router {
     /// The host operations answered by the host (`RouterConfig.hostOps`, and those registered since).
     @exclusivity(unchecked) public var hostOps: Set<Op>
 
-    @exclusivity(unchecked) var peers: [PeerID: Peer] = [:]
-    /// The peer of the last frame (frames come in runs from one connection): no hashing then.
-    @exclusivity(unchecked) var lastPeer: Peer?
+    /// The connected peers (with the cache of the last frame's peer).
+    @exclusivity(unchecked) var peers = PeerTable()
     /// Peers that have not said hello yet, in connection order (so their deadlines are in order too).
     @exclusivity(unchecked) var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
@@ -196,14 +195,9 @@ public final class Router {
         counters.traffic.add(out.traffic)
     }
 
-    /// The connected peer `id` (a one-entry cache in front of `peers`).
+    /// The connected peer `id` (through the peer table's cache).
     @inline(__always)
-    func peerFrom(_ id: PeerID) -> Peer? {
-        if let p = lastPeer, p.id == id { return p }
-        guard let p = peers[id] else { return nil }
-        lastPeer = p
-        return p
-    }
+    func peerFrom(_ id: PeerID) -> Peer? { peers.cached(id) }
 
     /// Whether anything can expire at all (a handshake pending, a store down, or the liveness sweep): without,
     /// `nextDeadline` is nil.

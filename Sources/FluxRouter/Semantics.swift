@@ -421,7 +421,7 @@ extension Router {
         }
         expiringStores.removeAll()
         let bye = byeFrame(reason: "shutdown")
-        for id in peers.keys.sorted() {
+        for id in peers.sortedIDs {
             let peer = peers[id]!
             guard !peer.closing else { continue }
             out.send(peer, bye)

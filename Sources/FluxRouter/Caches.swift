@@ -1,5 +1,7 @@
 import FluxCore
 
+// The lookup tables of the hot path, with their caches behind named types: routes by action type, peers by id.
+
 /// Which registered stores handle an action type (SPEC §5: exact types and `prefix*` patterns), sorted by name
 /// (the order of a settlement's results), with the caches the hot path needs: the route of every type looked up
 /// since the last registration change (bounded), and the last route with its type as the dispatcher wrote it —
@@ -52,4 +54,37 @@ struct RouteTable {
         lastTypeJSON = []
         lastTargets = []
     }
+}
+
+/// The connected peers by id, with the cache the hot path needs: frames come in runs from one connection, so the
+/// peer of the last frame is kept and found again without hashing.
+struct PeerTable {
+    private(set) var byID: [PeerID: Peer] = [:]
+    private var last: Peer?
+
+    /// The connected peer `id`, through the one-entry cache (for the peer of an incoming frame).
+    @inline(__always)
+    mutating func cached(_ id: PeerID) -> Peer? {
+        if let p = last, p.id == id { return p }
+        guard let p = byID[id] else { return nil }
+        last = p
+        return p
+    }
+
+    /// The connected peer `id`.
+    subscript(id: PeerID) -> Peer? { byID[id] }
+
+    mutating func insert(_ peer: Peer) { byID[peer.id] = peer }
+
+    /// Removes the peer `id` (and forgets it in the cache); nil if it was not connected.
+    mutating func remove(_ id: PeerID) -> Peer? {
+        if last?.id == id { last = nil }
+        return byID.removeValue(forKey: id)
+    }
+
+    var count: Int { byID.count }
+    var isEmpty: Bool { byID.isEmpty }
+    var values: Dictionary<PeerID, Peer>.Values { byID.values }
+    /// Peer ids in connection order.
+    var sortedIDs: [PeerID] { byID.keys.sorted() }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl dispatch TYPE [PAYLOAD]`, or `fluxctl dispatch --file F`: dispatches actions; with `--wait` (always for
@@ -226,7 +227,7 @@ struct Dispatch: AsyncParsableCommand {
             if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
             let value: JSONValue
             do {
-                value = try JSONParser.parse(line)
+                value = try JSONValue(parsing: line)
             } catch {
                 let text = String(decoding: line, as: UTF8.self)
                 let caret = String(repeating: " ", count: max(0, min(error.column - 1, text.utf8.count))) + "^"

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -178,7 +179,7 @@ func failure(_ error: any Error, socket: String) -> ExitCode {
 /// Parses a JSON argument, pointing at the byte where it goes wrong (exit code 2).
 func parseJSONArgument(_ text: String, what: String) throws -> JSONValue {
     do {
-        return try JSONParser.parse(text)
+        return try JSONValue(parsing: text)
     } catch {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         let lineText = error.line <= lines.count ? String(lines[error.line - 1]) : ""
@@ -222,9 +223,9 @@ extension Envelope {
     func str(_ key: String) -> String? { string(key).value }
     func integer(_ key: String) -> Int? { int(key).value.map { Int($0) } }
     /// A top-level field parsed as a JSON value.
-    func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONParser.parse($0) } }
+    func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONValue(parsing: $0) } }
     /// The whole message as a JSON value.
-    var value: JSONValue { (try? JSONParser.parse(body)) ?? .null }
+    var value: JSONValue { (try? JSONValue(parsing: body)) ?? .null }
     /// An `error` frame as a FluxError.
     var serverError: FluxError {
         .server(ServerError(rawCode: str("code") ?? "?", message: str("message") ?? "", ref: str("ref"), fatal: bool("fatal").value ?? false))

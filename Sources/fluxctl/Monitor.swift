@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl monitor`: a live tap of all traffic through fluxd (a `monitor`-role connection's event stream).

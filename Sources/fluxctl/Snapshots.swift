@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl state STORE [--path /json/pointer]`: prints a store's retained snapshot.
@@ -210,7 +211,7 @@ struct SnapshotPrinter {
             let seq = env.integer("seq") ?? 0
             let type = types[seq]
             defer { previous = state }
-            let changes = (full ? nil : previous).map { diff($0, state) }
+            let changes = (full ? nil : previous).map { $0.changes(to: state) }
             if json {
                 line.add("event", changes == nil ? "snapshot" : "diff")
                 line.add("store", store)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// Sends a host-operation request (`workers`, `restart-worker`, `stop-worker`) and returns the reply, turning

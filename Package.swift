@@ -116,11 +116,14 @@ let package = Package(
         .target(name: "CommentsModel", path: "examples/comments/Model", swiftSettings: swiftSettings),
         .executableTarget(name: "comments-store", dependencies: ["CommentsModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/View", swiftSettings: swiftSettings),
+        // README.md's Swift snippets, compiled as written (FluxctlTests checks the README holds exactly these files).
+        .executableTarget(name: "readme-counter-store", dependencies: ["FluxStore"], path: "examples/readme/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "readme-counter-view", dependencies: ["FluxClient"], path: "examples/readme/View", swiftSettings: swiftSettings),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxDaemonTests", dependencies: ["FluxDaemon", "FluxTransport"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
-        .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
     ]
 )

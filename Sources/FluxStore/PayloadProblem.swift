@@ -15,21 +15,41 @@ enum PayloadProblem {
             return "field '\(path(context.codingPath + [key]))' is missing"
         case .valueNotFound(let type, let context):
             let found = value.flatMap { lookUp(context.codingPath, in: $0) }.map(kind) ?? "null"
-            return "\(subject(context.codingPath)): expected \(name(of: type)), found \(found)"
+            return "\(subject(context.codingPath))expected \(name(of: type)), found \(found)"
         case .typeMismatch(let type, let context):
             let found = value.flatMap { lookUp(context.codingPath, in: $0) }
-            return "\(subject(context.codingPath)): expected \(name(of: type)), found \(found.map(kind) ?? "something else")"
+            return "\(subject(context.codingPath))expected \(name(of: type)), found \(found.map(kind) ?? "something else")"
                 + (found.map { v in isNumber(v) && name(of: type) == "a whole number" ? " (\(v.compact))" : "" } ?? "")
         case .dataCorrupted(let context):
             if context.codingPath.isEmpty, value == nil { return "not valid JSON" }
+            // Foundation: "Parsed JSON number <1.5> does not fit in Int." (sometimes without the field's path).
+            let text = context.debugDescription
+            if let open = text.firstIndex(of: "<"), let close = text.firstIndex(of: ">"), open < close,
+               let fit = text.range(of: "does not fit in ") {
+                let number = String(text[text.index(after: open)..<close])
+                let target = String(text[fit.upperBound...].prefix { $0 != "." })
+                let expected = ["Int", "Int8", "Int16", "Int32", "Int64", "UInt", "UInt8", "UInt16", "UInt32", "UInt64"]
+                    .contains(target) ? "a whole number that fits in \(target)" : "a \(target)"
+                var keys = context.codingPath
+                if keys.isEmpty, let value, let only = paths(of: .number(number), in: value), only.count == 1 { keys = only[0] }
+                return "\(subject(keys))expected \(expected), found \(number)"
+            }
+            if context.codingPath.isEmpty, let value {
+                // swift-corelibs-foundation reports a fraction given for an integer field as invalid JSON, with no
+                // path: name the one number that is not a whole number, if there is one.
+                let fractions = numbers(in: value).filter { !$0.text.allSatisfy { $0.isNumber || $0 == "-" } }
+                if fractions.count == 1 {
+                    return "\(subject(fractions[0].path))expected a whole number, found \(fractions[0].text)"
+                }
+            }
             let found = value.flatMap { lookUp(context.codingPath, in: $0) }
             if let found, case .string(let text) = found {
-                return "\(subject(context.codingPath)): '\(text)' is not an accepted value"
+                return "\(subject(context.codingPath))'\(text)' is not an accepted value"
             }
             if let found, isNumber(found) {
-                return "\(subject(context.codingPath)): \(found.compact) does not fit"
+                return "\(subject(context.codingPath))\(found.compact) does not fit"
             }
-            return "\(subject(context.codingPath)): not an accepted value"
+            return "\(subject(context.codingPath))not an accepted value"
         @unknown default:
             return "does not decode"
         }
@@ -60,8 +80,9 @@ enum PayloadProblem {
         return out
     }
 
+    /// `field 'x': ` (nothing for the payload as a whole).
     private static func subject(_ keys: [any CodingKey]) -> String {
-        keys.isEmpty ? "the payload" : "field '\(path(keys))'"
+        keys.isEmpty ? "" : "field '\(path(keys))': "
     }
 
     private static func lookUp(_ keys: [any CodingKey], in root: JSONValue) -> JSONValue? {
@@ -76,6 +97,46 @@ enum PayloadProblem {
             }
         }
         return current
+    }
+
+    /// Every number in `root`, with its path.
+    private static func numbers(in root: JSONValue) -> [(path: [any CodingKey], text: String)] {
+        var found: [(path: [any CodingKey], text: String)] = []
+        func walk(_ v: JSONValue, _ at: [any CodingKey]) {
+            switch v {
+            case .number(let text): found.append((at, text))
+            case .array(let items): for (i, item) in items.enumerated() { walk(item, at + [PathKey(intValue: i)]) }
+            case .object(let members): for m in members { walk(m.value, at + [PathKey(stringValue: m.key)]) }
+            default: break
+            }
+        }
+        walk(root, [])
+        return found
+    }
+
+    /// The paths at which `wanted` occurs in `root`.
+    private static func paths(of wanted: JSONValue, in root: JSONValue) -> [[any CodingKey]]? {
+        var found: [[any CodingKey]] = []
+        func walk(_ v: JSONValue, _ at: [any CodingKey]) {
+            if v == wanted { found.append(at) }
+            switch v {
+            case .array(let items): for (i, item) in items.enumerated() { walk(item, at + [PathKey(intValue: i)]) }
+            case .object(let members): for m in members { walk(m.value, at + [PathKey(stringValue: m.key)]) }
+            default: break
+            }
+        }
+        walk(root, [])
+        return found
+    }
+
+    private struct PathKey: CodingKey {
+        var stringValue: String
+        var intValue: Int?
+        init(stringValue: String) { self.stringValue = stringValue }
+        init(intValue: Int) {
+            self.stringValue = String(intValue)
+            self.intValue = intValue
+        }
     }
 
     private static func isNumber(_ v: JSONValue) -> Bool {

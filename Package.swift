@@ -10,7 +10,8 @@
 //     <- fluxd (executable: argument parsing and wiring only)
 //   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
 //   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
-//   FluxClient <- fluxctl (debug CLI)
+//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs: for tools)
+//   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
@@ -30,6 +31,7 @@ let package = Package(
         .library(name: "FluxClient", targets: ["FluxClient"]),
         .library(name: "FluxStore", targets: ["FluxStore"]),
         .library(name: "FluxTesting", targets: ["FluxTesting"]),
+        .library(name: "FluxJSONValue", targets: ["FluxJSONValue"]),
         // For the fuzz targets (Fuzz/Package.swift depends on this package by path).
         .library(name: "FluxCore", targets: ["FluxCore"]),
         .library(name: "FluxRouter", targets: ["FluxRouter"]),
@@ -72,8 +74,12 @@ let package = Package(
                            .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: swiftSettings
         ),
-        .target(name: "FluxClient", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
-        .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient"], swiftSettings: swiftSettings),
+        .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: swiftSettings),
+        .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
+                                                  .product(name: "Logging", package: "swift-log")],
+                swiftSettings: swiftSettings),
+        .target(name: "FluxJSONValue", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
         .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "fluxd",
@@ -95,6 +101,7 @@ let package = Package(
             name: "fluxctl",
             dependencies: [
                 "FluxClient",
+                "FluxJSONValue",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -109,10 +116,14 @@ let package = Package(
         .target(name: "CommentsModel", path: "examples/comments/Model", swiftSettings: swiftSettings),
         .executableTarget(name: "comments-store", dependencies: ["CommentsModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/View", swiftSettings: swiftSettings),
+        // README.md's Swift snippets, compiled as written (FluxctlTests checks the README holds exactly these files).
+        .executableTarget(name: "readme-counter-store", dependencies: ["FluxStore"], path: "examples/readme/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "readme-counter-view", dependencies: ["FluxClient"], path: "examples/readme/View", swiftSettings: swiftSettings),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxDaemonTests", dependencies: ["FluxDaemon", "FluxTransport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
     ]
 )

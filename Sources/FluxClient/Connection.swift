@@ -22,7 +22,11 @@ public enum ConnectionEvent: Sendable {
 ///   concurrently (the handler need not be reentrant, but must not block for long: it runs on the reader).
 ///   Frames that arrive before `start` are kept and delivered after it.
 /// - `send(_:)` may be called from any thread; the bytes of one call are written contiguously and calls are written
-///   in the order they were made. It throws once the connection is closed.
+///   in the order they were made. It throws once the connection is closed. It must not block for long: a transport
+///   that writes to a socket queues the bytes and writes them from a thread of its own (`SocketConnection`), and
+///   reports what waits in `pendingWriteBytes` so async callers can wait for room (`waitUntilWritable`).
+/// - The handler may be called from within `send` (an in-memory transport delivers replies at once): callers must
+///   hold no lock across `send` that the handler takes.
 /// - `close()` is idempotent; afterwards the handler gets `.closed(nil)` (unless it already got a `.closed`).
 public protocol FluxConnection: Sendable {
     /// Starts delivering events to `handler`.
@@ -31,6 +35,18 @@ public protocol FluxConnection: Sendable {
     func send(_ bytes: [UInt8]) throws(FluxError)
     /// Closes the connection (both directions).
     func close()
+    /// Bytes accepted by `send` and not yet written (0 for a transport that writes synchronously).
+    var pendingWriteBytes: Int { get }
+    /// Returns once fewer than `limit` bytes wait to be written, or the connection is closed, or the calling task is
+    /// cancelled. Never blocks a thread.
+    func waitUntilWritable(below limit: Int) async
+}
+
+extension FluxConnection {
+    /// A transport that writes synchronously has nothing pending.
+    public var pendingWriteBytes: Int { 0 }
+    /// A transport that writes synchronously is always writable.
+    public func waitUntilWritable(below limit: Int) async {}
 }
 
 extension FluxConnection {

@@ -1,10 +1,11 @@
 import FluxCore
 import Foundation
+import Logging
 import Synchronization
 
 /// One event of a wire subscription before decoding (what `FluxClient` hands to its local subscribers).
 package enum WireStoreEvent: Sendable {
-    case subscribed(StoreStatus)
+    case subscribed(StoreStatus, version: Int)
     case snapshot(RawSnapshot)
     case storeDown(String)
     case storeUp(Int)
@@ -27,51 +28,111 @@ package enum StoreInbound: Sendable {
 }
 
 /// A connection to fluxd speaking protocol v1: dispatch actions (fire-and-forget or settled), subscribe to stores'
-/// snapshots, declare queries, introspect.
+/// snapshots, declare queries, introspect, and ask fluxd as a plugin host about its workers.
 ///
-/// Create one with `connect(socketPath:name:role:)` (or `connect(over:name:role:)` for another transport such as
-/// FluxTesting's in-memory bus). All methods may be called from any task or thread.
+/// Create one with `connect(socketPath:name:role:...)` (or `connect(over:name:role:...)` for another transport
+/// such as FluxTesting's in-memory bus). All methods may be called from any task or thread. Every throwing call
+/// throws `FluxError` (typed throws), so one `switch` covers every failure.
+///
+/// **Concurrency design.** The client's state sits behind one short lock that is never held across a system call,
+/// a continuation resume that runs user code, or a callback: frames to send are appended to an outbox under the
+/// lock and handed to the connection after it is released (whoever finds the outbox idle hands over everything
+/// queued, so frames keep their order); subscriber callbacks are queued under the lock and called after it, one
+/// at a time, in wire order. Writes never block Swift's cooperative thread pool: `SocketConnection` queues the
+/// bytes and writes them from a writer thread of its own; async calls first *await* room when more than
+/// `writeBufferLimit` bytes wait to be written (a slow fluxd slows those callers, without tying up a thread),
+/// while the synchronous fire-and-forget `dispatch` only queues.
+///
+/// **Timeouts.** Every request (`dispatchAndSettle`, `info`, `get`, `ping`, `query`, the host operations, the
+/// handshake) has a deadline covering the whole call (waiting for write room, sending, and the answer):
+/// `requestTimeout` (10 s unless given to `connect`) or the `timeout:` argument. It then throws
+/// `FluxError.timedOut` naming what was awaited; a late answer is ignored.
+///
+/// **Subscriptions keep only the newest snapshot.** Each local subscription buffers what its consumer has not read
+/// yet, but a new snapshot replaces a waiting snapshot (in its place, as fluxd does on the wire, SPEC §8.5): a slow
+/// consumer sees the latest state, never a backlog of old ones. Status events (`subscribed`, `store-down`,
+/// `store-up`) are never dropped. `Subscription.status` says where the store stands (`unknown`: no store of that
+/// name has registered yet), and `Subscription.nextSnapshot(timeout:)` says so when it times out.
 ///
 /// Errors: fluxd's `error` replies become `FluxError.server` with the stable `ErrorCode`. A reply is matched to its
 /// request by the id the client generated. Errors that answer no awaited request — notably `no-handler` for a
-/// fire-and-forget `dispatch` — are delivered on the `errors` stream (its `ref` is the id `dispatch` returned).
-/// When the connection drops, every awaited call throws `FluxError.disconnected` and every subscription finishes
-/// with that error. Awaited calls have no built-in timeout; wrap them if you need one. Call `close()` when done.
+/// fire-and-forget `dispatch` — are delivered on the `errors` stream (its `ref` is the id `dispatch` returned), or to
+/// `confirmDispatched(_:)`. When the connection drops, every awaited call throws `FluxError.disconnected` and every
+/// subscription finishes with that error. Call `close()` when done.
 public final class FluxClient: Sendable {
-    private enum Phase: Equatable { case handshaking, ready, closing, closed }
+    enum Phase: Equatable { case handshaking, ready, closing, closed }
 
-    private struct Subscriber {
-        let deliver: @Sendable (WireStoreEvent) -> Void
-        let end: @Sendable (FluxError?) -> Void
+    /// A local subscriber of a wire subscription: a `Subscription`'s queue, or a callback (FluxStore, fluxctl).
+    enum Subscriber {
+        case queue(EventQueue<WireStoreEvent>)
+        case callback(CallbackQueue<WireStoreEvent>)
+
+        /// Hands over an event; called under the client's lock (no user code runs: callbacks run in `run()`).
+        func push(_ event: WireStoreEvent) {
+            switch self {
+            case .queue(let q): q.push(event)
+            case .callback(let c): c.enqueue(.event(event))
+            }
+        }
+
+        /// Ends it; called under the client's lock.
+        func end(_ error: FluxError?) {
+            switch self {
+            case .queue(let q): q.finish(error)
+            case .callback(let c): c.enqueue(.end(error))
+            }
+        }
+
+        /// Runs its callbacks, if it has any; called with no lock held.
+        func run() {
+            if case .callback(let c) = self { c.run() }
+        }
     }
 
-    private struct WireSubscription {
+    struct WireSubscription {
         var subscribers: [Int: Subscriber] = [:]
         var status: StoreStatus?
+        var version = 0
         var latest: RawSnapshot?
     }
 
-    private struct State {
+    /// A monitor-event consumer.
+    enum MonitorListener {
+        case queue(EventQueue<MonitorEvent>)
+        case callback(CallbackQueue<MonitorEvent>)
+    }
+
+    /// An awaited answer.
+    enum PendingSlot {
+        /// Sent; nobody awaits it yet (`beginDispatchAndSettle`).
+        case registered
+        case waiting(CheckedContinuation<Result<Envelope, FluxError>, Never>)
+        /// Answered before anyone awaited it.
+        case done(Result<Envelope, FluxError>)
+    }
+
+    struct State {
         var phase = Phase.handshaking
         var welcome: Welcome?
         var terminal: FluxError?
         var nextID = 0
-        var pending: [String: CheckedContinuation<Envelope, any Error>] = [:]
+        var pending: [String: PendingSlot] = [:]
+        /// Ping ids of `confirmDispatched` barriers -> the dispatch ids they watch and the refusals seen.
+        var barriers: [String: (ids: Set<String>, refused: [ServerError])] = [:]
         var subscriptions: [String: WireSubscription] = [:]
         var draining: [String: Int] = [:]
         var nextSubscriber = 0
         var sinks: [String: @Sendable (StoreInbound) -> Void] = [:]
-        var taps: [Int: AsyncStream<[UInt8]>.Continuation] = [:]
-        var nextTap = 0
+        var monitors: [Int: MonitorListener] = [:]
         var byeReason: String?
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var outbox: [UInt8] = []
+        var flushing = false
     }
 
-    private static let helloKey = "#hello"
+    static let helloKey = "#hello"
 
-    private let state = Mutex(State())
-    private let sendLock = Mutex(())
+    let state = Mutex(State())
     private let errorsContinuation: AsyncStream<FluxError>.Continuation
 
     /// The transport this client speaks over.
@@ -80,14 +141,24 @@ public final class FluxClient: Sendable {
     public let name: String
     /// The role announced in `hello`.
     public let role: Role
+    /// The deadline of a request when the call gives none (default 10 s).
+    public let requestTimeout: Duration
+    /// Async calls wait (without blocking a thread) while more than this many bytes wait to be written.
+    public let writeBufferLimit: Int
+    /// Where the client logs what no caller hears about (a dropped connection, frames it cannot read).
+    public let logger: Logger
     /// Errors from fluxd that answer no awaited call (e.g. `no-handler` for a fire-and-forget dispatch), and
     /// frames from fluxd this SDK could not read. Newest 256 kept; finishes when the connection ends. One consumer.
     public let errors: AsyncStream<FluxError>
 
-    private init(connection: any FluxConnection, name: String, role: Role) {
+    private init(connection: any FluxConnection, name: String, role: Role, requestTimeout: Duration,
+                 writeBufferLimit: Int, logger: Logger) {
         self.connection = connection
         self.name = name
         self.role = role
+        self.requestTimeout = requestTimeout
+        self.writeBufferLimit = writeBufferLimit
+        self.logger = logger
         (errors, errorsContinuation) = AsyncStream.makeStream(of: FluxError.self, bufferingPolicy: .bufferingNewest(256))
     }
 
@@ -95,19 +166,43 @@ public final class FluxClient: Sendable {
 
     /// Connects to fluxd's Unix socket and does the `hello`/`welcome` handshake.
     ///
-    /// Before sending anything it checks who listens on the socket: when `expectedServerUID` is given, or
-    /// `$FLUXBUS_SERVER_UID` is set, or this process runs as root (then 0 is expected), a listener running as another
-    /// uid is refused with `FluxError.untrustedServer` (see `SocketConnection.init(path:maxFrame:expectedServerUID:)`).
+    /// - `socketPath`: nil for the default (`defaultSocketPath()`: `$FLUXBUS_SOCKET`, else the per-user default).
+    /// - `requestTimeout`: the deadline of every request that gives none, and of this handshake.
+    /// - `logger`: where the client logs (swift-log; by default a logger labelled `fluxbus.client`).
+    ///
+    /// When no fluxd answers at the path it throws `FluxError.cannotConnect`, whose description names the path
+    /// tried, where it came from, what is there, and how to start or find fluxd. Before sending anything it checks
+    /// who listens on the socket: when `expectedServerUID` is given, or `$FLUXBUS_SERVER_UID` is set, or this
+    /// process runs as root (then 0 is expected), a listener running as another uid is refused with
+    /// `FluxError.untrustedServer` (see `SocketConnection.init(path:maxFrame:expectedServerUID:)`).
     public static func connect(
-        socketPath: String = defaultSocketPath(), name: String, role: Role = .client, expectedServerUID: UInt32? = nil
-    ) async throws -> FluxClient {
-        let connection = try SocketConnection(path: socketPath, expectedServerUID: expectedServerUID)
-        return try await connect(over: connection, name: name, role: role)
+        socketPath: String? = nil, name: String, role: Role = .client, expectedServerUID: UInt32? = nil,
+        requestTimeout: Duration = .seconds(10), logger: Logger = Logger(label: "fluxbus.client")
+    ) async throws(FluxError) -> FluxClient {
+        let path = socketPath ?? defaultSocketPath()
+        let connection: SocketConnection
+        do {
+            connection = try SocketConnection(path: path, expectedServerUID: expectedServerUID)
+        } catch {
+            if case .cannotConnect(var e) = error {
+                e.source = socketPath != nil ? "the socket path given"
+                    : (ProcessInfo.processInfo.environment["FLUXBUS_SOCKET"].map { !$0.isEmpty } == true
+                        ? "$FLUXBUS_SOCKET" : "the default path")
+                throw .cannotConnect(e)
+            }
+            throw error
+        }
+        return try await connect(over: connection, name: name, role: role, requestTimeout: requestTimeout, logger: logger)
     }
 
-    /// Does the handshake over an existing (not yet started) connection.
-    public static func connect(over connection: any FluxConnection, name: String, role: Role = .client) async throws -> FluxClient {
-        let client = FluxClient(connection: connection, name: name, role: role)
+    /// Does the handshake over an existing (not yet started) connection (see `connect(socketPath:...)`).
+    public static func connect(
+        over connection: any FluxConnection, name: String, role: Role = .client,
+        requestTimeout: Duration = .seconds(10), writeBufferLimit: Int = 4 << 20,
+        logger: Logger = Logger(label: "fluxbus.client")
+    ) async throws(FluxError) -> FluxClient {
+        let client = FluxClient(connection: connection, name: name, role: role, requestTimeout: requestTimeout,
+                                writeBufferLimit: writeBufferLimit, logger: logger)
         connection.start { [client] event in client.receive(event) }
         var hello = FrameBuilder(op: "hello")
         hello.int("protocol", fluxProtocolVersion)
@@ -116,14 +211,15 @@ public final class FluxClient: Sendable {
         hello.bool("heartbeat", true)  // fluxd pings us when we are silent; the reader answers (SPEC §8.7)
         let reply: Envelope
         do {
-            reply = try await client.request(key: helloKey, frame: hello.finish())
+            reply = try await client.request(key: helloKey, frame: hello.finish(), timeout: nil,
+                                             what: "fluxd's welcome (handshake)")
         } catch {
             connection.close()
             throw error
         }
         guard reply.fluxString("op") == "welcome" else {
             connection.close()
-            throw FluxError.protocolViolation("expected welcome, got \(String(decoding: reply.body, as: UTF8.self))")
+            throw .protocolViolation("expected welcome, got \(String(decoding: reply.body, as: UTF8.self))")
         }
         let limits = reply.raw("limits").flatMap { try? FluxJSON.decode(Limits.self, from: $0) }
         let welcome = Welcome(
@@ -135,6 +231,7 @@ public final class FluxClient: Sendable {
             s.welcome = welcome
             if s.phase == .handshaking { s.phase = .ready }
         }
+        client.logger.debug("connected to \(welcome.server) as peer \(welcome.peer)", metadata: ["name": "\(name)"])
         return client
     }
 
@@ -147,268 +244,6 @@ public final class FluxClient: Sendable {
     /// Whether the connection has ended (closed locally or dropped).
     public var isClosed: Bool { state.withLock { $0.terminal != nil } }
 
-    // MARK: Dispatch
-
-    /// Dispatches an action without waiting for its settlement. Returns the id it was sent with: a `no-handler`
-    /// (or other) error for it arrives on `errors` with that `ref`. Throws only when nothing could be sent.
-    @discardableResult
-    public func dispatch<P: Encodable>(type: String, payload: P, cause: Int? = nil) throws(FluxError) -> String {
-        try dispatch(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause)
-    }
-
-    /// Dispatches an action without payload (see `dispatch(type:payload:cause:)`).
-    @discardableResult
-    public func dispatch(type: String, cause: Int? = nil) throws(FluxError) -> String {
-        try dispatch(type: type, payloadJSON: nil, cause: cause)
-    }
-
-    /// Dispatches an action whose payload is already JSON bytes (validated, then forwarded as they are).
-    @discardableResult
-    public func dispatch(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) throws(FluxError) -> String {
-        let id = nextID("d")
-        try enqueue(dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: false))
-        return id
-    }
-
-    /// Dispatches an action and waits until every target store answered or gave up.
-    /// Throws `FluxError.server` (e.g. `no-handler`, `overloaded`) when fluxd refused the action.
-    public func dispatchAndSettle<P: Encodable>(type: String, payload: P, cause: Int? = nil) async throws -> Settlement {
-        try await dispatchAndSettle(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause)
-    }
-
-    /// Dispatches an action without payload and waits for its settlement.
-    public func dispatchAndSettle(type: String, cause: Int? = nil) async throws -> Settlement {
-        try await dispatchAndSettle(type: type, payloadJSON: nil, cause: cause)
-    }
-
-    /// Dispatches an action whose payload is already JSON bytes and waits for its settlement.
-    public func dispatchAndSettle(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) async throws -> Settlement {
-        let id = nextID("s")
-        let frame = try dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true)
-        let reply = try await request(key: id, frame: frame)
-        return try Self.parseSettlement(reply, id: id)
-    }
-
-    private func dispatchFrame(id: String, type: String, payloadJSON: [UInt8]?, cause: Int?, settle: Bool) throws(FluxError) -> Frame {
-        guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
-        if let payloadJSON { try FluxJSON.validate(payloadJSON) }
-        var b = FrameBuilder(op: "dispatch", capacity: 64 + (payloadJSON?.count ?? 0))
-        b.string("id", id)
-        b.string("type", type)
-        if let payloadJSON { b.raw("payload", payloadJSON) }
-        if settle { b.bool("settle", true) }
-        if let cause { b.int("cause", cause) }
-        return b.finish()
-    }
-
-    static func parseSettlement(_ env: Envelope, id: String) throws(FluxError) -> Settlement {
-        struct RawResult: Decodable {
-            struct RawError: Decodable { var code: String?; var message: String? }
-            var store: String
-            var status: String
-            var version: Int?
-            var error: RawError?
-        }
-        guard env.fluxString("op") == "settled", let seq = env.fluxInt("seq") else {
-            throw .protocolViolation("bad settled message: \(String(decoding: env.body, as: UTF8.self))")
-        }
-        let raw = try env.raw("results").map { bytes throws(FluxError) in try FluxJSON.decode([RawResult].self, from: bytes) } ?? []
-        let results = raw.map { r -> StoreResult in
-            let code = r.error?.code ?? ""
-            let message = r.error?.message ?? ""
-            switch r.status {
-            case "done": return StoreResult(store: r.store, status: .done(version: r.version ?? 0))
-            case "rejected": return StoreResult(store: r.store, status: .rejected(code: code, message: message))
-            default: return StoreResult(store: r.store, status: .unavailable(code: code.isEmpty ? r.status : code, message: message))
-            }
-        }
-        return Settlement(id: id, seq: seq, results: results)
-    }
-
-    // MARK: Subscriptions
-
-    /// Subscribes to a store's snapshots, decoded as `S`. The first event is `.subscribed(status)`, then the
-    /// retained snapshot (if any), then every newer one, plus `.storeDown`/`.storeUp`.
-    ///
-    /// Several local subscriptions to one store share one wire subscription. The wire subscription is withdrawn
-    /// (`unsubscribe`) when the last local one ends: its consumer's task is cancelled, its iterator is dropped
-    /// (e.g. `break` out of `for try await`), or `cancel()` is called. It finishes with an error when the
-    /// connection drops or a snapshot does not decode as `S`, and without one after `close()`. Events are buffered
-    /// without limit until consumed.
-    public func subscribe<S: Decodable & Sendable>(store: String, as type: S.Type = S.self) -> Subscription<S> {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: WireStoreEvent.self, throwing: (any Error).self)
-        let core = SubscriptionCore(client: self, store: store)
-        continuation.onTermination = { _ in core.cancel() }
-        guard Names.isValidStore(store) else {
-            continuation.finish(throwing: FluxError.invalidArgument("bad store name \"\(store)\""))
-            return Subscription(store: store, stream: stream, token: SubscriptionToken(core))
-        }
-        let id = addSubscriber(
-            store: store,
-            deliver: { continuation.yield($0) },
-            end: { error in continuation.finish(throwing: error) })
-        core.attach(id)
-        return Subscription(store: store, stream: stream, token: SubscriptionToken(core))
-    }
-
-    /// Adds a local subscriber to `store`'s wire subscription (sending `subscribe` if it is the first).
-    /// `deliver` is called with the client's lock held, in wire order: it must only enqueue (never call the client).
-    /// `end` is called once, without the lock, when the subscriber is removed or the connection ends.
-    package func addSubscriber(
-        store: String,
-        deliver: @escaping @Sendable (WireStoreEvent) -> Void,
-        end: @escaping @Sendable (FluxError?) -> Void
-    ) -> Int? {
-        let result = state.withLock { s -> (id: Int?, error: FluxError?) in
-            if let terminal = s.terminal { return (nil, terminal) }
-            s.nextSubscriber += 1
-            let id = s.nextSubscriber
-            if var sub = s.subscriptions[store] {
-                if let status = sub.status { deliver(.subscribed(status)) }
-                if let latest = sub.latest { deliver(.snapshot(latest)) }
-                sub.subscribers[id] = Subscriber(deliver: deliver, end: end)
-                s.subscriptions[store] = sub
-            } else {
-                var sub = WireSubscription()
-                sub.subscribers[id] = Subscriber(deliver: deliver, end: end)
-                s.subscriptions[store] = sub
-                var b = FrameBuilder(op: "subscribe")
-                b.string("store", store)
-                s.outbox.append(contentsOf: bytes(of: b.finish()))
-            }
-            return (id, nil)
-        }
-        if let error = result.error {
-            end(error == .closed ? FluxError.closed : error)
-            return nil
-        }
-        try? flush()
-        return result.id
-    }
-
-    /// Removes a local subscriber (sending `unsubscribe` if it was the last) and ends it.
-    package func removeSubscriber(store: String, id: Int) {
-        let removed = state.withLock { s -> Subscriber? in
-            guard var sub = s.subscriptions[store], let subscriber = sub.subscribers.removeValue(forKey: id) else {
-                return nil
-            }
-            if sub.subscribers.isEmpty {
-                s.subscriptions[store] = nil
-                if s.terminal == nil {
-                    s.draining[store, default: 0] += 1
-                    var b = FrameBuilder(op: "unsubscribe")
-                    b.string("store", store)
-                    s.outbox.append(contentsOf: bytes(of: b.finish()))
-                }
-            } else {
-                s.subscriptions[store] = sub
-            }
-            return subscriber
-        }
-        guard let removed else { return }
-        try? flush()
-        removed.end(nil)
-    }
-
-    // MARK: Queries
-
-    /// Declares a query on a store (WordPressFlux's Query); it stays active until the returned receipt is
-    /// cancelled or released, or the connection ends. The query is encoded with sorted keys, so equal queries from
-    /// different clients are deduplicated by fluxd.
-    public func query<Q: Encodable>(store: String, _ query: Q) async throws -> QueryReceipt {
-        try await self.query(store: store, queryJSON: FluxJSON.encode(query))
-    }
-
-    /// Declares a query given as JSON bytes.
-    public func query(store: String, queryJSON: [UInt8]) async throws -> QueryReceipt {
-        guard Names.isValidStore(store) else { throw FluxError.invalidArgument("bad store name \"\(store)\"") }
-        try FluxJSON.validate(queryJSON)
-        let id = nextID("q")
-        var b = FrameBuilder(op: "query", capacity: 64 + queryJSON.count)
-        b.string("id", id)
-        b.string("store", store)
-        b.raw("query", queryJSON)
-        do {
-            _ = try await request(key: id, frame: b.finish())
-        } catch is CancellationError {
-            unquery(id: id) // The query may have reached fluxd; withdraw it.
-            throw CancellationError()
-        }
-        return QueryReceipt(client: self, id: id, store: store)
-    }
-
-    /// Sends `unquery` (fire-and-forget; `unquery-ok` is not awaited).
-    package func unquery(id: String) {
-        var b = FrameBuilder(op: "unquery")
-        b.string("id", id)
-        try? enqueue(b.finish())
-    }
-
-    // MARK: Requests
-
-    /// Asks fluxd for its introspection data.
-    public func info() async throws -> BusInfo {
-        let id = nextID("r")
-        var b = FrameBuilder(op: "info")
-        b.string("id", id)
-        let reply = try await request(key: id, frame: b.finish())
-        return try FluxJSON.decode(BusInfo.self, from: reply.body)
-    }
-
-    /// Reads a store's retained snapshot. Throws `unknown-store` when fluxd retains none.
-    public func get<S: Decodable>(store: String, as type: S.Type = S.self) async throws -> Snapshot<S> {
-        guard Names.isValidStore(store) else { throw FluxError.invalidArgument("bad store name \"\(store)\"") }
-        let id = nextID("r")
-        var b = FrameBuilder(op: "get")
-        b.string("id", id)
-        b.string("store", store)
-        let reply = try await request(key: id, frame: b.finish())
-        guard let version = reply.fluxInt("version"), let raw = reply.raw("state") else {
-            throw FluxError.protocolViolation("bad got message: \(String(decoding: reply.body, as: UTF8.self))")
-        }
-        return Snapshot(store: reply.fluxString("store") ?? store, version: version, seq: reply.fluxInt("seq") ?? 0,
-                        state: try FluxJSON.decode(S.self, from: raw))
-    }
-
-    /// Round trip to fluxd and back.
-    public func ping() async throws -> Duration {
-        let id = nextID("p")
-        var b = FrameBuilder(op: "ping")
-        b.string("id", id)
-        let frame = b.finish()
-        let clock = ContinuousClock()
-        let start = clock.now
-        _ = try await request(key: id, frame: frame)
-        return clock.now - start
-    }
-
-    // MARK: Raw access (tools)
-
-    /// Sends an arbitrary frame body as it is (fluxctl's raw mode). Replies are seen on `receivedFrames()`.
-    public func sendRaw(body: [UInt8]) throws(FluxError) {
-        try enqueueBytes(encodeFrame(body))
-    }
-
-    /// Every frame body received from now on, exactly as it came off the wire, including those the client
-    /// also handles itself. Finishes when the connection ends; cancelling the consumer stops the tap.
-    public func receivedFrames() -> AsyncStream<[UInt8]> {
-        let (stream, continuation) = AsyncStream.makeStream(of: [UInt8].self)
-        let id = state.withLock { s -> Int? in
-            guard s.terminal == nil else { return nil }
-            s.nextTap += 1
-            s.taps[s.nextTap] = continuation
-            return s.nextTap
-        }
-        guard let id else {
-            continuation.finish()
-            return stream
-        }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.state.withLock { $0.taps.removeValue(forKey: id) }
-        }
-        return stream
-    }
-
     // MARK: Closing
 
     /// Says `bye`, waits (at most 2 s) for fluxd to close the connection, then closes it. Pending calls throw
@@ -417,7 +252,7 @@ public final class FluxClient: Sendable {
         let start = state.withLock { s -> Bool in
             guard s.terminal == nil, s.phase != .closing else { return false }
             s.phase = .closing
-            s.outbox.append(contentsOf: bytes(of: FrameBuilder(op: "bye").finish()))
+            s.outbox.append(contentsOf: FrameBuilder(op: "bye").finish().wireBytes)
             return true
         }
         if start { try? flush() }
@@ -447,15 +282,14 @@ public final class FluxClient: Sendable {
 
     // MARK: Store hooks (FluxStore)
 
-    /// Routes `store`'s messages to `sink` (see `StoreInbound`). Called before sending `register`.
+    /// Routes `store`'s messages to `sink` (see `StoreInbound`). Called before sending `register`. `sink` is called
+    /// on the connection's reader with no lock held.
     package func attachStore(_ store: String, sink: @escaping @Sendable (StoreInbound) -> Void) throws(FluxError) {
-        let error = state.withLock { s -> FluxError? in
-            if let terminal = s.terminal { return terminal }
-            if s.sinks[store] != nil { return .invalidArgument("store \"\(store)\" is already run on this connection") }
+        try state.withLock { s throws(FluxError) in
+            if let terminal = s.terminal { throw terminal }
+            if s.sinks[store] != nil { throw .invalidArgument("store \"\(store)\" is already run on this connection") }
             s.sinks[store] = sink
-            return nil
         }
-        if let error { throw error }
     }
 
     /// Stops routing a store's messages.
@@ -465,21 +299,22 @@ public final class FluxClient: Sendable {
 
     /// Sends a frame (store answers, registration, ...).
     package func send(frame: Frame) throws(FluxError) {
-        try enqueue(frame)
+        try queueBytes(frame.wireBytes)
+        try flush()
     }
 
-    /// Queues a frame without writing it yet: a store answering a run of actions writes all its answers with one
-    /// `send(2)` (`flushQueued()` after the run; any other send writes them too, in order).
+    /// Queues a frame without writing it yet: a store answering a run of actions hands all its answers to the
+    /// connection at once (`flushQueued()` after the run; any other send hands them over too, in order).
     package func queue(frame: Frame) throws(FluxError) {
-        try queueBytes(bytes(of: frame))
+        try queueBytes(frame.wireBytes)
     }
 
-    /// Writes what `queue(frame:)` left queued.
+    /// Hands what `queue(frame:)` left queued to the connection.
     package func flushQueued() throws(FluxError) {
         try flush()
     }
 
-    // MARK: Internals
+    // MARK: Sending
 
     package func nextID(_ prefix: String) -> String {
         let n = state.withLock { s -> Int in
@@ -489,226 +324,164 @@ public final class FluxClient: Sendable {
         return "\(prefix)#\(n)"
     }
 
-    private func enqueue(_ frame: Frame) throws(FluxError) {
-        try enqueueBytes(bytes(of: frame))
-    }
-
-    private func enqueueBytes<Bytes: Collection>(_ bytes: Bytes) throws(FluxError) where Bytes.Element == UInt8 {
-        try queueBytes(bytes)
-        try flush()
-    }
-
-    /// Appends to the outbox without writing (fails once the connection has ended).
-    private func queueBytes<Bytes: Collection>(_ bytes: Bytes) throws(FluxError) where Bytes.Element == UInt8 {
-        let error = state.withLock { s -> FluxError? in
-            if let terminal = s.terminal { return terminal }
+    /// Appends to the outbox (fails once the connection has ended).
+    func queueBytes(_ bytes: [UInt8]) throws(FluxError) {
+        try state.withLock { s throws(FluxError) in
+            if let terminal = s.terminal { throw terminal }
             s.outbox.append(contentsOf: bytes)
-            return nil
-        }
-        if let error { throw error }
-    }
-
-    /// Writes everything queued, in queue order (whoever queued a frame flushes; one writer at a time).
-    private func flush() throws(FluxError) {
-        try sendLock.withLock { (_: inout Void) throws(FluxError) in
-            while true {
-                let bytes = state.withLock { s -> [UInt8] in
-                    let out = s.outbox
-                    s.outbox = []
-                    return out
-                }
-                if bytes.isEmpty { return }
-                try connection.send(bytes)
-            }
         }
     }
 
-    /// Sends `frame` and waits for the message that answers `key` (an id, or the handshake).
-    private func request(key: String, frame: Frame) async throws -> Envelope {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Envelope, any Error>) in
-                let failure = state.withLock { s -> (any Error)? in
-                    if let terminal = s.terminal { return terminal }
-                    if Task.isCancelled { return CancellationError() }
-                    s.pending[key] = c
-                    s.outbox.append(contentsOf: bytes(of: frame))
+    /// Hands the outbox to the connection, in order, with no lock held. If another thread (or an outer call on
+    /// this one: an in-memory transport delivers replies from within `send`) is doing so, it hands over what was
+    /// queued here too, and this returns at once.
+    func flush() throws(FluxError) {
+        let flusher = state.withLock { s -> Bool in
+            if s.flushing || s.outbox.isEmpty { return false }
+            s.flushing = true
+            return true
+        }
+        guard flusher else { return }
+        while true {
+            let bytes = state.withLock { s -> [UInt8]? in
+                if s.outbox.isEmpty {
+                    s.flushing = false
                     return nil
                 }
-                if let failure {
-                    c.resume(throwing: failure)
-                    return
-                }
-                do {
-                    try flush()
-                } catch {
-                    takePending(key)?.resume(throwing: error)
-                }
+                defer { s.outbox = [] }
+                return s.outbox
             }
-        } onCancel: {
-            takePending(key)?.resume(throwing: CancellationError())
+            guard let bytes else { return }
+            do {
+                try connection.send(bytes)
+            } catch {
+                state.withLock { s in
+                    s.outbox = []
+                    s.flushing = false
+                }
+                throw error
+            }
         }
     }
 
-    private func takePending(_ key: String) -> CheckedContinuation<Envelope, any Error>? {
-        state.withLock { $0.pending.removeValue(forKey: key) }
+    // MARK: Requests
+
+    /// Waits, with no thread blocked, while more than `writeBufferLimit` bytes wait to be written.
+    func waitForRoom(until deadline: ContinuousClock.Instant, what: String) async throws(FluxError) {
+        let connection = self.connection, limit = writeBufferLimit
+        guard connection.pendingWriteBytes >= limit else { return }
+        let room = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await connection.waitUntilWritable(below: limit)
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        if Task.isCancelled { throw .cancelled }
+        if !room {
+            throw .timedOut("\(what): \(connection.pendingWriteBytes) bytes were still waiting to be written to fluxd")
+        }
     }
 
-    private func report(_ error: FluxError) {
+    /// Registers `key` as awaited and queues `frame` (one step, so the answer cannot come first), then sends.
+    func register(key: String, frame: Frame) throws(FluxError) {
+        try state.withLock { s throws(FluxError) in
+            if let terminal = s.terminal { throw terminal }
+            s.pending[key] = .registered
+            s.outbox.append(contentsOf: frame.wireBytes)
+        }
+        do {
+            try flush()
+        } catch {
+            complete(key, .failure(error))
+        }
+    }
+
+    /// Sends `frame` and waits for the message that answers `key` (an id, or the handshake), within `timeout`
+    /// (the client's `requestTimeout` when nil) for the whole call.
+    func request(key: String, frame: Frame, timeout: Duration?, what: String) async throws(FluxError) -> Envelope {
+        let deadline = ContinuousClock.now + (timeout ?? requestTimeout)
+        try await waitForRoom(until: deadline, what: what)
+        if Task.isCancelled { throw .cancelled }
+        try register(key: key, frame: frame)
+        return try await awaitAnswer(key: key, deadline: deadline, what: what)
+    }
+
+    /// Waits for the answer to `key` (registered with `register`) until `deadline`.
+    func awaitAnswer(key: String, deadline: ContinuousClock.Instant, what: String) async throws(FluxError) -> Envelope {
+        let seconds = (deadline - .now).formatted
+        let timer = Task { [weak self] in
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            if !Task.isCancelled { self?.complete(key, .failure(.timedOut("\(what) (no answer within \(seconds))"))) }
+        }
+        defer { timer.cancel() }
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Result<Envelope, FluxError>, Never>) in
+                let now = state.withLock { s -> Result<Envelope, FluxError>? in
+                    switch s.pending[key] {
+                    case .done(let r)?:
+                        s.pending[key] = nil
+                        return r
+                    case .registered?:
+                        if Task.isCancelled {
+                            s.pending[key] = nil
+                            return .failure(.cancelled)
+                        }
+                        s.pending[key] = .waiting(c)
+                        return nil
+                    case .waiting?:
+                        preconditionFailure("two awaiters for \(key)")
+                    case nil:
+                        return .failure(s.terminal ?? .closed)
+                    }
+                }
+                if let now { c.resume(returning: now) }
+            }
+        } onCancel: {
+            self.complete(key, .failure(.cancelled))
+        }
+        return try result.get()
+    }
+
+    /// Delivers the answer to `key` (resumes its awaiter outside the lock, or keeps it for a later awaiter).
+    func complete(_ key: String, _ result: Result<Envelope, FluxError>) {
+        let waiter = state.withLock { s -> CheckedContinuation<Result<Envelope, FluxError>, Never>? in
+            switch s.pending[key] {
+            case .waiting(let c)?:
+                s.pending[key] = nil
+                return c
+            case .registered?:
+                s.pending[key] = .done(result)
+                return nil
+            case .done?, nil:
+                return nil
+            }
+        }
+        waiter?.resume(returning: result)
+    }
+
+    /// Puts an error that answers no call on `errors`.
+    func reportUnanswered(_ error: FluxError) {
+        logger.debug("\(error)")
         errorsContinuation.yield(error)
     }
 
-    // MARK: Receiving (called on the connection's reader, one event at a time)
-
-    private func receive(_ event: ConnectionEvent) {
-        switch event {
-        case .frame(let body): handleFrame(body)
-        case .closed(let error): handleClosed(error)
-        }
-    }
-
-    private func handleFrame(_ body: [UInt8]) {
-        let taps = state.withLock { s in s.taps.isEmpty ? [] : Array(s.taps.values) }
-        for tap in taps { tap.yield(body) }
-        let env: Envelope
-        do {
-            env = try Envelope(body: body)
-        } catch {
-            report(.protocolViolation("fluxd sent an unreadable frame: \(error.message)"))
-            return
-        }
-        guard let op = env.fluxString("op") else {
-            report(.protocolViolation("fluxd sent a message without op"))
-            return
-        }
-        switch op {
-        case "welcome":
-            resolve(Self.helloKey, env)
-        case "error":
-            handleError(env)
-        case "settled", "info", "got", "pong", "query-ok", "unquery-ok":
-            if let id = env.fluxString("id") { resolve(id, env) }
-        case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up":
-            handleSubscriptionMessage(op, env)
-        case "registered", "action", "queries", "queries-changed":
-            if let store = env.fluxString("store"), let sink = state.withLock({ $0.sinks[store] }) {
-                sink(.message(env))
-            }
-        case "ping":
-            // A heartbeat (we asked for them in hello): answered at once, from the reader, whatever user code does.
-            var b = FrameBuilder(op: "pong")
-            if let id = env.raw("id"), env.span("id")?.kind == .string { b.raw("id", id) }
-            try? send(frame: b.finish())
-        case "bye":
-            state.withLock { $0.byeReason = env.fluxString("reason") ?? "no reason given" }
-        default:
-            break // Unknown ops from a newer fluxd are ignored (forward compatibility).
-        }
-    }
-
-    private func resolve(_ key: String, _ env: Envelope) {
-        takePending(key)?.resume(returning: env)
-    }
-
-    private func handleError(_ env: Envelope) {
-        let rawCode = env.fluxString("code") ?? ""
-        let error = ServerError(
-            rawCode: rawCode,
-            message: env.fluxString("message") ?? "",
-            ref: env.fluxString("ref"),
-            fatal: env.bool("fatal").value ?? ErrorCode(rawValue: rawCode)?.isFatal ?? false)
-        enum Route { case pending(CheckedContinuation<Envelope, any Error>), sink(@Sendable (StoreInbound) -> Void), stream }
-        let route = state.withLock { s -> Route in
-            if s.phase == .handshaking, let c = s.pending.removeValue(forKey: Self.helloKey) { return .pending(c) }
-            if let ref = error.ref {
-                if let c = s.pending.removeValue(forKey: ref) { return .pending(c) }
-                if let sink = s.sinks[ref] { return .sink(sink) }
-            }
-            return .stream
-        }
-        switch route {
-        case .pending(let c): c.resume(throwing: FluxError.server(error))
-        case .sink(let sink): sink(.message(env))
-        case .stream: report(.server(error))
-        }
-    }
-
-    private func handleSubscriptionMessage(_ op: String, _ env: Envelope) {
-        let store = env.fluxString("store") ?? ""
-        var problem: FluxError?
-        state.withLock { s in
-            if op == "unsubscribed" {
-                if let n = s.draining[store] { s.draining[store] = n > 1 ? n - 1 : nil }
-                return
-            }
-            if op == "snapshot", let sink = s.sinks[store] { sink(.message(env)) }
-            // Frames for a wire subscription we withdrew, up to its `unsubscribed`, belong to no one.
-            guard s.draining[store] == nil, var sub = s.subscriptions[store] else { return }
-            let event: WireStoreEvent
-            switch op {
-            case "subscribed":
-                let status = StoreStatus(rawValue: env.fluxString("status") ?? "") ?? .unknown
-                sub.status = status
-                event = .subscribed(status)
-            case "snapshot":
-                guard let version = env.fluxInt("version"), let raw = env.raw("state") else {
-                    problem = .protocolViolation("bad snapshot message for \(store)")
-                    return
-                }
-                let snapshot = RawSnapshot(store: store, version: version, seq: env.fluxInt("seq") ?? 0, state: raw)
-                if (sub.latest?.version ?? 0) < version { sub.latest = snapshot }
-                event = .snapshot(snapshot)
-            case "store-down":
-                sub.status = .down
-                event = .storeDown(env.fluxString("reason") ?? "unknown")
-            default: // store-up
-                sub.status = .up
-                event = .storeUp(env.fluxInt("version") ?? 0)
-            }
-            s.subscriptions[store] = sub
-            for key in sub.subscribers.keys.sorted() { sub.subscribers[key]!.deliver(event) }
-        }
-        if let problem { report(problem) }
-    }
-
-    private func handleClosed(_ error: FluxError?) {
-        let taken = state.withLock { s in
-            let local = error == nil || s.phase == .closing
-            let terminal: FluxError
-            if local {
-                terminal = .closed
-            } else if let reason = s.byeReason {
-                terminal = .disconnected("fluxd said bye (\(reason))")
-            } else {
-                terminal = error ?? .disconnected("connection closed")
-            }
-            s.terminal = terminal
-            s.phase = .closed
-            let result = (
-                local: local, terminal: terminal,
-                pending: Array(s.pending.values),
-                subscribers: s.subscriptions.values.flatMap { $0.subscribers.values },
-                sinks: Array(s.sinks.values),
-                taps: Array(s.taps.values),
-                waiters: s.closeWaiters)
-            s.pending = [:]
-            s.subscriptions = [:]
-            s.sinks = [:]
-            s.taps = [:]
-            s.closeWaiters = []
-            s.outbox = []
-            return result
-        }
-        for c in taken.pending { c.resume(throwing: taken.terminal) }
-        for sub in taken.subscribers { sub.end(taken.local ? nil : taken.terminal) }
-        for sink in taken.sinks { sink(.ended(taken.local ? nil : taken.terminal)) }
-        for tap in taken.taps { tap.finish() }
+    /// Ends `errors` (the connection ended).
+    func finishErrors() {
         errorsContinuation.finish()
-        for w in taken.waiters { w.resume() }
     }
 }
 
-/// A frame's bytes (prefix included) as an array. A `Frame` frees its storage in `deinit`, so its `bytes` must
-/// never be read from a temporary that may already be released: this keeps the frame alive while copying.
-func bytes(of frame: Frame) -> [UInt8] {
-    frame.wireBytes
+extension Duration {
+    /// `10 s`, `0.5 s`.
+    var formatted: String {
+        let s = Double(components.seconds) + Double(components.attoseconds) / 1e18
+        return s == s.rounded() ? "\(Int(s)) s" : "\((s * 1000).rounded() / 1000) s"
+    }
 }

@@ -5,20 +5,38 @@ import Synchronization
 import Glibc
 #endif
 
-/// A `FluxConnection` over a POSIX `AF_UNIX` `SOCK_STREAM` socket: blocking writes serialized under a lock, and a
-/// dedicated reader thread doing blocking reads into a `FrameDecoder` and handing out frame bodies in order.
+/// A `FluxConnection` over a POSIX `AF_UNIX` `SOCK_STREAM` socket, with two threads of its own so that no caller
+/// ever blocks in a system call:
+///
+/// - the **reader** thread does blocking `read(2)`s into a `FrameDecoder` and hands out frame bodies in order;
+/// - the **writer** thread does the blocking `send(2)`s. `send(_:)` only appends to an outgoing queue under a short
+///   lock and wakes the writer, which takes the whole queue, writes it with no lock held, and then wakes the async
+///   callers waiting for room (`waitUntilWritable(below:)`; `FluxClient` waits there before a request while more
+///   than its write buffer limit is queued). So a slow fluxd slows the callers that wait, never Swift's cooperative
+///   thread pool, and never the reader (which must keep answering heartbeats).
+///
+/// The descriptor is closed by whichever thread ends last; `close()` shuts the socket down, which wakes both.
 public final class SocketConnection: FluxConnection {
     private struct State {
         var fd: Int32
         var closedLocally = false
         var started = false
-        var readerExited = false
+        var readerRunning = false
+        var writerRunning = false
+        /// Bytes queued by `send`, not yet taken by the writer.
+        var outgoing: [UInt8] = []
+        /// Bytes the writer took and is writing now.
+        var writing = 0
+        /// Why writing stopped (the writer saw EPIPE or another error); further sends fail with it.
+        var writeFailure: FluxError?
+        var spaceWaiters: [Int: (limit: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
+        var nextWaiter = 0
     }
 
     private let state: Mutex<State>
-    private let fd: Int32
+    private let wakeWriter = DispatchSemaphore(value: 0)
     private let maxFrame: UInt32
-    /// The path this connection was opened to.
+    /// The path this connection was opened to ("" for an adopted descriptor).
     public let path: String
 
     /// The uid of the process listening on the socket (`SO_PEERCRED` right after connecting); nil for an adopted
@@ -28,6 +46,10 @@ public final class SocketConnection: FluxConnection {
     public let serverPID: Int32?
 
     /// Connects to the socket at `path`. `maxFrame` bounds frames *received* (fluxd's frames to us).
+    ///
+    /// When nothing accepts the connection it throws `FluxError.cannotConnect`, saying what is at the path (no
+    /// socket, a socket nobody listens on, a directory, ...) and what to do; its `source` is "the given path" (a
+    /// caller that knows better, like `FluxClient.connect`, replaces it).
     ///
     /// Right after connecting it reads who listens there (`SO_PEERCRED`) and refuses the connection
     /// (`FluxError.untrustedServer`) when that uid is not the expected one: `expectedServerUID` if given, else
@@ -58,7 +80,7 @@ public final class SocketConnection: FluxConnection {
         if rc != 0 {
             let err = errno
             Glibc.close(fd)
-            throw .io(operation: "connect(\(path))", errno: err)
+            throw .cannotConnect(ConnectError(path: path, source: "the given path", problem: Self.diagnose(path, errno: err)))
         }
         var server: (pid: Int32, uid: UInt32, gid: UInt32)?
         do {
@@ -76,7 +98,6 @@ public final class SocketConnection: FluxConnection {
         }
         self.serverUID = server?.uid
         self.serverPID = server?.pid
-        self.fd = fd
         self.path = path
         self.maxFrame = maxFrame
         self.state = Mutex(State(fd: fd))
@@ -87,14 +108,34 @@ public final class SocketConnection: FluxConnection {
     public init(fileDescriptor fd: Int32, maxFrame: UInt32 = 64 << 20) {
         self.serverUID = nil
         self.serverPID = nil
-        self.fd = fd
         self.path = ""
         self.maxFrame = maxFrame
         self.state = Mutex(State(fd: fd))
     }
 
+    /// What is at `path`, given the `connect(2)` error.
+    static func diagnose(_ path: String, errno err: Int32) -> ConnectError.Problem {
+        var st = stat()
+        let exists = stat(path, &st) == 0
+        if exists {
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: return .isDirectory
+            case S_IFSOCK: break
+            default: return .notASocket
+            }
+        }
+        switch err {
+        case ENOENT: return .noSuchSocket
+        case ECONNREFUSED: return exists ? .notListening : .noSuchSocket
+        case EACCES, EPERM: return .permissionDenied
+        case ENOTSOCK: return .notASocket
+        case ENOTDIR: return .noSuchSocket
+        default: return .other(errno: err)
+        }
+    }
+
     deinit {
-        // Only reached when the reader never started or has exited (the reader thread retains `self`).
+        // Only reached when no thread runs (each retains `self`).
         state.withLock { s in
             if s.fd >= 0 { Glibc.close(s.fd); s.fd = -1 }
         }
@@ -104,15 +145,23 @@ public final class SocketConnection: FluxConnection {
         let go = state.withLock { s -> Bool in
             guard !s.started else { return false }
             s.started = true
+            s.readerRunning = true
+            s.writerRunning = true
             return true
         }
         precondition(go, "SocketConnection.start called twice")
-        let thread = Thread { [self] in self.readLoop(handler) }
-        thread.name = "fluxbus-reader"
-        thread.start()
+        let reader = Thread { [self] in self.readLoop(handler) }
+        reader.name = "fluxbus-reader"
+        reader.start()
+        let writer = Thread { [self] in self.writeLoop() }
+        writer.name = "fluxbus-writer"
+        writer.start()
     }
 
+    // MARK: Reading
+
     private func readLoop(_ handler: @Sendable (ConnectionEvent) -> Void) {
+        let fd = state.withLock { $0.fd }
         var decoder = FrameDecoder(maxFrame: maxFrame)
         let size = 65_536
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
@@ -122,7 +171,7 @@ public final class SocketConnection: FluxConnection {
             let n = read(fd, buffer.baseAddress, size)
             if n < 0 {
                 if errno == EINTR { continue }
-                failure = .io(operation: "read", errno: errno)
+                failure = errno == ECONNRESET ? .disconnected("fluxd closed the connection") : .io(operation: "read", errno: errno)
                 break
             }
             if n == 0 { break }
@@ -137,11 +186,18 @@ public final class SocketConnection: FluxConnection {
                 }
             }
         }
-        let local = state.withLock { s -> Bool in
-            s.readerExited = true
-            if s.fd >= 0 { Glibc.close(s.fd); s.fd = -1 }
-            return s.closedLocally
+        let (local, waiters) = state.withLock { s -> (Bool, [CheckedContinuation<Void, Never>]) in
+            s.readerRunning = false
+            // Nothing more will be read: the writer has no reason to go on either.
+            if s.fd >= 0 && s.writerRunning { Glibc.shutdown(s.fd, Int32(SHUT_RDWR)) }
+            if s.writeFailure == nil { s.writeFailure = .disconnected("the connection is closed") }
+            closeIfIdle(&s)
+            let waiters = s.spaceWaiters.values.map(\.continuation)
+            s.spaceWaiters = [:]
+            return (s.closedLocally, waiters)
         }
+        wakeWriter.signal()
+        for w in waiters { w.resume() }
         if local {
             handler(.closed(nil))
         } else if let failure {
@@ -151,39 +207,132 @@ public final class SocketConnection: FluxConnection {
         }
     }
 
+    // MARK: Writing
+
     public func send(_ bytes: [UInt8]) throws(FluxError) {
-        let err: FluxError? = state.withLock { s -> FluxError? in
-            if s.closedLocally { return .closed }
-            guard s.fd >= 0 else { return .disconnected("the connection is closed") }
-            return bytes.withUnsafeBytes { raw -> FluxError? in
-                var offset = 0
-                while offset < raw.count {
-                    let n = Glibc.send(s.fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        return errno == EPIPE || errno == ECONNRESET
-                            ? .disconnected("fluxd closed the connection") : .io(operation: "send", errno: errno)
-                    }
-                    offset += n
-                }
-                return nil
-            }
+        let wake = try state.withLock { s throws(FluxError) -> Bool in
+            if s.closedLocally { throw .closed }
+            if let failure = s.writeFailure { throw failure }
+            guard s.fd >= 0 else { throw .disconnected("the connection is closed") }
+            let wasIdle = s.outgoing.isEmpty
+            s.outgoing.append(contentsOf: bytes)
+            return wasIdle
         }
-        if let err { throw err }
+        if wake { wakeWriter.signal() }
     }
 
-    public func close() {
-        state.withLock { s in
-            guard !s.closedLocally else { return }
-            s.closedLocally = true
-            guard s.fd >= 0 else { return }
-            if s.started && !s.readerExited {
-                // Wakes the reader, which closes the descriptor and reports `.closed(nil)`.
-                Glibc.shutdown(s.fd, Int32(SHUT_RDWR))
-            } else {
-                Glibc.close(s.fd)
-                s.fd = -1
+    public var pendingWriteBytes: Int {
+        state.withLock { $0.outgoing.count + $0.writing }
+    }
+
+    public func waitUntilWritable(below limit: Int) async {
+        let id = state.withLock { s -> Int in
+            s.nextWaiter += 1
+            return s.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { s -> Bool in
+                    if s.outgoing.count + s.writing < limit || s.closedLocally || s.writeFailure != nil || Task.isCancelled {
+                        return true
+                    }
+                    s.spaceWaiters[id] = (limit, c)
+                    return false
+                }
+                if ready { c.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.spaceWaiters.removeValue(forKey: id) }
+            waiter?.continuation.resume()
+        }
+    }
+
+    private func writeLoop() {
+        while true {
+            wakeWriter.wait()
+            while true {
+                let (fd, chunk, stop) = state.withLock { s -> (Int32, [UInt8], Bool) in
+                    if s.closedLocally || s.writeFailure != nil || s.fd < 0 { return (-1, [], true) }
+                    let chunk = s.outgoing
+                    s.outgoing = []
+                    s.writing = chunk.count
+                    return (s.fd, chunk, false)
+                }
+                if stop {
+                    finishWriter()
+                    return
+                }
+                if chunk.isEmpty { break }
+                let failure = write(chunk, to: fd)
+                let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+                    s.writing = 0
+                    if let failure, s.writeFailure == nil { s.writeFailure = failure }
+                    let pending = s.outgoing.count
+                    let ready = s.spaceWaiters.filter { pending < $0.value.limit || s.writeFailure != nil }
+                    for key in ready.keys { s.spaceWaiters[key] = nil }
+                    return ready.values.map(\.continuation)
+                }
+                for w in waiters { w.resume() }
             }
         }
+    }
+
+    /// Writes all of `bytes` (blocking; no lock held). Returns why it could not.
+    private func write(_ bytes: [UInt8], to fd: Int32) -> FluxError? {
+        bytes.withUnsafeBytes { raw -> FluxError? in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return errno == EPIPE || errno == ECONNRESET
+                        ? .disconnected("fluxd closed the connection") : .io(operation: "send", errno: errno)
+                }
+                offset += n
+            }
+            return nil
+        }
+    }
+
+    private func finishWriter() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.writerRunning = false
+            s.writing = 0
+            closeIfIdle(&s)
+            defer { s.spaceWaiters = [:] }
+            return s.spaceWaiters.values.map(\.continuation)
+        }
+        for w in waiters { w.resume() }
+    }
+
+    /// Closes the descriptor once neither thread uses it.
+    private func closeIfIdle(_ s: inout State) {
+        if !s.readerRunning && !s.writerRunning && s.fd >= 0 {
+            Glibc.close(s.fd)
+            s.fd = -1
+        }
+    }
+
+    // MARK: Closing
+
+    public func close() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            guard !s.closedLocally else { return [] }
+            s.closedLocally = true
+            s.outgoing = []
+            if s.fd >= 0 {
+                if s.started && (s.readerRunning || s.writerRunning) {
+                    // Wakes the reader (and a writer blocked in send), which report and close.
+                    Glibc.shutdown(s.fd, Int32(SHUT_RDWR))
+                } else {
+                    Glibc.close(s.fd)
+                    s.fd = -1
+                }
+            }
+            defer { s.spaceWaiters = [:] }
+            return s.spaceWaiters.values.map(\.continuation)
+        }
+        wakeWriter.signal()
+        for w in waiters { w.resume() }
     }
 }

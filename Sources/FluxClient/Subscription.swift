@@ -2,11 +2,17 @@ import FluxCore
 import Foundation
 import Synchronization
 
-/// Shared between a subscription's token and its stream's termination handler: removes the local subscriber once.
+/// What a `Subscription` and its iterators share: the newest-wins queue the client fills, the status as of the last
+/// event handed out, and the local subscriber id (removed once).
 final class SubscriptionCore: Sendable {
-    private let client: FluxClient
-    private let store: String
-    private let state = Mutex<(id: Int?, cancelled: Bool)>((nil, false))
+    let client: FluxClient
+    let store: String
+    /// Filled by the client under its lock; a new snapshot replaces a waiting (unread) snapshot, at its place.
+    let queue = EventQueue<WireStoreEvent>(coalesce: { waiting, new in
+        if case .snapshot(let old) = waiting, case .snapshot(let newer) = new { return newer.version > old.version }
+        return false
+    })
+    private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, status: SubscriptionStatus?)>((nil, false, 0, nil))
 
     init(client: FluxClient, store: String) {
         self.client = client
@@ -15,7 +21,7 @@ final class SubscriptionCore: Sendable {
 
     func attach(_ id: Int?) {
         guard let id else { return }
-        let cancelNow = state.withLock { s -> Bool in
+        let cancelNow = shared.withLock { s -> Bool in
             s.id = id
             return s.cancelled
         }
@@ -23,12 +29,41 @@ final class SubscriptionCore: Sendable {
     }
 
     func cancel() {
-        let id = state.withLock { s -> Int? in
+        let id = shared.withLock { s -> Int? in
             if s.cancelled { return nil }
             s.cancelled = true
             return s.id
         }
         if let id { client.removeSubscriber(store: store, id: id) }
+        queue.finish(nil)
+    }
+
+    var status: SubscriptionStatus? { shared.withLock { $0.status } }
+
+    /// Takes in one event before it is handed out: updates the status; false for a stale snapshot (skip it).
+    func admit(_ event: WireStoreEvent) -> Bool {
+        shared.withLock { s in
+            var status = s.status ?? SubscriptionStatus(store: store, status: .unknown, version: 0)
+            switch event {
+            case .subscribed(let st, let version):
+                status.status = st
+                status.version = max(status.version, version)
+                if st != .down { status.downReason = nil }
+            case .snapshot(let raw):
+                if raw.version <= s.lastVersion { return false }
+                s.lastVersion = raw.version
+                status.version = max(status.version, raw.version)
+            case .storeDown(let reason):
+                status.status = .down
+                status.downReason = reason
+            case .storeUp(let version):
+                status.status = .up
+                status.downReason = nil
+                status.version = max(status.version, version)
+            }
+            s.status = status
+            return true
+        }
     }
 }
 
@@ -39,25 +74,33 @@ final class SubscriptionToken: Sendable {
     deinit { core.cancel() }
 }
 
-/// A live subscription to one store: an `AsyncSequence` of `StoreEvent<S>` (see `FluxClient.subscribe`).
+/// A live subscription to one store: an `AsyncSequence` of `StoreEvent<S>` (see `FluxClient.subscribe`) whose
+/// failures are `FluxError`.
 ///
-/// Iterate it once. It unsubscribes when its consumer is cancelled, when it and its iterator are dropped, or on
-/// `cancel()`. Snapshots are decoded on the consumer's task; a snapshot never older than (or equal to) one already
-/// yielded is passed on.
-public struct Subscription<S: Decodable & Sendable>: AsyncSequence, Sendable {
+/// Iterate it once (or take snapshots with `nextSnapshot(timeout:)` and then iterate: both read the same queue).
+/// Only the newest unread snapshot waits for the consumer, so a slow consumer sees the latest state rather than a
+/// backlog; a snapshot never older than (or equal to) one already handed out is passed on. It unsubscribes when its
+/// consumer is cancelled, when it and its iterator are dropped, or on `cancel()`. Snapshots are decoded on the
+/// consumer's task.
+public struct Subscription<S: Sendable>: AsyncSequence, Sendable {
     public typealias Element = StoreEvent<S>
-    public typealias Failure = any Error
+    public typealias Failure = FluxError
 
     /// The store subscribed to.
-    public let store: String
-    let stream: AsyncThrowingStream<WireStoreEvent, any Error>
+    public var store: String { token.core.store }
     let token: SubscriptionToken
+    let decode: @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S
 
-    init(store: String, stream: AsyncThrowingStream<WireStoreEvent, any Error>, token: SubscriptionToken) {
-        self.store = store
-        self.stream = stream
-        self.token = token
+    init(core: SubscriptionCore, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) {
+        self.token = SubscriptionToken(core)
+        self.decode = decode
     }
+
+    /// Where the store stands as of the last event this subscription handed out: nil before the first
+    /// (`.subscribed`), then `up`, `down` (with the reason) or `unknown` (no store of that name has registered
+    /// yet; its snapshots will come once one does), with the newest version seen. For a UI's "connecting…",
+    /// "store down" or "no such store yet".
+    public var status: SubscriptionStatus? { token.core.status }
 
     /// Ends the subscription now: the sequence finishes, and `unsubscribe` is sent if no other local
     /// subscription to the store remains.
@@ -68,51 +111,143 @@ public struct Subscription<S: Decodable & Sendable>: AsyncSequence, Sendable {
         compactMap { $0.snapshot }
     }
 
+    /// Waits for the next snapshot (the retained one right after subscribing), skipping status events, within
+    /// `timeout` (the client's `requestTimeout` when nil). On timeout it throws `FluxError.timedOut` saying why no
+    /// snapshot came: "no store named 'x' has registered yet" when the status is `unknown`, the store is down, or
+    /// it published nothing newer. The subscription stays in place after a timeout.
+    public func nextSnapshot(timeout: Duration? = nil) async throws(FluxError) -> Snapshot<S> {
+        let limit = timeout ?? token.core.client.requestTimeout
+        let deadline = ContinuousClock.now + limit
+        var iterator = makeAsyncIterator()
+        while true {
+            guard let event = try await iterator.next(until: deadline, what: limit) else {
+                throw .closed
+            }
+            if case .snapshot(let s) = event { return s }
+        }
+    }
+
     public func makeAsyncIterator() -> Iterator {
-        Iterator(base: stream.makeAsyncIterator(), token: token)
+        Iterator(token: token, decode: decode)
     }
 
     /// Decodes events as they are consumed.
     public struct Iterator: AsyncIteratorProtocol {
-        var base: AsyncThrowingStream<WireStoreEvent, any Error>.Iterator
         let token: SubscriptionToken
-        var lastVersion = 0
+        let decode: @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S
         var finished = false
-        let decoder = JSONDecoder()
 
-        init(base: AsyncThrowingStream<WireStoreEvent, any Error>.Iterator, token: SubscriptionToken) {
-            self.base = base
+        init(token: SubscriptionToken, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) {
             self.token = token
+            self.decode = decode
         }
 
-        public mutating func next() async throws -> StoreEvent<S>? {
+        /// The next event; nil when the subscription ended (cancelled, closed, or the consumer's task cancelled).
+        public mutating func next() async throws(FluxError) -> StoreEvent<S>? {
+            try await next(until: nil, what: .zero, isolation: nil)
+        }
+
+        /// The next event (see `next()`).
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws(FluxError) -> StoreEvent<S>? {
+            try await next(until: nil, what: .zero, isolation: actor)
+        }
+
+        mutating func next(until deadline: ContinuousClock.Instant?, what limit: Duration,
+                           isolation actor: isolated (any Actor)? = #isolation) async throws(FluxError) -> StoreEvent<S>? {
+            let core = token.core
             while !finished {
-                guard let event = try await base.next() else {
-                    finished = true
-                    return nil
-                }
-                switch event {
-                case .subscribed(let status):
-                    return .subscribed(status)
-                case .storeDown(let reason):
-                    return .storeDown(reason: reason)
-                case .storeUp(let version):
-                    return .storeUp(version: version)
-                case .snapshot(let raw):
-                    if raw.version <= lastVersion { continue }
-                    let state: S
-                    do {
-                        state = try decoder.decode(S.self, from: Data(raw.state))
-                    } catch {
-                        finished = true
-                        token.core.cancel()
-                        throw FluxError.coding("snapshot \(raw.version) of \(raw.store) does not decode as \(S.self): \(error)")
+                switch await core.queue.next(until: deadline) {
+                case .item(let event):
+                    guard core.admit(event) else { continue }
+                    switch event {
+                    case .subscribed(let status, _): return .subscribed(status)
+                    case .storeDown(let reason): return .storeDown(reason: reason)
+                    case .storeUp(let version): return .storeUp(version: version)
+                    case .snapshot(let raw):
+                        let state: S
+                        do {
+                            state = try decode(raw.state)
+                        } catch {
+                            finished = true
+                            core.cancel()
+                            throw .coding("snapshot \(raw.version) of \(raw.store) does not decode as \(S.self): \(error)")
+                        }
+                        return .snapshot(Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: state))
                     }
-                    lastVersion = raw.version
-                    return .snapshot(Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: state))
+                case .end(let error):
+                    finished = true
+                    if let error { throw error }
+                    return nil
+                case .cancelled:
+                    finished = true
+                    core.cancel()
+                    return nil
+                case .timedOut:
+                    let store = core.store
+                    let within = limit.formatted
+                    switch core.status?.status {
+                    case .unknown?:
+                        throw .timedOut("no store named '\(store)' has registered yet (no snapshot of it within \(within))")
+                    case .down?:
+                        throw .timedOut("store '\(store)' is down (\(core.status?.downReason ?? "unknown reason")) and sent no snapshot within \(within)")
+                    case .up?:
+                        throw .timedOut("store '\(store)' sent no new snapshot within \(within)")
+                    case nil:
+                        throw .timedOut("fluxd did not confirm the subscription to '\(store)' within \(within)")
+                    }
                 }
             }
             return nil
+        }
+    }
+}
+
+/// Removes a monitor listener when the last holder lets go of it.
+final class MonitorToken: Sendable {
+    let client: FluxClient
+    let id: Int?
+    init(client: FluxClient, id: Int?) {
+        self.client = client
+        self.id = id
+    }
+    deinit { if let id { client.removeMonitorListener(id) } }
+}
+
+/// fluxd's monitor events as an `AsyncSequence` (see `FluxClient.monitorEvents(buffer:)`). Ends when the connection
+/// ends (with an error if it dropped), when the consumer's task is cancelled, or on `cancel()`.
+public struct MonitorEvents: AsyncSequence, Sendable {
+    public typealias Element = MonitorEvent
+    public typealias Failure = FluxError
+
+    let queue: EventQueue<MonitorEvent>
+    let token: MonitorToken
+
+    /// Stops the stream.
+    public func cancel() { token.id.map(token.client.removeMonitorListener) }
+
+    public func makeAsyncIterator() -> Iterator { Iterator(queue: queue, token: token) }
+
+    /// Hands out the events, a `missed` one first where the buffer dropped some.
+    public struct Iterator: AsyncIteratorProtocol {
+        let queue: EventQueue<MonitorEvent>
+        let token: MonitorToken
+
+        /// The next event; nil at the end.
+        public mutating func next() async throws(FluxError) -> MonitorEvent? {
+            try await next(isolation: nil)
+        }
+
+        /// The next event (see `next()`).
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws(FluxError) -> MonitorEvent? {
+            let dropped = queue.takeDropped()
+            if dropped > 0, let env = try? Envelope(body: Array(#"{"op":"missed","count":\#(dropped)}"#.utf8)) {
+                return MonitorEvent(kind: "missed", message: env)
+            }
+            switch await queue.next() {
+            case .item(let event): return event
+            case .end(let error?): throw error
+            case .end(nil), .cancelled, .timedOut: return nil
+            }
         }
     }
 }

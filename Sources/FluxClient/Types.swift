@@ -3,15 +3,79 @@ import FluxCore
 /// The role a connection announces in `hello` (FluxCore's protocol model).
 public typealias Role = FluxCore.Role
 
-/// The limits fluxd announces in `welcome.limits` (milliseconds for the timeouts).
+/// The limits fluxd announces in `welcome.limits` (SPEC §12): one property per `FluxCore.LimitName`, nil when this
+/// fluxd did not announce it (an older fluxd: the peer then assumes no limit). Bytes for sizes, milliseconds for
+/// times.
 public struct Limits: Sendable, Equatable, Codable {
+    /// Largest frame body fluxd accepts (bytes).
     public var maxFrame: Int?
+    /// Actions delivered to a store before the oldest is answered.
     public var storeWindow: Int?
+    /// Actions queued for a store.
     public var queueLimit: Int?
+    /// How long a queued action waits for a down store (ms).
     public var queueTimeout: Int?
+    /// Time from connect to `hello` (ms).
     public var handshakeTimeout: Int?
+    /// Accepted, not yet final actions per dispatching connection.
     public var maxPending: Int?
+    /// Bytes that may wait in fluxd, unwritten, for one connection before it is closed `slow-consumer`.
+    public var maxBacklog: Int?
+    /// Below this many unsettled actions a connection is not refused `overloaded` by a full store queue.
+    public var fairPending: Int?
+    /// Live queries one connection may hold.
+    public var maxQueries: Int?
+    /// Bytes of the `query` values of one connection's live queries.
+    public var maxQueryBytes: Int?
+    /// Stores one connection may subscribe to.
+    public var maxSubscriptions: Int?
+    /// Stores one `register` may name in `waitFor`.
+    public var maxWaitFor: Int?
+    /// Connections open at once with one uid.
+    public var maxConnectionsPerUser: Int?
+    /// The part of fluxd's memory budget one uid may hold (bytes).
+    public var memoryPerUser: Int?
+    /// The part of the budget each connection holds from connect to close (bytes).
+    public var connectionAllowance: Int?
+    /// Silence after which fluxd pings a connection that asked for heartbeats (ms; 0: none).
+    public var pingInterval: Int?
+    /// Pings left unanswered before such a connection is closed `unresponsive`.
+    public var maxPingsOut: Int?
+    /// An action unanswered this long makes its store stalled (ms; 0: never).
+    public var storeTimeout: Int?
+    /// Stores one connection may own at once.
+    public var maxStoresPerConnection: Int?
+
+    public init() {}
+
+    /// The limit named `name`.
+    public subscript(name: LimitName) -> Int? {
+        switch name {
+        case .maxFrame: return maxFrame
+        case .storeWindow: return storeWindow
+        case .queueLimit: return queueLimit
+        case .queueTimeout: return queueTimeout
+        case .handshakeTimeout: return handshakeTimeout
+        case .maxPending: return maxPending
+        case .maxBacklog: return maxBacklog
+        case .fairPending: return fairPending
+        case .maxQueries: return maxQueries
+        case .maxQueryBytes: return maxQueryBytes
+        case .maxSubscriptions: return maxSubscriptions
+        case .maxWaitFor: return maxWaitFor
+        case .maxConnectionsPerUser: return maxConnectionsPerUser
+        case .memoryPerUser: return memoryPerUser
+        case .connectionAllowance: return connectionAllowance
+        case .pingInterval: return pingInterval
+        case .maxPingsOut: return maxPingsOut
+        case .storeTimeout: return storeTimeout
+        case .maxStoresPerConnection: return maxStoresPerConnection
+        }
+    }
 }
+
+/// The names of `welcome.limits` (FluxCore's protocol model).
+public typealias LimitName = FluxCore.LimitName
 
 /// What fluxd said in `welcome`: who we are on the bus and the limits it enforces.
 public struct Welcome: Sendable, Equatable {
@@ -143,6 +207,37 @@ public struct BusInfo: Sendable, Equatable, Codable {
         public var inflight: Int?
         public var queries: Int?
         public var owner: Owner?
+        /// Whether the store left an action unanswered longer than fluxd's store timeout (§10).
+        public var stalled: Bool?
+        /// Since when, in ms, while stalled.
+        public var stalledFor: Int?
+    }
+
+    /// fluxd's memory budget (§12; fluxd 0.2.0).
+    public struct Memory: Sendable, Equatable, Codable {
+        /// One uid's share.
+        public struct User: Sendable, Equatable, Codable {
+            public var uid: Int?
+            public var bytes: Int?
+            public var connections: Int?
+        }
+        public var used: Int?
+        public var peak: Int?
+        public var limit: Int?
+        public var perUser: Int?
+        public var connectionAllowance: Int?
+        public var refusals: Int?
+        public var users: [User]?
+    }
+
+    /// How loaded fluxd is (fluxd 0.2.0).
+    public struct Load: Sendable, Equatable, Codable {
+        public var connections: Int?
+        public var handshakes: Int?
+        public var storeNames: Int?
+        public var longestLoopHoldMicros: Int?
+        public var maxCycleCheckSteps: Int?
+        public var acceptErrors: [String: Int]?
     }
 
     /// Connected peers by role.
@@ -154,6 +249,8 @@ public struct BusInfo: Sendable, Equatable, Codable {
 
     /// Traffic counters.
     public struct Counters: Sendable, Equatable, Codable {
+        /// Connections accepted since fluxd started.
+        public var connections: Int?
         public var framesIn: Int?
         public var framesOut: Int?
         public var bytesIn: Int?
@@ -168,6 +265,13 @@ public struct BusInfo: Sendable, Equatable, Codable {
     public var stores: [Store]
     public var peers: Peers?
     public var counters: Counters?
+    public var memory: Memory?
+    public var load: Load?
+    /// The reply exactly as fluxd sent it (the `info` message), for tools that show fields this type does not
+    /// model (the reply may grow within protocol 1). Empty when the value was made otherwise.
+    public var json: [UInt8] = []
+
+    private enum CodingKeys: String, CodingKey { case seq, stores, peers, counters, memory, load }
 
     /// The store with this name, if fluxd knows it.
     public subscript(store name: String) -> Store? { stores.first { $0.name == name } }

@@ -18,10 +18,23 @@ public struct StoreRejection: Error, Sendable, Equatable, CustomStringConvertibl
 
     /// The code used when a payload does not decode as the handler's type.
     public static let badPayloadCode = "store/bad-payload"
+    /// The code used for an action that matches the store's patterns but none of its handlers (the same code in
+    /// the Swift, Python and Node store libraries).
+    public static let unhandledActionCode = "store/unhandled-action"
     /// The code used for errors other than `StoreRejection` thrown by a handler.
     public static let errorCode = "store/error"
 
     public var description: String { "\(code): \(message)" }
+}
+
+/// What a store answers an action that matches its `handles` patterns but none of its handlers (e.g. `counter/ad`
+/// under `counter/*`, a typo).
+public enum UnhandledActions: Sendable, Equatable {
+    /// Reject it with `store/unhandled-action` and a message naming the type and the handled types (the default:
+    /// a typo must not look like success).
+    case reject
+    /// Answer it `done`, state unchanged (a store that deliberately takes a whole namespace and acts on part of it).
+    case ignore
 }
 
 /// One active query of a query-driven store, decoded, with how many client queries share it.
@@ -68,14 +81,14 @@ public class StoreContext {
 
     /// Dispatches a follow-up action after this handler returns (with `cause` = the action being handled,
     /// when there is one). Throws at once if the type is invalid or the payload does not encode.
-    public func dispatch<P: Encodable>(_ type: String, payload: P) throws {
-        guard Names.isValidType(type) else { throw FluxError.invalidArgument("bad action type \"\(type)\"") }
+    public func dispatch<P: Encodable>(_ type: String, payload: P) throws(FluxError) {
+        guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
         followUps.append(FollowUp(type: type, payload: try FluxJSON.encode(payload), cause: followUpCause))
     }
 
     /// Dispatches a follow-up action without payload after this handler returns.
-    public func dispatch(_ type: String) throws {
-        guard Names.isValidType(type) else { throw FluxError.invalidArgument("bad action type \"\(type)\"") }
+    public func dispatch(_ type: String) throws(FluxError) {
+        guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
         followUps.append(FollowUp(type: type, payload: nil, cause: followUpCause))
     }
 
@@ -127,18 +140,18 @@ public struct StoreDispatcher: Sendable {
     public let cause: Int?
 
     /// Dispatches an action (fire-and-forget; a `no-handler` error goes to the store's `onError`).
-    public func dispatch<P: Encodable>(_ type: String, payload: P) throws {
+    public func dispatch<P: Encodable>(_ type: String, payload: P) throws(FluxError) {
         try client.dispatch(type: type, payload: payload, cause: cause)
     }
 
     /// Dispatches an action without payload.
-    public func dispatch(_ type: String) throws {
+    public func dispatch(_ type: String) throws(FluxError) {
         try client.dispatch(type: type, cause: cause)
     }
 
     /// Dispatches an action and waits for its settlement. Do not wait for an action this same store must handle
     /// from inside a handler; from spawned work it is fine (the store keeps processing).
-    public func dispatchAndSettle<P: Encodable>(_ type: String, payload: P) async throws -> Settlement {
+    public func dispatchAndSettle<P: Encodable>(_ type: String, payload: P) async throws(FluxError) -> Settlement {
         try await client.dispatchAndSettle(type: type, payload: payload, cause: cause)
     }
 }

@@ -1,6 +1,7 @@
 import FluxClient
 import FluxCore
 import Foundation
+import Logging
 import Synchronization
 
 /// A store worker: one explicit state type, action handlers that mutate it transactionally, and the wire
@@ -17,8 +18,12 @@ import Synchronization
 ///   with the new state when it differs (`!=`) from the old one, else `done` without state (no new version).
 ///   Several changes in one handler make one snapshot.
 /// - The handler is picked by exact action type, else by the longest matching `prefix*` pattern given to `on`.
-///   An action that matches the store's `handles` but no handler is answered `done`, unchanged.
-/// - A payload that does not decode as the handler's type is rejected with `store/bad-payload`.
+///   An action that matches the store's `handles` but no handler (a typo such as `counter/ad` under `counter/*`)
+///   is rejected with `store/unhandled-action`, naming the type and the handled types, unless the store was made
+///   with `unhandled: .ignore` (then it is answered `done`, unchanged).
+/// - A payload that does not decode as the handler's type is rejected with `store/bad-payload` and a message for
+///   the person who dispatched it (`payload of todo/add: field 'title' is missing`). Other errors a handler throws
+///   become `store/error` with the error's description.
 /// - On `registered`, the store adopts the retained snapshot's state (it resumes where it was), then handles
 ///   queued actions. A retained state that does not decode as `State` makes `run` throw rather than overwrite it.
 /// - Follow-up dispatches and spawned async work (see `StoreContext`) happen only if the handler returns.
@@ -28,7 +33,8 @@ import Synchronization
 ///   wire order with the actions, so with `waitFor` an action's handler sees the followed store's state after it
 ///   handled the same action (`ctx.latest`).
 ///
-/// Configure (`on`, `onQueriesChanged`, `follow`, `onError`) before `run`.
+/// Configure (`on`, `onQueriesChanged`, `follow`, `onError`) before `run`. Errors nobody answers go to `onError`'s
+/// handler, else to the store's `logger` (swift-log; nothing is written to stderr by the store itself).
 public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     typealias ActionHandler = @Sendable (inout State, ArraySlice<UInt8>?, ActionContext, JSONDecoder) throws -> Void
     typealias QueriesHandler = @Sendable (inout State, ArraySlice<UInt8>, StoreContext, JSONDecoder) throws -> Void
@@ -46,14 +52,12 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         var state: ArraySlice<UInt8>
     }
 
-    private struct Registry {
+    struct Registry {
         var exact: [String: ActionHandler] = [:]
         var prefixes: [(prefix: String, handler: ActionHandler)] = []
         var queries: QueriesHandler?
         var follows: [Follow] = []
-        var onError: @Sendable (any Error) -> Void = { error in
-            FileHandle.standardError.write(Data("FluxStore: \(error)\n".utf8))
-        }
+        var onError: (@Sendable (any Error) -> Void)?
         var running = false
     }
 
@@ -65,13 +69,22 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     public let waitFor: [String]
     /// The state registered when fluxd retains none.
     public let initial: State
+    /// What the store answers an action that matches `handles` but none of its handlers.
+    public let unhandled: UnhandledActions
+    /// Where the store logs (errors nobody answers, when no `onError` handler is set).
+    public let logger: Logger
 
     private let registry = Mutex(Registry())
     private let current: Mutex<State>
     private let readiness = Mutex(Readiness())
     private let tasks = Mutex(TaskBag())
 
-    public init(name: String, initial: State, handles: [String], waitFor: [String] = []) {
+    /// A store named `name` (SPEC §4.1) that starts from `initial` when fluxd retains no state for it, is sent the
+    /// actions matching `handles` (patterns: `todo/add`, `todo/*`), after the stores in `waitFor` answered them.
+    /// `unhandled`: `.reject` (default) answers an action no handler takes with `store/unhandled-action`; `.ignore`
+    /// answers it `done`. `logger`: where the store logs.
+    public init(name: String, initial: State, handles: [String], waitFor: [String] = [],
+                unhandled: UnhandledActions = .reject, logger: Logger = Logger(label: "fluxbus.store")) {
         precondition(Names.isValidStore(name), "bad store name \"\(name)\"")
         for p in handles { precondition(Names.isValidPattern(p), "bad pattern \"\(p)\"") }
         for w in waitFor { precondition(Names.isValidStore(w), "bad store name \"\(w)\" in waitFor") }
@@ -79,6 +92,8 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         self.handles = handles
         self.waitFor = waitFor
         self.initial = initial
+        self.unhandled = unhandled
+        self.logger = logger
         self.current = Mutex(initial)
     }
 
@@ -94,11 +109,12 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     ) {
         add(type) { state, raw, ctx, decoder in
             let value: A
+            let bytes = raw ?? ArraySlice("null".utf8)
             do {
-                value = try decoder.decode(A.self, from: Data(raw ?? ArraySlice("null".utf8)))
+                value = try decoder.decode(A.self, from: Data(bytes))
             } catch {
                 throw StoreRejection(code: StoreRejection.badPayloadCode,
-                                     message: "payload of \(ctx.type) does not decode as \(A.self): \(error)")
+                                     message: "payload of \(ctx.type): \(PayloadProblem.describe(error, payload: bytes))")
             }
             try handler(&state, value, ctx)
         }
@@ -177,14 +193,23 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     }
 
     /// Where errors that have no one to answer go: spawned work that threw, `no-handler` for a follow-up dispatch,
-    /// unreadable queries or followed snapshots, handler errors in query/follow handlers. Default: stderr.
+    /// unreadable queries or followed snapshots, handler errors in query/follow handlers. Default: the store's
+    /// `logger`, at level error.
     public func onError(_ handler: @escaping @Sendable (any Error) -> Void) {
         registry.withLock { $0.onError = handler }
     }
 
     func report(_ error: any Error) {
-        let handler = registry.withLock { $0.onError }
-        handler(error)
+        if let handler = registry.withLock({ $0.onError }) {
+            handler(error)
+        } else {
+            logger.error("\(error)", metadata: ["store": "\(name)"])
+        }
+    }
+
+    /// The action types (and `prefix*` patterns) this store has handlers for, sorted.
+    var handledTypes: [String] {
+        registry.withLock { r in (Array(r.exact.keys) + r.prefixes.map { $0.prefix + "*" }).sorted() }
     }
 
     // MARK: Running
@@ -192,10 +217,13 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     /// Connects to fluxd (role `store`), registers, and handles actions until the task is cancelled (then it
     /// unregisters, says bye and returns) or the connection drops (then it throws `FluxError.disconnected`).
     /// Throws `FluxError.server` if registration is refused (`name-taken`, `cycle`, ...).
-    public func run(socketPath: String = defaultSocketPath(), peerName: String? = nil) async throws {
+    /// `socketPath` nil: the default (`defaultSocketPath()`). A missing fluxd throws `FluxError.cannotConnect`,
+    /// which says where it looked and what to do.
+    public func run(socketPath: String? = nil, peerName: String? = nil) async throws(FluxError) {
         let client: FluxClient
         do {
-            client = try await FluxClient.connect(socketPath: socketPath, name: peerName ?? name, role: .store)
+            client = try await FluxClient.connect(socketPath: socketPath, name: peerName ?? name, role: .store,
+                                                  logger: logger)
         } catch {
             fail(error)
             throw error
@@ -204,10 +232,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     }
 
     /// Like `run(socketPath:peerName:)` over a connection that is not started yet (e.g. FluxTesting's bus).
-    public func run(on connection: any FluxConnection, peerName: String? = nil) async throws {
+    public func run(on connection: any FluxConnection, peerName: String? = nil) async throws(FluxError) {
         let client: FluxClient
         do {
-            client = try await FluxClient.connect(over: connection, name: peerName ?? name, role: .store)
+            client = try await FluxClient.connect(over: connection, name: peerName ?? name, role: .store, logger: logger)
         } catch {
             fail(error)
             throw error
@@ -215,7 +243,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         try await runOwning(client)
     }
 
-    private func runOwning(_ client: FluxClient) async throws {
+    private func runOwning(_ client: FluxClient) async throws(FluxError) {
         let forward = Task { [weak self] in
             for await error in client.errors { self?.report(error) }
         }
@@ -274,7 +302,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         }
     }
 
-    private enum Inbound: Sendable {
+    enum Inbound: Sendable {
         case store(StoreInbound)
         case followed(String, WireStoreEvent)
     }
@@ -282,7 +310,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     /// Registers and runs on an existing client connection (which must have role `store`). Several stores may
     /// run on one client; the client stays open when this returns. Returns when the task is cancelled (after
     /// sending `unregister`) or the client is closed; throws if registration fails or the connection drops.
-    public func run(client: FluxClient) async throws {
+    public func run(client: FluxClient) async throws(FluxError) {
         let (config, alreadyRunning) = registry.withLock { r -> (Registry, Bool) in
             defer { r.running = true }
             return (r, r.running)
@@ -332,7 +360,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             throw error
         }
 
-        let outcome: Result<Void, any Error> = await withTaskCancellationHandler {
+        let outcome: Result<Void, FluxError> = await withTaskCancellationHandler {
             defer { try? client.flushQueued() }
             var bells = mailbox.doorbell.makeAsyncIterator()
             var cancelled = false
@@ -340,7 +368,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
                 cancelled = await bells.next() == nil
                 // After a cancellation, what was posted before it is still handled (as a stream would deliver it).
                 for item in mailbox.takeAll() {
-                    do {
+                    do throws(FluxError) {
                         if try loop.handle(item) == .stop { return .success(()) }
                     } catch {
                         return .failure(error)
@@ -359,7 +387,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
                 b.string("store", name)
                 try? client.send(frame: b.finish())
             }
-            fail(CancellationError())
+            fail(.cancelled)
         case .failure(let error):
             fail(error)
             throw error
@@ -368,42 +396,44 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
     /// Waits until the current (or next) `run` has registered and adopted its state. Throws what `run` threw if
     /// it failed before that.
-    public func ready() async throws {
+    /// Throws `FluxError.cancelled` when the waiting task is cancelled, or when `run` was cancelled first.
+    public func ready() async throws(FluxError) {
         let id = readiness.withLock { r -> Int in
             r.nextWaiter += 1
             return r.nextWaiter
         }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-                let result = readiness.withLock { r -> Result<Void, any Error>? in
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Result<Void, FluxError>, Never>) in
+                let result = readiness.withLock { r -> Result<Void, FluxError>? in
                     if let result = r.result { return result }
-                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if Task.isCancelled { return .failure(.cancelled) }
                     r.waiters[id] = c
                     return nil
                 }
-                if let result { c.resume(with: result) }
+                if let result { c.resume(returning: result) }
             }
         } onCancel: {
             let waiter = readiness.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.resume(throwing: CancellationError())
+            waiter?.resume(returning: .failure(.cancelled))
         }
+        try result.get()
     }
 
-    fileprivate func markReady() {
+    func markReady() {
         let waiters = readiness.withLock { $0.resolve(.success(())) }
-        for w in waiters { w.resume() }
+        for w in waiters { w.resume(returning: .success(())) }
     }
 
-    private func fail(_ error: any Error) {
+    private func fail(_ error: FluxError) {
         let waiters = readiness.withLock { $0.resolve(.failure(error)) }
-        for w in waiters { w.resume(throwing: error) }
+        for w in waiters { w.resume(returning: .failure(error)) }
     }
 
-    fileprivate func publishState(_ state: State) {
+    func publishState(_ state: State) {
         current.withLock { $0 = state }
     }
 
-    fileprivate func start(_ work: @escaping @Sendable (StoreDispatcher) async throws -> Void, dispatcher: StoreDispatcher) {
+    func start(_ work: @escaping @Sendable (StoreDispatcher) async throws -> Void, dispatcher: StoreDispatcher) {
         tasks.withLock { bag in
             let id = bag.next
             bag.next += 1
@@ -411,6 +441,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
                 do {
                     try await work(dispatcher)
                 } catch is CancellationError {
+                } catch FluxError.cancelled {
                 } catch {
                     self?.report(error)
                 }
@@ -419,228 +450,19 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         }
     }
 
-    /// The message loop of one `run`: owns the state while running; everything here runs one message at a time.
-    private struct Loop {
-        enum Step { case next, stop }
-        enum Phase { case registering, awaitingSnapshot, ready }
-
-        let store: FluxStore
-        let client: FluxClient
-        let config: Registry
-        let decoder = JSONDecoder()
-        var state: State
-        var phase = Phase.registering
-        var followed: [String: any Sendable] = [:]
-        /// The active queries (canonical JSON bytes -> count), kept from `queries` and `queries-changed`.
-        var activeQueries: [[UInt8]: Int] = [:]
-
-        var registered: Bool { phase != .registering }
-
-        init(store: FluxStore, client: FluxClient, config: Registry) {
-            self.store = store
-            self.client = client
-            self.config = config
-            self.state = store.initial
-        }
-
-        mutating func handle(_ item: Inbound) throws -> Step {
-            switch item {
-            case .store(.ended(let error)):
-                if let error { throw error }
-                return .stop
-            case .store(.message(let env)):
-                try handleMessage(env)
-            case .followed(let name, let event):
-                guard case .snapshot(let raw) = event, let follow = config.follows.first(where: { $0.store == name }) else {
-                    return .next
-                }
-                let view = RawSnapshotView(store: raw.store, version: raw.version, seq: raw.seq, state: raw.state)
-                let snapshot: any Sendable
-                do {
-                    snapshot = try follow.decode(view, decoder)
-                } catch {
-                    store.report(FluxError.coding("snapshot \(raw.version) of followed store \(name): \(error)"))
-                    return .next
-                }
-                followed[name] = snapshot
-                if let handler = follow.handler, phase == .ready {
-                    runOutsideAction(cause: raw.seq) { state, ctx in try handler(&state, snapshot, ctx) }
-                }
-            }
-            return .next
-        }
-
-        mutating func handleMessage(_ env: Envelope) throws {
-            switch env.fluxString("op") {
-            case "registered":
-                if (env.fluxInt("version") ?? 0) > 0 {
-                    phase = .awaitingSnapshot
-                } else {
-                    becomeReady()
-                }
-            case "snapshot":
-                guard phase == .awaitingSnapshot, let raw = env.raw("state") else { return }
-                do {
-                    state = try decoder.decode(State.self, from: Data(raw))
-                } catch {
-                    throw FluxError.coding("the retained state of \(store.name) does not decode as \(State.self): \(error)")
-                }
-                becomeReady()
-            case "error":
-                let error = FluxError.server(ServerError(
-                    rawCode: env.fluxString("code") ?? "", message: env.fluxString("message") ?? "",
-                    ref: env.fluxString("ref"), fatal: env.bool("fatal").value ?? false))
-                if phase == .registering { throw error }
-                store.report(error)
-            case "queries", "queries-changed":
-                if phase != .ready { becomeReady() }
-                let whole = env.fluxString("op") == "queries"
-                guard let entries = env.raw(whole ? "queries" : "changes"), applyQueries(entries, whole: whole) else {
-                    store.report(FluxError.protocolViolation("unreadable \(whole ? "queries" : "queries-changed") message for \(store.name)"))
-                    return
-                }
-                guard let handler = config.queries else { return }
-                let raw = activeQueriesJSON()
-                let decoder = self.decoder
-                runOutsideAction(cause: nil) { state, ctx in try handler(&state, raw, ctx, decoder) }
-            case "action":
-                if phase != .ready { becomeReady() }
-                handleAction(env)
-            default:
-                break
-            }
-        }
-
-        /// Applies a `queries` array (the whole set) or a `queries-changed` array (each entry's new count; 0: gone).
-        mutating func applyQueries(_ json: ArraySlice<UInt8>, whole: Bool) -> Bool {
-            guard let list = try? JSONSerialization.jsonObject(with: Data(json), options: [.fragmentsAllowed]) as? [[String: Any]] else {
-                return false
-            }
-            if whole { activeQueries = [:] }
-            for entry in list {
-                guard let query = entry["query"], let count = entry["count"] as? Int,
-                      let key = try? JSONSerialization.data(withJSONObject: query, options: [.sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
-                else { return false }
-                if count > 0 { activeQueries[Array(key)] = count } else { activeQueries.removeValue(forKey: Array(key)) }
-            }
-            return true
-        }
-
-        /// The active queries as a `queries` array, sorted by their bytes.
-        func activeQueriesJSON() -> ArraySlice<UInt8> {
-            var out: [UInt8] = [UInt8(ascii: "[")]
-            for (i, key) in activeQueries.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }).enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                out.append(contentsOf: #"{"query":"#.utf8)
-                out.append(contentsOf: key)
-                out.append(contentsOf: #","count":\#(activeQueries[key]!)}"#.utf8)
-            }
-            out.append(UInt8(ascii: "]"))
-            return out[...]
-        }
-
-        mutating func becomeReady() {
-            phase = .ready
-            store.publishState(state)
-            // Followed snapshots that arrived before registration completed: hand the latest of each over now.
-            for follow in config.follows {
-                guard let handler = follow.handler, let snapshot = followed[follow.store] else { continue }
-                runOutsideAction(cause: nil) { state, ctx in try handler(&state, snapshot, ctx) }
-            }
-            store.markReady()
-        }
-
-        func handler(for type: String) -> ActionHandler? {
-            if let h = config.exact[type] { return h }
-            return config.prefixes.first { type.utf8.starts(with: $0.prefix.utf8) }?.handler
-        }
-
-        mutating func handleAction(_ env: Envelope) {
-            guard let seq = env.fluxInt("seq") else {
-                store.report(FluxError.protocolViolation("action without seq"))
-                return
-            }
-            let type = env.fluxString("type") ?? ""
-            let ctx = ActionContext(
-                storeName: store.name, seq: seq, type: type, origin: env.fluxInt("origin") ?? 0,
-                cause: env.fluxInt("cause"), redelivered: env.bool("redelivered").value ?? false, followed: followed)
-            var copy = state
-            var b: FrameBuilder
-            do {
-                var encoded: [UInt8]?
-                if let h = handler(for: type) {
-                    try h(&copy, env.raw("payload"), ctx, decoder)
-                    if copy != state { encoded = try FluxJSON.encode(copy) }
-                }
-                b = FrameBuilder(op: "done", capacity: 64 + (encoded?.count ?? 0))
-                b.string("store", store.name)
-                b.int("seq", seq)
-                if let encoded {
-                    b.raw("state", encoded)
-                    state = copy
-                    store.publishState(copy)
-                }
-            } catch {
-                let rejection = error as? StoreRejection
-                    ?? StoreRejection(code: StoreRejection.errorCode, message: "\(error)")
-                b = FrameBuilder(op: "reject")
-                b.string("store", store.name)
-                b.int("seq", seq)
-                b.raw("error", errorObjectJSON(code: rejection.code, message: rejection.message))
-                ctx.followUps = []
-                ctx.spawned = []
-            }
-            try? client.queue(frame: b.finish())  // written after the run of waiting messages (see `run`)
-            carryOut(ctx)
-        }
-
-        /// Runs a query/follow handler as a transaction; publishes the state with `state` when it changed.
-        mutating func runOutsideAction(cause: Int?, _ body: (inout State, StoreContext) throws -> Void) {
-            let ctx = StoreContext(storeName: store.name, followUpCause: cause, followed: followed)
-            var copy = state
-            do {
-                try body(&copy, ctx)
-                if copy != state {
-                    let encoded = try FluxJSON.encode(copy)
-                    var b = FrameBuilder(op: "state", capacity: 64 + encoded.count)
-                    b.string("store", store.name)
-                    b.raw("state", encoded)
-                    state = copy
-                    store.publishState(copy)
-                    try? client.send(frame: b.finish())
-                }
-            } catch {
-                store.report(error)
-                return
-            }
-            carryOut(ctx)
-        }
-
-        func carryOut(_ ctx: StoreContext) {
-            for f in ctx.followUps {
-                do {
-                    try client.dispatch(type: f.type, payloadJSON: f.payload, cause: f.cause)
-                } catch {
-                    store.report(error)
-                }
-            }
-            let dispatcher = StoreDispatcher(client: client, cause: ctx.followUpCause)
-            for work in ctx.spawned { store.start(work, dispatcher: dispatcher) }
-        }
-    }
 }
 
 /// One-shot readiness of the current run.
 struct Readiness {
-    var result: Result<Void, any Error>?
-    var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+    var result: Result<Void, FluxError>?
+    var waiters: [Int: CheckedContinuation<Result<Void, FluxError>, Never>] = [:]
     var nextWaiter = 0
 
     mutating func reset() {
         if result != nil { result = nil }
     }
 
-    mutating func resolve(_ r: Result<Void, any Error>) -> [CheckedContinuation<Void, any Error>] {
+    mutating func resolve(_ r: Result<Void, FluxError>) -> [CheckedContinuation<Result<Void, FluxError>, Never>] {
         guard result == nil else { return [] }
         result = r
         defer { waiters = [:] }

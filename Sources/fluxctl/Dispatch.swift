@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl dispatch TYPE [PAYLOAD]`, or `fluxctl dispatch --file F`: dispatches actions; with `--wait` (always for
@@ -62,26 +63,16 @@ struct Dispatch: AsyncParsableCommand {
     private func fireAndForget(_ actions: [PlannedAction]) async throws {
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let socket = options.socketPath
         do {
-            var ids = Set<String>()
-            for (n, action) in actions.enumerated() {
-                let id = "d\(n + 1)"
-                ids.insert(id)
-                try client.sendRaw(body: action.frame(id: id, settle: false))
+            var ids: [String] = []
+            for action in actions {
+                ids.append(try client.dispatch(type: action.type, payloadJSON: action.payload))
             }
-            // A ping is a barrier: an error about a dispatch arrives before the pong (SPEC §8.7).
-            try client.sendRaw(body: Array(#"{"op":"ping","id":"barrier"}"#.utf8))
-            let problem = try await withTimeout(options.requestTimeout, "waiting for fluxd to accept the action") { [ids] () -> Envelope? in
-                while let env = await reader.next() {
-                    if env.str("op") == "error", let ref = env.str("ref"), ids.contains(ref) { return env }
-                    if env.str("op") == "pong", env.str("id") == "barrier" { return nil }
-                }
-                throw FluxError.disconnected("fluxd closed the connection")
-            }
-            if let problem { throw refusal(problem, type: actions[0].type) }
+            // A ping barrier: a refusal of any of them arrives before the pong (SPEC §8.7).
+            try await client.confirmDispatched(ids, timeout: options.requestDuration)
         } catch {
+            if case .server(let e) = error, e.ref != nil, !e.fatal { throw refusal(code: e.rawCode, message: e.message, type: actions[0].type) }
             throw failure(error, socket: socket)
         }
         let type = actions[0].type
@@ -95,9 +86,7 @@ struct Dispatch: AsyncParsableCommand {
         }
     }
 
-    private func refusal(_ env: Envelope, type: String) -> ExitCode {
-        let code = env.str("code") ?? "?"
-        let message = env.str("message") ?? ""
+    private func refusal(code: String, message: String, type: String) -> ExitCode {
         if code == ErrorCode.noHandler.rawValue {
             return fail(Exit.failed, "no store handles \"\(type)\" (fluxd: no-handler)")
         }
@@ -109,53 +98,45 @@ struct Dispatch: AsyncParsableCommand {
     private func replay(_ actions: [PlannedAction], source: String?) async throws {
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let socket = options.socketPath
         let window = source == nil ? actions.count : self.window
-        var outcomes: [ActionOutcome?] = Array(repeating: nil, count: actions.count)
+        var inFlight: [Int: PendingSettlement] = [:]
         var next = 0
         var printed = 0
-        var inFlight = 0
         var failed = 0
         var refusedOther = false
         do {
             while printed < actions.count {
-                while next < actions.count && inFlight < window {
-                    try client.sendRaw(body: actions[next].frame(id: "a\(next)", settle: true))
+                // Up to `window` settled dispatches in flight, sent in file order (fluxd orders them as sent).
+                while next < actions.count && inFlight.count < window {
+                    inFlight[next] = try client.beginDispatchAndSettle(type: actions[next].type, payloadJSON: actions[next].payload)
                     next += 1
-                    inFlight += 1
                 }
-                let waitingFor = actions[printed]
-                let env = try await withTimeout(options.requestTimeout, "waiting for the settlement of \(waitingFor.type)"
-                                                + (waitingFor.line.map { " (line \($0))" } ?? "")) { () -> Envelope in
-                    while let env = await reader.next() {
-                        let op = env.str("op")
-                        if op == "settled" || (op == "error" && env.str("ref")?.hasPrefix("a") == true) { return env }
-                        if op == "error", env.bool("fatal").value == true { throw env.serverError }
+                let action = actions[printed]
+                let outcome: ActionOutcome
+                do throws(FluxError) {
+                    outcome = .settled(try await inFlight[printed]!.settlement(timeout: options.requestDuration))
+                } catch {
+                    guard case .server(let e) = error, !e.fatal else {
+                        if case .timedOut = error {
+                            throw fail(Exit.timedOut, "timed out after \(formatSeconds(options.requestTimeout)) s waiting for the settlement of \(action.type)"
+                                       + (action.line.map { " (line \($0))" } ?? ""))
+                        }
+                        throw error
                     }
-                    throw FluxError.disconnected("fluxd closed the connection")
+                    outcome = .refused(code: e.rawCode, message: e.message)
                 }
-                guard let ref = env.str(env.str("op") == "settled" ? "id" : "ref"), let index = Int(ref.dropFirst()),
-                      index < actions.count, outcomes[index] == nil else { continue }
-                inFlight -= 1
-                if env.str("op") == "settled" {
-                    let results = (env.json("results").flatMap { if case .array(let a) = $0 { a } else { nil } } ?? []).map(parseResult)
-                    outcomes[index] = .settled(Settlement(id: ref, seq: env.integer("seq") ?? 0, results: results))
-                } else {
-                    outcomes[index] = .refused(code: env.str("code") ?? "?", message: env.str("message") ?? "")
+                inFlight[printed] = nil
+                switch outcome {
+                case .settled(let s):
+                    if !s.ok { failed += 1 }
+                case .refused(let code, _):
+                    failed += 1
+                    if code != ErrorCode.noHandler.rawValue { refusedOther = true }
+                    if source == nil { throw refusalExit(code: code, outcome: outcome, type: action.type) }
                 }
-                while printed < actions.count, let outcome = outcomes[printed] {
-                    switch outcome {
-                    case .settled(let s):
-                        if !s.ok { failed += 1 }
-                    case .refused(let code, _):
-                        failed += 1
-                        if code != ErrorCode.noHandler.rawValue { refusedOther = true }
-                        if source == nil { throw refusalExit(code: code, outcome: outcome, type: actions[printed].type) }
-                    }
-                    report(actions[printed], outcome)
-                    printed += 1
-                }
+                report(action, outcome)
+                printed += 1
             }
         } catch {
             throw failure(error, socket: socket)
@@ -226,7 +207,7 @@ struct Dispatch: AsyncParsableCommand {
             if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
             let value: JSONValue
             do {
-                value = try JSONParser.parse(line)
+                value = try JSONValue(parsing: line)
             } catch {
                 let text = String(decoding: line, as: UTF8.self)
                 let caret = String(repeating: " ", count: max(0, min(error.column - 1, text.utf8.count))) + "^"
@@ -253,14 +234,6 @@ struct PlannedAction: Sendable {
     var line: Int?
     var type: String
     var payload: [UInt8]?
-
-    func frame(id: String, settle: Bool) -> [UInt8] {
-        var out = Array(#"{"op":"dispatch","id":"\#(id)","type":"#.utf8) + Array(JSONValue.quote(type).utf8)
-        if let payload { out += Array(#","payload":"#.utf8) + payload }
-        if settle { out += Array(#","settle":true"#.utf8) }
-        out.append(UInt8(ascii: "}"))
-        return out
-    }
 }
 
 /// How one dispatched action ended.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -96,41 +97,35 @@ struct GlobalOptions: ParsableArguments {
 
     /// The time limit of one request (connect, get, info, a settlement).
     var requestTimeout: Double { timeout ?? 5 }
+    /// `requestTimeout` as a `Duration` (the SDK's per-request deadline).
+    var requestDuration: Duration { .milliseconds(Int64((requestTimeout * 1000).rounded(.up))) }
 
-    /// Connects and says hello, turning failure into a clear message and exit code 3 (or 4 on timeout).
+    /// Connects and says hello, turning failure into a clear message and exit code 3 (or 4 on timeout). The
+    /// "no fluxd at PATH" text is FluxClient's (`ConnectError`), with fluxctl's own options as the advice.
     func connect(role: Role = .client) async throws -> FluxClient {
         let path = socketPath
         let source = socketSource
-        let serverUID = self.serverUID
         do {
-            return try await withTimeout(requestTimeout, "connecting to fluxd at \(path)") {
-                try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role, expectedServerUID: serverUID)
+            return try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role, expectedServerUID: serverUID,
+                                                requestTimeout: requestDuration)
+        } catch {
+            switch error {
+            case .untrustedServer(let path, let uid, let expected):
+                throw fail(Exit.noFluxd, """
+                    refusing fluxd at \(path) (from \(source)): it is run by uid \(uid), expected \(expected)
+                      to accept it: --server-uid \(uid) or \(serverUIDEnvironmentVariable)=\(uid)
+                    """)
+            case .invalidArgument(let what):
+                throw fail(ExitCode.validationFailure.rawValue, what)
+            case .cannotConnect(var problem):
+                problem.source = source
+                problem.pointAtAnother = "or point fluxctl at a running one with --socket PATH or FLUXBUS_SOCKET=PATH"
+                throw fail(Exit.noFluxd, problem.description)
+            case .timedOut:
+                throw fail(Exit.timedOut, "timed out after \(formatSeconds(requestTimeout)) s connecting to fluxd at \(path)")
+            default:
+                throw fail(Exit.noFluxd, "no fluxd at \(path) (from \(source)): \(error)")
             }
-        } catch let error as ExitCode {
-            throw error
-        } catch FluxError.untrustedServer(let path, let uid, let expected) {
-            throw fail(Exit.noFluxd, """
-                refusing fluxd at \(path) (from \(source)): it is run by uid \(uid), expected \(expected)
-                  to accept it: --server-uid \(uid) or \(serverUIDEnvironmentVariable)=\(uid)
-                """)
-        } catch FluxError.invalidArgument(let what) {
-            throw fail(ExitCode.validationFailure.rawValue, what)
-        } catch let error as FluxError {
-            var why = "\(error)"
-            if case .io(_, let errno) = error {
-                switch errno {
-                case ENOENT: why = "no such socket"
-                case ECONNREFUSED: why = "the socket exists but no fluxd is listening on it"
-                case EACCES: why = "permission denied"
-                case ENOTSOCK: why = "not a socket"
-                default: why = String(cString: strerror(errno))
-                }
-            }
-            throw fail(Exit.noFluxd, """
-                no fluxd at \(path) (from \(source)): \(why)
-                  start one with:  fluxd --socket \(path)
-                  or point fluxctl at a running one with --socket PATH or FLUXBUS_SOCKET=PATH
-                """)
         }
     }
 }
@@ -168,6 +163,7 @@ func failure(_ error: any Error, socket: String) -> ExitCode {
         default: return fail(Exit.refused, "fluxd refused it: \(e.rawCode): \(e.message)")
         }
     case .disconnected(let why): return fail(Exit.noFluxd, "lost the connection to fluxd at \(socket): \(why)")
+    case .cannotConnect(let problem): return fail(Exit.noFluxd, problem.description)
     case .io: return fail(Exit.noFluxd, "lost the connection to fluxd at \(socket): \(flux)")
     case .timedOut(let what): return fail(Exit.timedOut, "timed out: \(what)")
     case .invalidArgument(let what): return fail(Exit.badInput, what)
@@ -178,7 +174,7 @@ func failure(_ error: any Error, socket: String) -> ExitCode {
 /// Parses a JSON argument, pointing at the byte where it goes wrong (exit code 2).
 func parseJSONArgument(_ text: String, what: String) throws -> JSONValue {
     do {
-        return try JSONParser.parse(text)
+        return try JSONValue(parsing: text)
     } catch {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         let lineText = error.line <= lines.count ? String(lines[error.line - 1]) : ""
@@ -196,37 +192,15 @@ func checkStoreName(_ name: String) throws {
 }
 
 /// The message for an unknown store, listing the known ones.
-func unknownStoreMessage(_ store: String, client: FluxClient, timeout: Double) async -> String {
-    let known = (try? await withTimeout(timeout, "") { try await client.info() })?.stores.map(\.name) ?? []
+func unknownStoreMessage(_ store: String, client: FluxClient, timeout: Duration) async -> String {
+    let known = (try? await client.info(timeout: timeout))?.stores.map(\.name) ?? []
     return "unknown store \"\(store)\": fluxd has no snapshot of it"
         + (known.isEmpty ? " (no stores are registered)" : " (known stores: \(known.joined(separator: ", ")))")
-}
-
-/// Frames received on a connection, read one at a time with an optional deadline.
-final class FrameReader: @unchecked Sendable {
-    // @unchecked: used from one task at a time (the command's).
-    private var iterator: AsyncStream<[UInt8]>.Iterator
-
-    init(_ client: FluxClient) { iterator = client.receivedFrames().makeAsyncIterator() }
-
-    /// The next frame as an envelope; nil when the connection ended.
-    func next() async -> Envelope? {
-        while let body = await iterator.next() {
-            if let env = try? Envelope(body: body) { return env }
-        }
-        return nil
-    }
 }
 
 extension Envelope {
     func str(_ key: String) -> String? { string(key).value }
     func integer(_ key: String) -> Int? { int(key).value.map { Int($0) } }
     /// A top-level field parsed as a JSON value.
-    func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONParser.parse($0) } }
-    /// The whole message as a JSON value.
-    var value: JSONValue { (try? JSONParser.parse(body)) ?? .null }
-    /// An `error` frame as a FluxError.
-    var serverError: FluxError {
-        .server(ServerError(rawCode: str("code") ?? "?", message: str("message") ?? "", ref: str("ref"), fatal: bool("fatal").value ?? false))
-    }
+    func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONValue(parsing: $0) } }
 }

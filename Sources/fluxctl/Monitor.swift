@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl monitor`: a live tap of all traffic through fluxd (a `monitor`-role connection's event stream).
@@ -53,20 +54,21 @@ struct Monitor: AsyncParsableCommand {
         defer { try? recorder?.close() }
         let client = try await options.connect(role: .monitor)
         defer { client.abort() }
-        let reader = FrameReader(client)
-        try? client.sendRaw(body: Array(#"{"op":"info","id":"monitor-info"}"#.utf8))
+        // Events from now on are kept while fluxd's info (store handles and owners, for the filters) is fetched.
+        let events = client.monitorEvents()
         if !options.json && Terminal.isTTY {
             emit(Style.dim("monitoring fluxd at \(options.socketPath) (interrupt to stop)"))
         }
         let tap = MonitorTap(filter: MonitorFilter(types: type, store: store, peer: peer), json: options.json,
                              time: time, states: states, recorder: recorder)
-        let count = self.count, socket = options.socketPath
+        let count = self.count, socket = options.socketPath, requestTimeout = options.requestDuration
         do {
             try await withTimeout(options.timeout, "monitoring") {
                 var tap = tap
-                while let env = await reader.next() {
-                    if try tap.handle(env), let count, tap.printed >= count { return }
-                    if tap.takeInfoRequest() { try client.sendRaw(body: Array(#"{"op":"info","id":"monitor-info"}"#.utf8)) }
+                tap.learn(from: try await client.info(timeout: requestTimeout))
+                for try await event in events {
+                    if try tap.handle(event.message), let count, tap.printed >= count { return }
+                    if tap.takeInfoRequest() { tap.learn(from: try await client.info(timeout: requestTimeout)) }
                 }
                 throw FluxError.disconnected("fluxd closed the connection")
             }
@@ -112,9 +114,6 @@ struct MonitorTap: @unchecked Sendable {
     /// Handles one frame; returns true when it printed an event (counted by --count).
     mutating func handle(_ env: Envelope) throws -> Bool {
         switch env.str("op") {
-        case "info":
-            learn(from: env.value)
-            return false
         case "missed":
             let n = env.integer("count") ?? 0
             if json {
@@ -122,10 +121,6 @@ struct MonitorTap: @unchecked Sendable {
             } else {
                 emit(Style.yellow("missed \(n) event\(n == 1 ? "" : "s")") + Style.dim(" (fluxctl could not keep up)"))
             }
-            return false
-        case "error":
-            if env.bool("fatal").value == true { throw env.serverError }
-            printError("fluxctl: fluxd error: \(env.serverError)")
             return false
         case "bye":
             throw FluxError.disconnected("fluxd said bye (\(env.str("reason") ?? "?"))")
@@ -144,6 +139,11 @@ struct MonitorTap: @unchecked Sendable {
     }
 
     // MARK: Knowledge
+
+    /// Learns store handles and owners from fluxd's `info`.
+    mutating func learn(from info: BusInfo) {
+        learn(from: (try? JSONValue(parsing: info.json)) ?? .null)
+    }
 
     private mutating func learn(from info: JSONValue) {
         guard case .array(let stores)? = info["stores"] else { return }

@@ -1,4 +1,5 @@
 import FluxClient
+import FluxJSONValue
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
 /// `fluxctl state STORE [--path /json/pointer]`: prints a store's retained snapshot.
@@ -22,29 +23,18 @@ struct State: AsyncParsableCommand {
         }
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let socket = options.socketPath
-        let got: Envelope
+        let got: Snapshot<RawJSON>
         do {
-            try client.sendRaw(body: Array(#"{"op":"get","id":"g","store":"\#(store)"}"#.utf8))
-            got = try await withTimeout(options.requestTimeout, "waiting for the state of \(store)") { () -> Envelope in
-                while let env = await reader.next() {
-                    if env.str("id") == "g" || env.str("ref") == "g" { return env }
-                }
-                throw FluxError.disconnected("fluxd closed the connection")
-            }
+            got = try await client.getJSON(store: store)
+        } catch where error.code == .unknownStore {
+            throw fail(Exit.refused, await unknownStoreMessage(store, client: client, timeout: options.requestDuration))
         } catch {
             throw failure(error, socket: socket)
         }
-        if got.str("op") == "error" {
-            if got.str("code") == ErrorCode.unknownStore.rawValue {
-                throw fail(Exit.refused, await unknownStoreMessage(store, client: client, timeout: options.requestTimeout))
-            }
-            throw failure(got.serverError, socket: socket)
-        }
-        let state = got.json("state") ?? .null
-        let version = got.integer("version") ?? 0
-        let seq = got.integer("seq") ?? 0
+        let state = (try? JSONValue(parsing: got.state.bytes)) ?? .null
+        let version = got.version
+        let seq = got.seq
         var value = state
         if let pointer {
             do {
@@ -92,11 +82,10 @@ struct Watch: AsyncParsableCommand {
         // A monitor connection: it may subscribe, and its event stream says which action type each seq was.
         let client = try await options.connect(role: .monitor)
         defer { client.abort() }
-        let reader = FrameReader(client)
-        try? client.sendRaw(body: Array(#"{"op":"subscribe","store":"\#(store)"}"#.utf8))
+        let stream = watchStream(client, store: store, withEvents: true)
         let store = self.store, count = self.count, socket = options.socketPath, json = options.json, full = self.full
         do {
-            try await printSnapshots(from: reader, store: store, json: json, full: full, count: count, timeout: options.timeout)
+            try await printSnapshots(from: stream, store: store, json: json, full: full, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
@@ -118,48 +107,64 @@ struct Query: AsyncParsableCommand {
         _ = try parseJSONArgument(query, what: "the query")
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let store = self.store, count = self.count, socket = options.socketPath, json = options.json
         do {
-            try client.sendRaw(body: Array(#"{"op":"query","id":"q","store":"\#(store)","query":"#.utf8) + Array(query.utf8) + [UInt8(ascii: "}")])
-            let reply = try await withTimeout(options.requestTimeout, "waiting for fluxd to accept the query") { () -> Envelope in
-                while let env = await reader.next() {
-                    if env.str("id") == "q" || env.str("ref") == "q" { return env }
-                }
-                throw FluxError.disconnected("fluxd closed the connection")
-            }
-            if reply.str("op") == "error" { throw reply.serverError }
+            let receipt = try await client.query(store: store, queryJSON: Array(query.utf8))
+            defer { withExtendedLifetime(receipt) {} }
             if !json { emit(Style.dim("query \(store) \(query) active")) }
-            try client.sendRaw(body: Array(#"{"op":"subscribe","store":"\#(store)"}"#.utf8))
-            try await printSnapshots(from: reader, store: store, json: json, full: true, count: count, timeout: options.timeout)
+            let stream = watchStream(client, store: store, withEvents: false)
+            try await printSnapshots(from: stream, store: store, json: json, full: true, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
     }
 }
 
-/// Prints `store`'s subscription frames from `reader` with a `SnapshotPrinter` (watch and query) until `count`
+/// What `watch` and `query` print from: one store's subscription events and (for `watch`) fluxd's monitor events,
+/// merged in the order fluxd sent them (the SDK hands both to callbacks in wire order), so the dispatch event of an
+/// action is seen before the snapshot it produced.
+enum WatchItem: Sendable {
+    case store(WireStoreEvent)
+    case monitor(MonitorEvent)
+    case ended(FluxError?)
+}
+
+/// Subscribes to `store` (and, with `withEvents`, to the monitor stream) and merges what arrives into one stream.
+func watchStream(_ client: FluxClient, store: String, withEvents: Bool) -> AsyncStream<WatchItem> {
+    let (stream, continuation) = AsyncStream.makeStream(of: WatchItem.self)
+    if withEvents {
+        _ = client.addMonitorListener(deliver: { continuation.yield(.monitor($0)) }, end: { _ in })
+    }
+    let id = client.addSubscriber(store: store, deliver: { continuation.yield(.store($0)) },
+                                  end: { continuation.yield(.ended($0)); continuation.finish() })
+    if id == nil { continuation.finish() }
+    return stream
+}
+
+/// Prints `store`'s subscription events from `stream` with a `SnapshotPrinter` (watch and query) until `count`
 /// snapshots have printed, within `timeout` seconds; throws `disconnected` if fluxd closes the connection first.
-private func printSnapshots(from reader: FrameReader, store: String, json: Bool, full: Bool, count: Int?,
+private func printSnapshots(from stream: AsyncStream<WatchItem>, store: String, json: Bool, full: Bool, count: Int?,
                             timeout: Double?) async throws {
     try await withTimeout(timeout, "watching \(store)") {
         var printer = SnapshotPrinter(store: store, json: json, full: full)
         var seen = 0
-        while let env = await reader.next() {
-            if try printer.handle(env) { seen += 1 }
+        for await item in stream {
+            if case .ended(let error) = item { throw error ?? FluxError.disconnected("fluxd closed the connection") }
+            if printer.handle(item) { seen += 1 }
             if let count, seen >= count { return }
         }
         throw FluxError.disconnected("fluxd closed the connection")
     }
 }
 
-/// Prints one store's subscription frames (`subscribed`, `snapshot`, `store-down`, `store-up`) for watch and
+/// Prints one store's subscription events (`subscribed`, `snapshot`, `store-down`, `store-up`) for watch and
 /// query, and remembers action types from monitor `event`s to name the action behind each snapshot.
 struct SnapshotPrinter {
     let store: String
     let json: Bool
     let full: Bool
     private var previous: JSONValue?
+    private var lastVersion = 0
     private var types: [Int: String] = [:]
 
     init(store: String, json: Bool, full: Bool) {
@@ -168,49 +173,48 @@ struct SnapshotPrinter {
         self.full = full
     }
 
-    /// Handles a frame; returns true when it was a snapshot of the store (counted by --count).
-    mutating func handle(_ env: Envelope) throws -> Bool {
-        let op = env.str("op")
-        if op == "event" {
-            if env.str("kind") == "dispatch", let seq = env.integer("seq"), let type = env.str("type") {
+    /// Handles an event; returns true when it was a snapshot of the store (counted by --count).
+    mutating func handle(_ item: WatchItem) -> Bool {
+        switch item {
+        case .ended:
+            return false
+        case .monitor(let event):
+            if event.kind == "dispatch", let seq = event.seq, let type = event.type {
                 types[seq] = type
                 if types.count > 4096 { types = types.filter { $0.key > seq - 2048 } }
             }
             return false
+        case .store(let event):
+            return handle(event)
         }
-        if op == "error" {
-            let error = env.serverError
-            if env.bool("fatal").value == true { throw error }
-            printError("fluxctl: fluxd error: \(error)")
-            return false
-        }
-        if op == "bye" { throw FluxError.disconnected("fluxd said bye (\(env.str("reason") ?? "?"))") }
-        guard env.str("store") == store else { return false }
+    }
+
+    private mutating func handle(_ event: WireStoreEvent) -> Bool {
         var line = JSONLine()
-        switch op {
-        case "subscribed":
-            let status = env.str("status") ?? "?"
-            let version = env.integer("version") ?? 0
+        switch event {
+        case .subscribed(let status, let version):
             if json {
                 line.add("event", "subscribed")
                 line.add("store", store)
-                line.add("status", status)
+                line.add("status", status.rawValue)
                 line.add("version", version)
                 emit(line.text)
             } else {
-                emit(Style.dim("watching \(store) (\(status), version \(version))"))
-                if status == "unknown" {
+                emit(Style.dim("watching \(store) (\(status.rawValue), version \(version))"))
+                if status == .unknown {
                     printError("fluxctl: no store named \"\(store)\" has registered yet; waiting for it")
                 }
             }
             return false
-        case "snapshot":
-            let state = env.json("state") ?? .null
-            let version = env.integer("version") ?? 0
-            let seq = env.integer("seq") ?? 0
+        case .snapshot(let raw):
+            let state = (try? JSONValue(parsing: raw.state)) ?? .null
+            let version = raw.version
+            let seq = raw.seq
+            if version <= lastVersion { return false }
+            lastVersion = version
             let type = types[seq]
             defer { previous = state }
-            let changes = (full ? nil : previous).map { diff($0, state) }
+            let changes = (full ? nil : previous).map { $0.changes(to: state) }
             if json {
                 line.add("event", changes == nil ? "snapshot" : "diff")
                 line.add("store", store)
@@ -235,8 +239,7 @@ struct SnapshotPrinter {
                     .map { "  " + $0 }.joined(separator: "\n"))
             }
             return true
-        case "store-down":
-            let reason = env.str("reason") ?? "?"
+        case .storeDown(let reason):
             if json {
                 line.add("event", "store-down")
                 line.add("store", store)
@@ -246,8 +249,7 @@ struct SnapshotPrinter {
                 emit(Style.red("\(store) down") + " (\(reason))")
             }
             return false
-        case "store-up":
-            let version = env.integer("version") ?? 0
+        case .storeUp(let version):
             if json {
                 line.add("event", "store-up")
                 line.add("store", store)
@@ -256,8 +258,6 @@ struct SnapshotPrinter {
             } else {
                 emit(Style.green("\(store) up") + " (version \(version))")
             }
-            return false
-        default:
             return false
         }
     }

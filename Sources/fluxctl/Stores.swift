@@ -1,20 +1,14 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 import Histogram
 
-/// Sends a request frame whose `id` is `id` and waits for its reply (or an `error` with that ref, thrown).
-func request(_ client: FluxClient, _ reader: FrameReader, _ body: String, id: String, timeout: Double, _ what: String) async throws -> Envelope {
-    try client.sendRaw(body: Array(body.utf8))
-    let reply = try await withTimeout(timeout, what) { () -> Envelope in
-        while let env = await reader.next() {
-            if env.str("id") == id || (env.str("op") == "error" && env.str("ref") == id) { return env }
-        }
-        throw FluxError.disconnected("fluxd closed the connection")
-    }
-    if reply.str("op") == "error" { throw reply.serverError }
-    return reply
+/// fluxd's `info` through the SDK, as the JSON fluxd sent (so `--json` shows every field, in fluxd's order).
+func fetchInfo(_ client: FluxClient, _ options: GlobalOptions) async throws -> JSONValue {
+    let info = try await client.info(timeout: options.requestDuration)
+    return (try? JSONValue(parsing: info.json)) ?? .null
 }
 
 /// `fluxctl stores`: a table of the stores fluxd knows.
@@ -27,11 +21,9 @@ struct Stores: AsyncParsableCommand {
     func run() async throws {
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let info: JSONValue
         do {
-            info = try await request(client, reader, #"{"op":"info","id":"i"}"#, id: "i",
-                                     timeout: options.requestTimeout, "waiting for fluxd's info").value
+            info = try await fetchInfo(client, options)
         } catch {
             throw failure(error, socket: options.socketPath)
         }
@@ -82,7 +74,6 @@ struct Stats: AsyncParsableCommand {
     func run() async throws {
         let client = try await options.connect()
         defer { client.abort() }
-        let reader = FrameReader(client)
         let options = self.options, watch = self.watch, interval = self.interval
         let limit = watch ? count : 1
         do {
@@ -91,8 +82,7 @@ struct Stats: AsyncParsableCommand {
                 var n = 0
                 while true {
                     n += 1
-                    let info = try await request(client, reader, #"{"op":"info","id":"i\#(n)"}"#, id: "i\(n)",
-                                                 timeout: options.requestTimeout, "waiting for fluxd's info").value
+                    let info = try await fetchInfo(client, options)
                     let now = ContinuousClock.now
                     let elapsed = previous.map { (now - $0.1) / .seconds(1) }
                     if options.json {
@@ -194,7 +184,7 @@ struct Ping: AsyncParsableCommand {
         var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
         do {
             for n in 1...count {
-                let d = try await withTimeout(options.requestTimeout, "waiting for pong") { try await client.ping() }
+                let d = try await client.ping(timeout: options.requestDuration)
                 let ns = UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000)
                 _ = histogram.record(ns)
                 let us = Double(ns) / 1000

@@ -1,29 +1,31 @@
 import ArgumentParser
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 
-/// Sends a host-operation request (`workers`, `restart-worker`, `stop-worker`) and returns the reply, turning
-/// fluxd's refusals into clear messages: `unknown-op` means fluxd was started without `--config`.
-private func hostRequest(_ options: GlobalOptions, _ body: String, id: String, _ what: String) async throws -> JSONValue {
+/// Runs a host operation (`workers`, `restart-worker`, `stop-worker`) through the SDK, turning fluxd's refusals into
+/// clear messages: `unknown-op` means fluxd was started without `--config`.
+private func hostRequest<T: Sendable>(_ options: GlobalOptions, _ body: (FluxClient) async throws(FluxError) -> T) async throws -> T {
     let client = try await options.connect()
     defer { client.abort() }
-    let reader = FrameReader(client)
     do {
-        return try await request(client, reader, body, id: id, timeout: options.requestTimeout, what).value
-    } catch let error as FluxError {
-        if case .server(let e) = error {
-            switch e.rawCode {
-            case "unknown-op":
-                throw fail(Exit.refused, "fluxd at \(options.socketPath) supervises no workers (start it with fluxd --config FILE)")
-            case "unknown-worker":
-                throw fail(Exit.refused, e.message)
-            default:
-                break
-            }
+        return try await body(client)
+    } catch {
+        switch error {
+        case .server(let e) where e.code == .unknownOp:
+            throw fail(Exit.refused, "fluxd at \(options.socketPath) supervises no workers (start it with fluxd --config FILE)")
+        case .server(let e) where e.code == .unknownWorker:
+            throw fail(Exit.refused, e.message)
+        default:
+            throw failure(error, socket: options.socketPath)
         }
-        throw failure(error, socket: options.socketPath)
     }
+}
+
+/// A worker as fluxd sent it (`--json` shows every field, in fluxd's order).
+private func workerJSON(_ w: Worker) -> JSONValue {
+    (try? JSONValue(parsing: w.json)) ?? .null
 }
 
 private func workerRow(_ w: JSONValue) -> [String] {
@@ -57,19 +59,9 @@ private func formatUptime(_ ms: Int) -> String {
     return "\(s / 3600)h\((s % 3600) / 60)m"
 }
 
-private func printWorker(_ worker: JSONValue?, json: Bool) {
-    guard let worker else { return }
+private func printWorker(_ typed: Worker, json: Bool) {
+    let worker = workerJSON(typed)
     if json { emit(worker.compact) } else { for line in table(["WORKER", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT", "STORES", "PROBLEM"], [workerRow(worker)]) { emit(line) } }
-}
-
-/// Sends the host request `op` (restart-worker, stop-worker) for the worker `name` and prints the worker fluxd
-/// answers with.
-private func workerRequest(_ options: GlobalOptions, op: String, id: String, name: String, _ what: String) async throws {
-    var body: [UInt8] = []
-    appendEscaped(name, to: &body)
-    let reply = try await hostRequest(options, #"{"op":"\#(op)","id":"\#(id)","name":\#(String(decoding: body, as: UTF8.self))}"#,
-                                      id: id, what)
-    printWorker(reply["worker"], json: options.json)
 }
 
 /// `fluxctl workers`: the workers fluxd supervises (fluxd --config).
@@ -80,8 +72,10 @@ struct Workers: AsyncParsableCommand {
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
-        let reply = try await hostRequest(options, #"{"op":"workers","id":"w"}"#, id: "w", "waiting for fluxd's workers")
-        guard case .array(let workers)? = reply["workers"] else { return }
+        let requestTimeout = options.requestDuration
+        let workers = try await hostRequest(options) { (client) throws(FluxError) in
+            try await client.workers(timeout: requestTimeout)
+        }.map(workerJSON)
         if options.json {
             for worker in workers { emit(worker.compact) }
             return
@@ -104,7 +98,11 @@ struct Restart: AsyncParsableCommand {
     @Argument(help: "The worker's name (as in the config file).") var name: String
 
     func run() async throws {
-        try await workerRequest(options, op: "restart-worker", id: "r", name: name, "waiting for fluxd to restart \(name)")
+        let name = self.name, requestTimeout = options.requestDuration
+        let worker = try await hostRequest(options) { (client) throws(FluxError) in
+            try await client.restartWorker(name, timeout: requestTimeout)
+        }
+        printWorker(worker, json: options.json)
     }
 }
 
@@ -116,6 +114,10 @@ struct Stop: AsyncParsableCommand {
     @Argument(help: "The worker's name (as in the config file).") var name: String
 
     func run() async throws {
-        try await workerRequest(options, op: "stop-worker", id: "s", name: name, "waiting for fluxd to stop \(name)")
+        let name = self.name, requestTimeout = options.requestDuration
+        let worker = try await hostRequest(options) { (client) throws(FluxError) in
+            try await client.stopWorker(name, timeout: requestTimeout)
+        }
+        printWorker(worker, json: options.json)
     }
 }

@@ -44,7 +44,7 @@ struct InMemoryBusTests {
         do {
             _ = try await client.dispatchAndSettle(type: "nobody/home")
             Issue.record("expected no-handler")
-        } catch let error as FluxError {
+        } catch {
             #expect(error.code == .noHandler)
         }
         let errors = Recorder(client.errors)

@@ -57,13 +57,20 @@ struct SocketTests {
         #expect(path == FluxCore.defaultSocketPath(environment: ProcessInfo.processInfo.environment, uid: getuid()))
     }
 
-    @Test func connectingToAMissingSocketThrowsIO() {
+    @Test func connectingToAMissingSocketSaysWhereAndWhatToDo() {
+        let path = "/tmp/fluxbus-does-not-exist-\(getpid())/x.sock"
         do {
-            _ = try SocketConnection(path: "/tmp/fluxbus-does-not-exist-\(getpid())/x.sock")
+            _ = try SocketConnection(path: path)
             Issue.record("connect should fail")
         } catch {
-            guard case .io(_, let errno) = error else { Issue.record("\(error)"); return }
-            #expect(errno == ENOENT)
+            guard case .cannotConnect(let problem) = error else { Issue.record("\(error)"); return }
+            #expect(problem.path == path)
+            #expect(problem.problem == .noSuchSocket)
+            #expect(error.description == """
+                no fluxd at \(path) (from the given path): no such socket
+                  start one with:  fluxd --socket \(path)
+                  or connect to a running one: pass its socket path, or set FLUXBUS_SOCKET=PATH
+                """)
         }
     }
 

@@ -72,14 +72,50 @@ struct FluxctlTests {
         let badJSON = try await fluxctl(["dispatch", "todo/create", #"{"title":"milk",}"#], socket: path)
         #expect(badJSON.status == 2)
         #expect(badJSON.stderr == """
-            fluxctl: the payload is not valid JSON at column 17 (byte 16): expected a member name in double quotes
+            fluxctl: the payload is not valid JSON at column 17 (byte 16): expected a string key
               {"title":"milk",}
                               ^
 
             """, "\(badJSON)")
         let badQuery = try await fluxctl(["query", "comments", "{site:1}"], socket: path)
         #expect(badQuery.status == 2)
-        #expect(badQuery.stderr.hasPrefix("fluxctl: the query is not valid JSON at column 2 (byte 1): expected a member name in double quotes\n"), "\(badQuery)")
+        #expect(badQuery.stderr.hasPrefix("fluxctl: the query is not valid JSON at column 2 (byte 1): expected a string key\n"), "\(badQuery)")
+        // A directory is not a socket: fluxctl says so and shows where fluxd's socket file would go.
+        let directory = try await fluxctl(["stores", "--socket", dir.path], socket: nil)
+        #expect(directory.status == 3)
+        #expect(directory.stderr == """
+            fluxctl: no fluxd at \(dir.path) (from --socket): it is a directory, not a socket
+              give the path of fluxd's socket file, not of its directory (e.g. \(dir.path)/fluxd.sock, where fluxd --socket \(dir.path)/fluxd.sock listens)
+              or point fluxctl at a running one with --socket PATH or FLUXBUS_SOCKET=PATH
+
+            """, "\(directory)")
+
+        // README.md's Swift snippets are examples/readme's files, which the package builds; the view prints the
+        // SDK's connect error (no backtrace) when no fluxd runs.
+        let readme = try String(contentsOfFile: packageRoot + "/README.md", encoding: .utf8)
+        for file in ["examples/readme/Store/main.swift", "examples/readme/View/main.swift"] {
+            let code = try String(contentsOfFile: packageRoot + "/" + file, encoding: .utf8)
+            #expect(readme.contains("```swift\n" + code + "```\n"), "README.md does not show \(file) as it is")
+        }
+        let view = Process()
+        view.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "readme-counter-view"))
+        view.environment = ProcessInfo.processInfo.environment.merging(["FLUXBUS_SOCKET": path]) { $1 }
+        let out = Pipe(), err = Pipe()
+        view.standardOutput = out
+        view.standardError = err
+        try view.run()
+        let viewOut = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let viewErr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        view.waitUntilExit()
+        #expect(view.terminationStatus == 0, "\(viewErr)")
+        #expect(viewOut == """
+            counter-view: no fluxd at \(path) (from $FLUXBUS_SOCKET): no such socket
+              start one with:  fluxd --socket \(path)
+              or connect to a running one: pass its socket path, or set FLUXBUS_SOCKET=PATH
+
+            """, "\(viewOut)\(viewErr)")
+        #expect(!viewErr.contains("Fatal error"), "\(viewErr)")
+
         let badPointer = try await fluxctl(["state", "todos", "--path", "todos/0"], socket: path)
         #expect(badPointer.status == 2)
         #expect(badPointer.stderr == "fluxctl: a JSON pointer is empty or starts with '/' (got \"todos/0\")\n", "\(badPointer)")
@@ -388,13 +424,58 @@ struct FluxctlTests {
             let bad = try await fresh.ctl("dispatch", "--file", "-", stdin: "{\"type\":\"todo/create\"}\n{\"type\":\"todo/create\",\"payload\":{\"title\" \"x\"}}\n")
             #expect(bad.status == 2)
             #expect(bad.stderr == """
-                fluxctl: stdin line 2 is not valid JSON at column 42: expected ':' after the member name
+                fluxctl: stdin line 2 is not valid JSON at column 42: expected ':'
                   {"type":"todo/create","payload":{"title" "x"}}
                   \(String(repeating: " ", count: 41))^
 
                 """, "\(bad)")
             #expect(try await fresh.ctl("state", "todos", "--path", "/nextID").stdout.hasSuffix("\n5\n"), "nothing of a bad file is dispatched")
         }
+    }
+
+    @Test("typed host operations against fluxd with a worker: FluxClient.workers/stopWorker/restartWorker and fluxctl workers --json")
+    func hostOperations() async throws {
+        let config = """
+            [workers.idle]
+            command = "/bin/sh"
+            args = ["-c", "exec sleep 600"]
+            socket_arg = false
+            """
+        let host = try SupervisedFluxd(config: config)
+        defer { host.cleanup() }
+        let raw = try host.waitForWorkers("idle running") { $0.state("idle") == "running" }
+        let client = try await FluxClient.connect(socketPath: host.socketPath, name: "host-ops")
+        defer { client.abort() }
+        let workers = try await client.workers()
+        #expect(workers.map(\.name) == ["idle"])
+        #expect(workers[0].state == .running)
+        #expect(workers[0].pid.map(Int32.init) == raw.pid("idle"))
+        #expect(workers[0].restarts == 0)
+        #expect(workers[0].uptimeMilliseconds != nil)
+        #expect(workers[0].stores == [])
+
+        let listed = try await fluxctl(["workers", "--json"], socket: host.socketPath)
+        #expect(listed.status == 0)
+        #expect(listed.stdout.hasPrefix(#"{"name":"idle","state":"running","pid":\#(workers[0].pid ?? 0),"#), "\(listed)")
+
+        let stopped = try await client.stopWorker("idle")
+        #expect(stopped.name == "idle")
+        #expect([.stopping, .stopped].contains(stopped.state), "\(stopped.state)")
+        try host.waitForWorkers("idle stopped") { $0.state("idle") == "stopped" }
+        #expect(try await client.workers()[0].state == .stopped)
+        let restarted = try await client.restartWorker("idle")
+        #expect([.starting, .running].contains(restarted.state), "\(restarted.state)")
+        try host.waitForWorkers("idle running again") { $0.state("idle") == "running" }
+
+        do {
+            _ = try await client.restartWorker("nope")
+            Issue.record("restarting an unknown worker should fail")
+        } catch {
+            #expect(error.code == .unknownWorker)
+        }
+        let unknown = try await fluxctl(["stop", "nope"], socket: host.socketPath)
+        #expect(unknown.status == 5)
+        #expect(unknown.stderr.contains("no worker named \"nope\""), "\(unknown)")
     }
 
     /// The peer id in `... from fluxctl(7) ...`.
@@ -404,6 +485,13 @@ struct FluxctlTests {
         return try #require(Int(rest.prefix { $0.isNumber }))
     }
 }
+
+/// The package's root directory (this file is Tests/IntegrationTests/FluxctlTests.swift).
+private let packageRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
 
 /// Any JSON (the tests only need snapshot versions).
 struct AnyCodable: Decodable, Sendable {

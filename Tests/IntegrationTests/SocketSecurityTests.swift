@@ -190,7 +190,7 @@ struct SocketSecurityTests {
             let client = try await FluxClient.connect(socketPath: path, name: "untrusting", expectedServerUID: other)
             client.abort()
             Issue.record("connected to a fluxd run by uid \(me) while expecting \(other)")
-        } catch let error as FluxError {
+        } catch {
             #expect(error == .untrustedServer(path: path, uid: me, expected: other))
         }
         let client = try await withDeadline(.seconds(20), "connect") {

@@ -60,7 +60,7 @@ public enum StoreProcess {
             try await store.ready()
             Console.out("\(peerName) ready\n")
             log("registered on \(socketPath)\(details())")
-        } catch is CancellationError {
+        } catch .cancelled {
             return
         } catch {
             Console.err("\(peerName): error: \(error)\n")

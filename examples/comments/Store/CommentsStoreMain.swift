@@ -144,9 +144,7 @@ struct CommentsStoreCommand: AsyncParsableCommand {
                 throw StoreRejection(code: error.code, message: error.message)
             }
         }
-        store.on(CommentsActions.all) { _, ctx in
-            logAction(ctx, "ignored (unknown comments action)")
-        }
+        // No catch-all handler: an unknown comments/* type is rejected with store/unhandled-action.
         try await StoreProcess.run(store, connection: connection, peerName: "comments-store") {
             " (latency \(latencyMs) ms, failing sites \(failSites.isEmpty ? "none" : failSites), fail rate \(failRate), seed \(seed))"
         }

@@ -71,9 +71,8 @@ struct TodoStoreCommand: AsyncParsableCommand {
         store.on(TodoActions.clearDone) { state, ctx in
             log(ctx, "cleared \(state.clearDone()) done todo(s)")
         }
-        store.on(TodoActions.all) { _, ctx in
-            log(ctx, "ignored (unknown todo action)")
-        }
+        // No catch-all handler: a todo/* type with no handler above (a typo) is rejected with
+        // store/unhandled-action, naming the handled types.
         try await StoreProcess.run(store, connection: connection, peerName: "todo-store") {
             " with \(store.state.todos.count) todo(s)"
         }

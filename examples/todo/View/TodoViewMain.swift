@@ -61,7 +61,7 @@ struct TodoViewCommand: AsyncParsableCommand {
             let snapshot = try await client.get(store: store, as: S.self)
             let status = (try? await client.info())?[store: store]?.status ?? "up"
             return (snapshot, status)
-        } catch let error as FluxError where error.code == .unknownStore {
+        } catch where error.code == .unknownStore {
             return (nil, "unknown")
         } catch {
             return (nil, "unreadable: \(error)")

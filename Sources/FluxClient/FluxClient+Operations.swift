@@ -1,0 +1,441 @@
+import FluxCore
+import Foundation
+
+// The protocol's operations, typed: dispatch (fire-and-forget, settled, pipelined), introspection (`info`, `get`,
+// `ping`), queries, and the host operations of fluxd as a plugin host (SPEC §8.11).
+extension FluxClient {
+    // MARK: Dispatch
+
+    /// Dispatches an action without waiting for its settlement. Returns the id it was sent with: a `no-handler`
+    /// (or other) error for it arrives on `errors` with that `ref` (or is reported by `confirmDispatched`).
+    /// Never waits: the frame is queued for the writer. Throws only when nothing could be sent.
+    @discardableResult
+    public func dispatch<P: Encodable>(type: String, payload: P, cause: Int? = nil) throws(FluxError) -> String {
+        try dispatch(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause)
+    }
+
+    /// Dispatches an action without payload (see `dispatch(type:payload:cause:)`).
+    @discardableResult
+    public func dispatch(type: String, cause: Int? = nil) throws(FluxError) -> String {
+        try dispatch(type: type, payloadJSON: nil, cause: cause)
+    }
+
+    /// Dispatches an action whose payload is already JSON bytes (validated, then forwarded as they are).
+    @discardableResult
+    public func dispatch(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) throws(FluxError) -> String {
+        let id = nextID("d")
+        try queueBytes(dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: false).wireBytes)
+        try flush()
+        return id
+    }
+
+    /// Waits until fluxd has taken the fire-and-forget dispatches with these ids (returned by `dispatch`): sends a
+    /// `ping`, which fluxd answers after every reply to what was sent before it (SPEC §8.7), and throws the first
+    /// refusal of one of them (`FluxError.server`, e.g. `no-handler`). Such refusals are not also put on `errors`.
+    public func confirmDispatched(_ ids: [String], timeout: Duration? = nil) async throws(FluxError) {
+        let key = nextID("b")
+        state.withLock { $0.barriers[key] = (Set(ids), []) }
+        defer { _ = state.withLock { $0.barriers.removeValue(forKey: key) } }
+        var b = FrameBuilder(op: "ping")
+        b.string("id", key)
+        _ = try await request(key: key, frame: b.finish(), timeout: timeout, what: "fluxd to take \(ids.count) dispatch(es)")
+        if let refused = state.withLock({ $0.barriers[key]?.refused.first }) { throw .server(refused) }
+    }
+
+    /// Dispatches an action and waits until every target store answered or gave up (within `timeout`, default
+    /// `requestTimeout`, for the whole call). Throws `FluxError.server` (e.g. `no-handler`, `overloaded`) when fluxd
+    /// refused the action. A store's rejection is a result in the `Settlement`, not an error: use
+    /// `requireDone()` to turn it into one.
+    public func dispatchAndSettle<P: Encodable>(type: String, payload: P, cause: Int? = nil,
+                                                timeout: Duration? = nil) async throws(FluxError) -> Settlement {
+        try await dispatchAndSettle(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause, timeout: timeout)
+    }
+
+    /// Dispatches an action without payload and waits for its settlement.
+    public func dispatchAndSettle(type: String, cause: Int? = nil, timeout: Duration? = nil) async throws(FluxError) -> Settlement {
+        try await dispatchAndSettle(type: type, payloadJSON: nil, cause: cause, timeout: timeout)
+    }
+
+    /// Dispatches an action whose payload is already JSON bytes and waits for its settlement.
+    public func dispatchAndSettle(type: String, payloadJSON: [UInt8]?, cause: Int? = nil,
+                                  timeout: Duration? = nil) async throws(FluxError) -> Settlement {
+        let id = nextID("s")
+        let frame = try dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true)
+        let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the settlement of \(type)")
+        return try Self.parseSettlement(reply, id: id)
+    }
+
+    /// Dispatches a settled action now, in call order, and returns a ticket to await its settlement later: for
+    /// pipelining (several actions in flight, sent in a known order). Never waits.
+    public func beginDispatchAndSettle(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) throws(FluxError) -> PendingSettlement {
+        let id = nextID("s")
+        try register(key: id, frame: dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true))
+        return PendingSettlement(client: self, id: id, type: type)
+    }
+
+    func dispatchFrame(id: String, type: String, payloadJSON: [UInt8]?, cause: Int?, settle: Bool) throws(FluxError) -> Frame {
+        guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
+        if let payloadJSON { try FluxJSON.validate(payloadJSON) }
+        var b = FrameBuilder(op: "dispatch", capacity: 64 + (payloadJSON?.count ?? 0))
+        b.string("id", id)
+        b.string("type", type)
+        if let payloadJSON { b.raw("payload", payloadJSON) }
+        if settle { b.bool("settle", true) }
+        if let cause { b.int("cause", cause) }
+        return b.finish()
+    }
+
+    static func parseSettlement(_ env: Envelope, id: String) throws(FluxError) -> Settlement {
+        struct RawResult: Decodable {
+            struct RawError: Decodable { var code: String?; var message: String? }
+            var store: String
+            var status: String
+            var version: Int?
+            var error: RawError?
+        }
+        guard env.fluxString("op") == "settled", let seq = env.fluxInt("seq") else {
+            throw .protocolViolation("bad settled message: \(String(decoding: env.body, as: UTF8.self))")
+        }
+        let raw = try env.raw("results").map { bytes throws(FluxError) in try FluxJSON.decode([RawResult].self, from: bytes) } ?? []
+        let results = raw.map { r -> StoreResult in
+            let code = r.error?.code ?? ""
+            let message = r.error?.message ?? ""
+            switch r.status {
+            case "done": return StoreResult(store: r.store, status: .done(version: r.version ?? 0))
+            case "rejected": return StoreResult(store: r.store, status: .rejected(code: code, message: message))
+            default: return StoreResult(store: r.store, status: .unavailable(code: code.isEmpty ? r.status : code, message: message))
+            }
+        }
+        return Settlement(id: id, seq: seq, results: results)
+    }
+
+    // MARK: Subscriptions
+
+    /// Subscribes to a store's snapshots, decoded as `S`. The first event is `.subscribed(status)`, then the
+    /// retained snapshot (if any), then newer ones, plus `.storeDown`/`.storeUp`.
+    ///
+    /// A store that never registered can be subscribed to (clients may start before stores): the status is then
+    /// `unknown` (see `Subscription.status`) and snapshots come once it registers.
+    ///
+    /// Only the newest snapshot waits for a slow consumer (a newer one replaces it); status events are all kept.
+    /// Several local subscriptions to one store share one wire subscription. The wire subscription is withdrawn
+    /// (`unsubscribe`) when the last local one ends: its consumer's task is cancelled, it and its iterator are
+    /// dropped (e.g. `break` out of `for try await`), or `cancel()` is called. It finishes with an error when the
+    /// connection drops or a snapshot does not decode as `S`, and without one after `close()`.
+    public func subscribe<S: Decodable & Sendable>(store: String, as type: S.Type = S.self) -> Subscription<S> {
+        subscribe(store: store) { (bytes: ArraySlice<UInt8>) throws(FluxError) -> S in
+            try FluxJSON.decode(S.self, from: bytes)
+        }
+    }
+
+    /// Subscribes to a store's snapshots as the JSON the store published (for tools; see `subscribe(store:as:)`).
+    public func subscribeJSON(store: String) -> Subscription<RawJSON> {
+        subscribe(store: store) { (bytes: ArraySlice<UInt8>) throws(FluxError) -> RawJSON in RawJSON(Array(bytes)) }
+    }
+
+    private func subscribe<S: Sendable>(store: String, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) -> Subscription<S> {
+        let core = SubscriptionCore(client: self, store: store)
+        guard Names.isValidStore(store) else {
+            core.queue.finish(.invalidArgument("bad store name \"\(store)\""))
+            return Subscription(core: core, decode: decode)
+        }
+        core.attach(addSubscriber(store: store, .queue(core.queue)))
+        return Subscription(core: core, decode: decode)
+    }
+
+    /// Adds a local subscriber to `store`'s wire subscription (sending `subscribe` if it is the first), whose
+    /// events are handed to `deliver` in wire order, one at a time, with no lock held (it may call the client).
+    /// `end` is called once, after the last event, when the subscriber is removed or the connection ends.
+    package func addSubscriber(
+        store: String,
+        deliver: @escaping @Sendable (WireStoreEvent) -> Void,
+        end: @escaping @Sendable (FluxError?) -> Void
+    ) -> Int? {
+        addSubscriber(store: store, .callback(CallbackQueue(deliver: deliver, end: end)))
+    }
+
+    private func addSubscriber(store: String, _ subscriber: Subscriber) -> Int? {
+        let id = state.withLock { s -> Int? in
+            if let terminal = s.terminal {
+                subscriber.end(terminal == .closed ? nil : terminal)
+                return nil
+            }
+            s.nextSubscriber += 1
+            let id = s.nextSubscriber
+            if var sub = s.subscriptions[store] {
+                // Served from what the wire subscription already knows, before anything newer (same lock).
+                if let status = sub.status { subscriber.push(.subscribed(status, version: sub.version)) }
+                if let latest = sub.latest { subscriber.push(.snapshot(latest)) }
+                sub.subscribers[id] = subscriber
+                s.subscriptions[store] = sub
+            } else {
+                var sub = WireSubscription()
+                sub.subscribers[id] = subscriber
+                s.subscriptions[store] = sub
+                var b = FrameBuilder(op: "subscribe")
+                b.string("store", store)
+                s.outbox.append(contentsOf: b.finish().wireBytes)
+            }
+            return id
+        }
+        subscriber.run()
+        try? flush()
+        return id
+    }
+
+    /// Removes a local subscriber (sending `unsubscribe` if it was the last) and ends it.
+    package func removeSubscriber(store: String, id: Int) {
+        let removed = state.withLock { s -> Subscriber? in
+            guard var sub = s.subscriptions[store], let subscriber = sub.subscribers.removeValue(forKey: id) else {
+                return nil
+            }
+            if sub.subscribers.isEmpty {
+                s.subscriptions[store] = nil
+                if s.terminal == nil {
+                    s.draining[store, default: 0] += 1
+                    var b = FrameBuilder(op: "unsubscribe")
+                    b.string("store", store)
+                    s.outbox.append(contentsOf: b.finish().wireBytes)
+                }
+            } else {
+                s.subscriptions[store] = sub
+            }
+            subscriber.end(nil)
+            return subscriber
+        }
+        guard let removed else { return }
+        try? flush()
+        removed.run()
+    }
+
+    // MARK: Monitoring
+
+    /// fluxd's monitor stream (SPEC §8.10): every dispatch, settlement, snapshot, store-up/down, connect,
+    /// disconnect and error on the bus, for a client connected with role `monitor`. One consumer per call; up to
+    /// `buffer` events wait for it, older ones are dropped and reported as a `missed` event (fluxd itself drops
+    /// events for a monitor that does not read fast enough, and says so the same way).
+    public func monitorEvents(buffer: Int = 65_536) -> MonitorEvents {
+        let queue = EventQueue<MonitorEvent>(limit: max(1, buffer))
+        let id = addMonitorListener(.queue(queue))
+        return MonitorEvents(queue: queue, token: MonitorToken(client: self, id: id))
+    }
+
+    /// Hands every monitor event to `deliver` in wire order, one at a time, with no lock held (see `addSubscriber`).
+    package func addMonitorListener(deliver: @escaping @Sendable (MonitorEvent) -> Void,
+                                    end: @escaping @Sendable (FluxError?) -> Void) -> Int? {
+        addMonitorListener(.callback(CallbackQueue(deliver: deliver, end: end)))
+    }
+
+    private func addMonitorListener(_ listener: MonitorListener) -> Int? {
+        let id = state.withLock { s -> Int? in
+            if let terminal = s.terminal {
+                switch listener {
+                case .queue(let q): q.finish(terminal == .closed ? nil : terminal)
+                case .callback(let c): c.enqueue(.end(terminal == .closed ? nil : terminal))
+                }
+                return nil
+            }
+            s.nextSubscriber += 1
+            s.monitors[s.nextSubscriber] = listener
+            return s.nextSubscriber
+        }
+        if id == nil, case .callback(let c) = listener { c.run() }
+        return id
+    }
+
+    /// Stops handing monitor events to listener `id` (and ends it).
+    package func removeMonitorListener(_ id: Int) {
+        guard let listener = state.withLock({ $0.monitors.removeValue(forKey: id) }) else { return }
+        switch listener {
+        case .queue(let q): q.finish(nil)
+        case .callback(let c):
+            c.enqueue(.end(nil))
+            c.run()
+        }
+    }
+
+    // MARK: Queries
+
+    /// Declares a query on a store (WordPressFlux's Query); it stays active until the returned receipt is
+    /// cancelled or released, or the connection ends. The query is encoded with sorted keys, so equal queries from
+    /// different clients are deduplicated by fluxd.
+    public func query<Q: Encodable>(store: String, _ query: Q, timeout: Duration? = nil) async throws(FluxError) -> QueryReceipt {
+        try await self.query(store: store, queryJSON: FluxJSON.encode(query), timeout: timeout)
+    }
+
+    /// Declares a query given as JSON bytes.
+    public func query(store: String, queryJSON: [UInt8], timeout: Duration? = nil) async throws(FluxError) -> QueryReceipt {
+        guard Names.isValidStore(store) else { throw .invalidArgument("bad store name \"\(store)\"") }
+        try FluxJSON.validate(queryJSON)
+        let id = nextID("q")
+        var b = FrameBuilder(op: "query", capacity: 64 + queryJSON.count)
+        b.string("id", id)
+        b.string("store", store)
+        b.raw("query", queryJSON)
+        do {
+            _ = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd to accept a query on \(store)")
+        } catch {
+            if error == .cancelled || { if case .timedOut = error { return true } else { return false } }() {
+                unquery(id: id) // The query may have reached fluxd; withdraw it.
+            }
+            throw error
+        }
+        return QueryReceipt(client: self, id: id, store: store)
+    }
+
+    /// Sends `unquery` (fire-and-forget; `unquery-ok` is not awaited).
+    package func unquery(id: String) {
+        var b = FrameBuilder(op: "unquery")
+        b.string("id", id)
+        try? send(frame: b.finish())
+    }
+
+    // MARK: Introspection
+
+    /// Asks fluxd for its introspection data (stores, peers, counters, memory budget, load).
+    public func info(timeout: Duration? = nil) async throws(FluxError) -> BusInfo {
+        let id = nextID("r")
+        var b = FrameBuilder(op: "info")
+        b.string("id", id)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd's info")
+        var info = try FluxJSON.decode(BusInfo.self, from: reply.body)
+        info.json = reply.body
+        return info
+    }
+
+    /// Reads a store's retained snapshot. Throws `unknown-store` when fluxd retains none.
+    public func get<S: Decodable>(store: String, as type: S.Type = S.self, timeout: Duration? = nil) async throws(FluxError) -> Snapshot<S> {
+        let raw = try await getJSON(store: store, timeout: timeout)
+        return Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: try FluxJSON.decode(S.self, from: raw.state.bytes))
+    }
+
+    /// Reads a store's retained snapshot as the JSON the store published (for tools).
+    public func getJSON(store: String, timeout: Duration? = nil) async throws(FluxError) -> Snapshot<RawJSON> {
+        guard Names.isValidStore(store) else { throw .invalidArgument("bad store name \"\(store)\"") }
+        let id = nextID("r")
+        var b = FrameBuilder(op: "get")
+        b.string("id", id)
+        b.string("store", store)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "the state of \(store)")
+        guard let version = reply.fluxInt("version"), let raw = reply.raw("state") else {
+            throw .protocolViolation("bad got message: \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return Snapshot(store: reply.fluxString("store") ?? store, version: version, seq: reply.fluxInt("seq") ?? 0,
+                        state: RawJSON(Array(raw)))
+    }
+
+    /// Round trip to fluxd and back.
+    public func ping(timeout: Duration? = nil) async throws(FluxError) -> Duration {
+        let id = nextID("p")
+        var b = FrameBuilder(op: "ping")
+        b.string("id", id)
+        let frame = b.finish()
+        let clock = ContinuousClock()
+        let start = clock.now
+        _ = try await request(key: id, frame: frame, timeout: timeout, what: "pong")
+        return clock.now - start
+    }
+
+    // MARK: Host operations (SPEC §8.11)
+
+    /// The workers fluxd supervises (`fluxd --config FILE`), in start order. A fluxd without `--config` refuses
+    /// with `unknown-op`.
+    public func workers(timeout: Duration? = nil) async throws(FluxError) -> [Worker] {
+        let id = nextID("w")
+        var b = FrameBuilder(op: "workers")
+        b.string("id", id)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd's workers")
+        guard reply.fluxString("op") == "workers", let list = reply.raw("workers") else {
+            throw .protocolViolation("bad workers message: \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return try Self.objects(in: list).map { (o: ArraySlice<UInt8>) throws(FluxError) -> Worker in try Worker(object: o) }
+    }
+
+    /// Restarts a worker (stops it if it runs, then starts it; a failed or stopped one gets a new chance). Returns
+    /// the worker right after the request was applied (typically `stopping` or `starting`). A name fluxd's config
+    /// does not have is refused with `unknown-worker`.
+    public func restartWorker(_ name: String, timeout: Duration? = nil) async throws(FluxError) -> Worker {
+        try await workerRequest(.restartWorker, name, timeout: timeout)
+    }
+
+    /// Stops a worker until it is restarted (see `restartWorker`).
+    public func stopWorker(_ name: String, timeout: Duration? = nil) async throws(FluxError) -> Worker {
+        try await workerRequest(.stopWorker, name, timeout: timeout)
+    }
+
+    private func workerRequest(_ op: Op, _ name: String, timeout: Duration?) async throws(FluxError) -> Worker {
+        guard Names.isValidWorker(name) else { throw .invalidArgument("bad worker name \"\(name)\"") }
+        let id = nextID("w")
+        var b = op == .stopWorker ? FrameBuilder(op: "stop-worker") : FrameBuilder(op: "restart-worker")
+        b.string("id", id)
+        b.string("name", name)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd to \(op == .stopWorker ? "stop" : "restart") \(name)")
+        guard reply.fluxString("op") == "worker", let worker = reply.raw("worker") else {
+            throw .protocolViolation("bad worker message: \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return try Worker(object: worker)
+    }
+
+    /// The object elements of a JSON array fluxd sent (the frame was validated by FluxCore's scanner on receipt:
+    /// this only finds where each element starts and ends), as byte slices.
+    static func objects(in array: ArraySlice<UInt8>) throws(FluxError) -> [ArraySlice<UInt8>] {
+        var elements: [ArraySlice<UInt8>] = []
+        var depth = 0, inString = false, escaped = false
+        var start: Int?
+        for i in array.indices {
+            let c = array[i]
+            if inString {
+                if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true } else if c == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch c {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                if depth == 1 && c == UInt8(ascii: "{") { start = i }
+                depth += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                if depth == 1, c == UInt8(ascii: "}"), let s = start {
+                    elements.append(array[s...i])
+                    start = nil
+                }
+            default: break
+            }
+        }
+        guard depth == 0 else { throw .protocolViolation("an unbalanced array from fluxd") }
+        return elements
+    }
+}
+
+/// A settled dispatch already sent (`FluxClient.beginDispatchAndSettle`), whose settlement is awaited later.
+public struct PendingSettlement: Sendable {
+    let client: FluxClient
+    /// The dispatch id.
+    public let id: String
+    /// The action type.
+    public let type: String
+
+    /// Waits for the settlement (within `timeout`, default the client's `requestTimeout`, from this call on).
+    public func settlement(timeout: Duration? = nil) async throws(FluxError) -> Settlement {
+        let reply = try await client.awaitAnswer(key: id, deadline: .now + (timeout ?? client.requestTimeout),
+                                                 what: "the settlement of \(type)")
+        return try FluxClient.parseSettlement(reply, id: id)
+    }
+}
+
+extension Settlement {
+    /// The settlement when every target store answered `done`; otherwise throws `FluxError.rejected` for the first
+    /// store that rejected the action, or `FluxError.server` (`store-unavailable`) for one that was unavailable.
+    @discardableResult
+    public func requireDone() throws(FluxError) -> Settlement {
+        for result in results {
+            switch result.status {
+            case .done: continue
+            case .rejected(let code, let message): throw .rejected(store: result.store, code: code, message: message)
+            case .unavailable(let code, let message):
+                throw .server(ServerError(rawCode: code, message: message, ref: result.store))
+            }
+        }
+        return self
+    }
+}

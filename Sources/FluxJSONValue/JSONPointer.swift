@@ -1,0 +1,91 @@
+/// A JSON Pointer: `""` is the whole document, `/a/0/b~1c` the member `b/c` of element 0 of member `a`.
+public struct JSONPointer: Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// The reference tokens, unescaped (`["a", "b/c"]` for `/a/b~1c`).
+    public var tokens: [String]
+
+    /// A pointer made of these (unescaped) tokens.
+    public init(tokens: [String]) { self.tokens = tokens }
+
+    /// The pointer to the whole document (`""`).
+    public static let root = JSONPointer(tokens: [])
+
+    /// Parses a pointer; the error says what is wrong.
+    public init(parsing text: String) throws(PointerError) {
+        if text.isEmpty { tokens = []; return }
+        guard text.hasPrefix("/") else { throw PointerError(message: "a JSON pointer is empty or starts with '/' (got \"\(text)\")") }
+        var result: [String] = []
+        for raw in text.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            var token = ""
+            var chars = raw.makeIterator()
+            while let c = chars.next() {
+                guard c == "~" else { token.append(c); continue }
+                switch chars.next() {
+                case "0": token.append("~")
+                case "1": token.append("/")
+                default: throw PointerError(message: "'~' must be followed by 0 or 1 in a JSON pointer (\"\(text)\")")
+                }
+            }
+            result.append(token)
+        }
+        tokens = result
+    }
+
+    /// The pointer as text, `~` and `/` escaped as `~0` and `~1`.
+    public var description: String {
+        tokens.map { token in
+            var escaped = "/"
+            for c in token {
+                switch c {
+                case "~": escaped += "~0"
+                case "/": escaped += "~1"
+                default: escaped.append(c)
+                }
+            }
+            return escaped
+        }.joined()
+    }
+
+    /// This pointer with one more token.
+    public func appending(_ token: String) -> JSONPointer { JSONPointer(tokens: tokens + [token]) }
+
+    /// The value at this pointer, or an error naming the deepest part that exists.
+    public func resolve(in root: JSONValue) throws(PointerError) -> JSONValue {
+        var current = root
+        var walked = JSONPointer(tokens: [])
+        for token in tokens {
+            let here = walked.tokens.isEmpty ? "the state" : "\(walked)"
+            switch current {
+            case .object(let members):
+                guard let member = members.last(where: { $0.key == token }) else {
+                    let keys = members.map(\.key)
+                    throw PointerError(message: "\(walked.appending(token)) does not exist: \(here) has no member \"\(token)\""
+                        + (keys.isEmpty ? " (it is empty)" : " (members: \(keys.joined(separator: ", ")))"))
+                }
+                current = member.value
+            case .array(let items):
+                guard let index = Int(token), token == String(index), index >= 0 else {
+                    throw PointerError(message: "\(walked.appending(token)) does not exist: \(here) is an array, \"\(token)\" is not an index")
+                }
+                guard index < items.count else {
+                    throw PointerError(message: "\(walked.appending(token)) does not exist: \(here) has \(items.count) element\(items.count == 1 ? "" : "s")")
+                }
+                current = items[index]
+            default:
+                throw PointerError(message: "\(walked.appending(token)) does not exist: \(here) is not an object or array")
+            }
+            walked = walked.appending(token)
+        }
+        return current
+    }
+}
+
+/// A bad or unresolvable JSON pointer.
+public struct PointerError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What is wrong, for a person.
+    public var message: String
+
+    public init(message: String) { self.message = message }
+
+    public var description: String { message }
+}
+

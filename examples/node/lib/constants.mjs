@@ -1,0 +1,2 @@
+// The protocol's vocabulary.
+export const PROTOCOL_VERSION = 1;

@@ -1,13 +1,25 @@
 // FluxBus for Node.js (18+, standard library only): a client with a Promise / async-iterator API, a Store base
 // class for store workers, and the wire layer (frame decoder, strict envelope check). Protocol: protocol/SPEC.md.
-// This file is the package entry: it re-exports the public API of the modules in lib/.
-export { PROTOCOL_VERSION } from './lib/constants.mjs';
-export { ErrorCodes, FluxError } from './lib/errors.mjs';
-export { defaultSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
-export { isValidStoreName, isValidActionType, patternMatches } from './lib/names.mjs';
+// This file is the package entry: it re-exports the public API of the modules in lib/ (README.md has the layout).
+export {
+  PROTOCOL_VERSION, Ops, OpsByDirection, Roles, StoreStatus, ResultStatus, ErrorCodes, LocalErrorCodes, StoreErrorCodes,
+  NAME_PATTERN, Limits,
+} from './lib/constants.mjs';
+export {
+  FluxError, ErrorClasses, errorFromFrame, errorFromResult, StoreRejectedError, TimeoutError, ConnectionError,
+  NoFluxdError, DisconnectedError, WrongServerUidError, WriteQueueFullError,
+  BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
+  UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
+  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, SlowConsumerError,
+  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+} from './lib/errors.mjs';
+export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
+export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';
 export { canonicalJSON } from './lib/canonical.mjs';
 export { encodeFrame, FrameDecoder } from './lib/framing.mjs';
 export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
-export { Client } from './lib/client.mjs';
+export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';
+export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
 export { Subscription, QueryReceipt } from './lib/subscription.mjs';
-export { QuerySet, Reject, Store } from './lib/store.mjs';
+export { QuerySet } from './lib/query-set.mjs';
+export { Reject, Store, Unhandled } from './lib/store.mjs';

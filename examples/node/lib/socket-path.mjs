@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { FluxError } from './errors.mjs';
+import { WrongServerUidError } from './errors.mjs';
 
 /**
  * fluxd's socket, by the rule fluxd and every SDK share: $FLUXBUS_SOCKET if set and non-empty, else
@@ -15,6 +15,18 @@ export function defaultSocketPath({ env = process.env, uid = process.getuid?.() 
   // Trailing slashes are dropped ('/tmp/' is '/tmp', '/' the root directory), as fluxd and the Swift SDK do.
   if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR.replace(/\/+$/, '')}/fluxbus/fluxd.sock`;
   return `${(env.TMPDIR || '/tmp').replace(/\/+$/, '')}/fluxbus-${uid}/fluxd.sock`;
+}
+
+/**
+ * The socket a client uses and where that came from, for messages: `socketPath` if given ("the socketPath
+ * option"), else `defaultSocketPath()` ("$FLUXBUS_SOCKET", "$XDG_RUNTIME_DIR" or "the default path").
+ * @param {string|undefined} socketPath @param {{env?: Record<string, string|undefined>, uid?: number}} [options]
+ * @returns {{path: string, source: string}}
+ */
+export function resolveSocketPath(socketPath, { env = process.env, uid } = {}) {
+  if (socketPath) return { path: socketPath, source: 'the socketPath option' };
+  const source = env.FLUXBUS_SOCKET ? '$FLUXBUS_SOCKET' : env.XDG_RUNTIME_DIR ? '$XDG_RUNTIME_DIR' : 'the default path';
+  return { path: defaultSocketPath(uid === undefined ? { env } : { env, uid }), source };
 }
 
 /**
@@ -45,14 +57,14 @@ export async function checkServerUid(socketPath, expected) {
   const file = await fs.promises.stat(real);
   const hint = (uid) => `set FLUXBUS_SERVER_UID=${uid} to accept`;
   if (file.uid !== expected) {
-    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath} is run by uid ${file.uid}, expected ${expected}; ${hint(file.uid)}`, true);
+    throw new WrongServerUidError(`fluxd at ${socketPath} is run by uid ${file.uid}, expected ${expected}; ${hint(file.uid)}`);
   }
   const directory = path.dirname(real);
   const dir = await fs.promises.stat(directory);
   if (dir.uid !== expected) {
-    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is owned by uid ${dir.uid}, expected ${expected}; ${hint(dir.uid)}`, true);
+    throw new WrongServerUidError(`fluxd at ${socketPath}: its directory ${directory} is owned by uid ${dir.uid}, expected ${expected}; ${hint(dir.uid)}`);
   }
   if ((dir.mode & 0o022) !== 0 && (dir.mode & 0o1000) === 0) {
-    throw new FluxError('wrong-server-uid', `fluxd at ${socketPath}: its directory ${directory} is writable by group or others (mode ${(dir.mode & 0o7777).toString(8)}) and not sticky, so uid ${expected} may not own the listener`, true);
+    throw new WrongServerUidError(`fluxd at ${socketPath}: its directory ${directory} is writable by group or others (mode ${(dir.mode & 0o7777).toString(8)}) and not sticky, so uid ${expected} may not own the listener`);
   }
 }

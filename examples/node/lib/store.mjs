@@ -234,9 +234,15 @@ export class Store {
     let next; let text;
     try {
       next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
-      if (next !== undefined) text = canonicalJSON(next);
     } catch (err) {
       reject(this.#rejection(err, msg));
+      return;
+    }
+    try {
+      if (next !== undefined) text = canonicalJSON(next);
+    } catch (err) {
+      this.#report(err, { type: msg.type, seq: msg.seq });
+      reject({ code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: store '${this.name}' made a state that is not JSON; its log has the details` });
       return;
     }
     if (text !== undefined && text !== canonicalJSON(this.state)) {

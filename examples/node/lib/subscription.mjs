@@ -19,6 +19,7 @@ export class Subscription {
   /** @type {Snapshot[]} */ #queue = [];
   /** @type {Array<(r: IteratorResult<Snapshot, undefined>) => void>} */ #waiters = [];
   /** @type {Array<() => void>} */ #firstWaiters = [];
+  /** @type {Array<() => void>} */ #statusWaiters = [];
 
   /** @param {import('./client.mjs').Client} client @param {string} store */
   constructor(client, store) {
@@ -30,7 +31,9 @@ export class Subscription {
   }
 
   /** @param {string} status @internal */
-  [kStatus](status) { this.status = /** @type {any} */ (status); }
+  [kStatus](status) { this.status = /** @type {any} */ (status); this.#statusChanged(); }
+
+  #statusChanged() { for (const w of this.#statusWaiters.splice(0)) w(); }
 
   /** @param {Record<string, any>} msg @internal */
   [kDeliver](msg) {
@@ -42,8 +45,11 @@ export class Subscription {
       const waiter = this.#waiters.shift();
       if (waiter) waiter({ value: snap, done: false }); else this.#queue.push(snap);
       for (const w of this.#firstWaiters.splice(0)) w();
-    } else if (msg.op === 'store-down') { this.status = StoreStatus.DOWN; this.events.push({ kind: 'store-down', reason: msg.reason }); }
-    else if (msg.op === 'store-up') { this.status = StoreStatus.UP; this.events.push({ kind: 'store-up', version: msg.version }); }
+    } else if (msg.op === 'store-down') {
+      this.status = StoreStatus.DOWN; this.events.push({ kind: 'store-down', reason: msg.reason }); this.#statusChanged();
+    } else if (msg.op === 'store-up') {
+      this.status = StoreStatus.UP; this.events.push({ kind: 'store-up', version: msg.version }); this.#statusChanged();
+    }
   }
 
   /** @internal */
@@ -51,6 +57,26 @@ export class Subscription {
     this.ended = true;
     for (const w of this.#waiters.splice(0)) w({ value: undefined, done: true });
     for (const w of this.#firstWaiters.splice(0)) w();
+    this.#statusChanged();
+  }
+
+  /**
+   * Resolves once the store's status is `status` (at once if it is), e.g. `await sub.waitForStatus('up')` for a
+   * store that may start after its clients. Rejects with TimeoutError after `timeout` ms (none by default; the
+   * message says when no store of that name has registered yet), DisconnectedError if the subscription ends.
+   * @param {'up'|'down'|'unknown'} status @param {{timeout?: number|null}} [options]
+   */
+  async waitForStatus(status, { timeout } = {}) {
+    const deadline = new Deadline(timeout);
+    while (this.status !== status) {
+      if (this.ended) throw this.client.closedReason ?? new DisconnectedError(`the subscription to '${this.store}' ended`);
+      let waiter;
+      const changed = new Promise((resolve) => { waiter = resolve; this.#statusWaiters.push(resolve); });
+      await deadline.race(changed, () => {
+        this.#statusWaiters.splice(this.#statusWaiters.indexOf(waiter), 1);
+        return this.#timeout(deadline, `store '${this.store}' to be ${status}`, false);
+      });
+    }
   }
 
   /** Resolves once a first snapshot arrived (or the subscription ended), within `deadline`. @internal */
@@ -96,11 +122,11 @@ export class Subscription {
     });
   }
 
-  #timeout(deadline, what) {
+  #timeout(deadline, what, aboutState = true) {
     let why = '';
     if (this.status === StoreStatus.UNKNOWN) why = `: no store named '${this.store}' has registered yet`;
     else if (this.status === StoreStatus.DOWN) why = `: store '${this.store}' is down`;
-    else if (this.status === StoreStatus.UP && !this.latest) why = `: store '${this.store}' is up but has no state yet`;
+    else if (aboutState && this.status === StoreStatus.UP && !this.latest) why = `: store '${this.store}' is up but has no state yet`;
     return new TimeoutError(`timed out after ${deadline.ms} ms waiting for ${what}${why}`, { timeoutMs: deadline.ms });
   }
 

@@ -48,19 +48,20 @@ export function expectedServerUid(expected, env = process.env, euid = process.ge
 /**
  * Node has no SO_PEERCRED: the check is that the socket file and its directory (symlinks resolved) are owned by
  * `expected`, and that the directory is not writable by group or others unless it is sticky (so nobody else can
- * have put a socket there). Throws FluxError `wrong-server-uid`.
+ * have put a socket there). Throws WrongServerUidError (code `wrong-server-uid`).
  * @param {string} socketPath @param {number|undefined} expected
  */
 export async function checkServerUid(socketPath, expected) {
   if (expected === undefined) return;
-  const real = await fs.promises.realpath(socketPath);
-  const file = await fs.promises.stat(real);
+  const unchecked = (err) => new WrongServerUidError(`fluxd at ${socketPath}: its owner cannot be checked (${err.code ?? err.message}), expected uid ${expected}`);
+  const real = await fs.promises.realpath(socketPath).catch((err) => { throw unchecked(err); });
+  const file = await fs.promises.stat(real).catch((err) => { throw unchecked(err); });
   const hint = (uid) => `set FLUXBUS_SERVER_UID=${uid} to accept`;
   if (file.uid !== expected) {
     throw new WrongServerUidError(`fluxd at ${socketPath} is run by uid ${file.uid}, expected ${expected}; ${hint(file.uid)}`);
   }
   const directory = path.dirname(real);
-  const dir = await fs.promises.stat(directory);
+  const dir = await fs.promises.stat(directory).catch((err) => { throw unchecked(err); });
   if (dir.uid !== expected) {
     throw new WrongServerUidError(`fluxd at ${socketPath}: its directory ${directory} is owned by uid ${dir.uid}, expected ${expected}; ${hint(dir.uid)}`);
   }

@@ -198,7 +198,10 @@ export class Client extends EventEmitter {
       await this.#call(`${Ops.SUBSCRIBED}:${store}`, JSON.stringify({ op: Ops.SUBSCRIBE, store }), deadline,
         `waiting for fluxd to confirm the subscription to '${store}'`, (sent) => { subscribed = sent; });
       subscribed = true;
-      if (waitForSnapshot) await sub[kFirst](deadline);
+      if (waitForSnapshot) {
+        await sub[kFirst](deadline);
+        if (!sub.latest) throw this.closedReason ?? new DisconnectedError(`the subscription to '${store}' ended before its first snapshot`);
+      }
       return sub;
     } catch (err) {
       sub[kEnd]();

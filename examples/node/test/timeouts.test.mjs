@@ -98,8 +98,8 @@ test('connect: the timeout covers the handshake (fluxd that never welcomes)', as
 test('Store.start: the timeout covers registration', async () => {
   const f = await fake();
   const store = new Store({ name: 'slow', handles: ['slow/*'] });
-  await assert.rejects(store.start({ socketPath: f.socketPath, timeout: 100 }), (e) =>
-    e instanceof TimeoutError && e.message === "timed out after 100 ms registering store 'slow'");
+  await assert.rejects(store.start({ socketPath: f.socketPath, timeout: 1000 }), (e) =>
+    e instanceof TimeoutError && e.message === "timed out after 1000 ms registering store 'slow'");
   const peer = await f.accept();
   await peer.expectOp('register');
   await peer.waitClosed();
@@ -110,8 +110,8 @@ test('live: a subscription to a store that never registered says so when its tim
   const fluxd = await live();
   const client = await connect({ socketPath: fluxd.socketPath });
   const unknown = "no store named 'pycountr' has registered yet";
-  await assert.rejects(client.subscribe('pycountr', { timeout: 200, waitForSnapshot: true }), (e) =>
-    e instanceof TimeoutError && e.message === `timed out after 200 ms waiting for the first snapshot of 'pycountr': ${unknown}`);
+  await assert.rejects(client.subscribe('pycountr', { timeout: 1000, waitForSnapshot: true }), (e) =>
+    e instanceof TimeoutError && e.message === `timed out after 1000 ms waiting for the first snapshot of 'pycountr': ${unknown}`);
   assert.equal(client.subscriptions.size, 0, 'the failed call left no subscription');
   assert.equal(client.pending.size, 0);
   await client.ping();

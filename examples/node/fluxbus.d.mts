@@ -33,4 +33,6 @@ export type { Snapshot, StoreEvent } from './lib/subscription.mjs';
 export { QuerySet } from './lib/query-set.mjs';
 export type { ActiveQuery } from './lib/query-set.mjs';
 export { Reject, Store, Unhandled } from './lib/store.mjs';
-export type { ActionContext, Handler, ErrorContext, StoreOptions, StartOptions } from './lib/store.mjs';
+export type {
+  ActionContext, Handler, HandlerOptions, PayloadCheck, PayloadFieldType, ErrorContext, StoreOptions, StartOptions,
+} from './lib/store.mjs';

@@ -69,8 +69,10 @@ export declare const LocalErrorCodes: {
 };
 
 /** Codes the Store class puts in its rejections. */
-export type StoreErrorCode = 'store/unhandled-action' | 'store/error';
-export declare const StoreErrorCodes: { readonly UNHANDLED_ACTION: 'store/unhandled-action'; readonly HANDLER_FAILED: 'store/error' };
+export type StoreErrorCode = 'store/unhandled-action' | 'store/error' | 'store/bad-payload';
+export declare const StoreErrorCodes: {
+  readonly UNHANDLED_ACTION: 'store/unhandled-action'; readonly HANDLER_FAILED: 'store/error'; readonly BAD_PAYLOAD: 'store/bad-payload';
+};
 
 export declare const NAME_PATTERN: RegExp;
 export declare const Limits: { readonly STORE_NAME_BYTES: 128; readonly ACTION_TYPE_BYTES: 256; readonly ID_BYTES: 256 };

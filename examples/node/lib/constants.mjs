@@ -78,6 +78,8 @@ export const StoreErrorCodes = Object.freeze({
   UNHANDLED_ACTION: 'store/unhandled-action',
   /** a handler threw something other than `Reject` */
   HANDLER_FAILED: 'store/error',
+  /** the payload is not what the handler expects (its `payload` check, or no payload at all) */
+  BAD_PAYLOAD: 'store/bad-payload',
 });
 
 /** SPEC §4.1: names and action types are 1..N bytes of these characters. */

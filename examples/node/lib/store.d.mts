@@ -30,6 +30,15 @@ export type Handler<S, P = any> = (this: Store<S>, state: S, payload: P, ctx: Ac
 
 export interface ErrorContext { store: string; type?: string; seq?: number }
 
+/** A payload field's type in a shape: `?` at the end = the field may be absent. */
+export type PayloadFieldType = `${'string' | 'number' | 'integer' | 'boolean' | 'object' | 'array' | 'any'}${'' | '?'}`;
+/** What a handler expects of the payload: a shape, or a function returning the problem in words. */
+export type PayloadCheck = { [field: string]: PayloadFieldType } | ((payload: any) => string | undefined | null | void);
+export interface HandlerOptions {
+  /** Checked before the handler runs; a payload that fails is rejected with `store/bad-payload`. */
+  payload?: PayloadCheck;
+}
+
 export interface StoreOptions<S> {
   name?: string;
   handles?: string[];
@@ -64,7 +73,7 @@ export declare class Store<S = any> {
   queries: ActiveQuery[];
   readonly querySet: QuerySet;
   client: Client | undefined;
-  on<P = any>(pattern: string, handler: Handler<S, P>): this;
+  on<P = any>(pattern: string, handler: Handler<S, P>, options?: HandlerOptions): this;
   onQueries(queries: ActiveQuery[]): void;
   onError(error: unknown, context: ErrorContext): void;
   handlerFor(type: string): Handler<S> | undefined;

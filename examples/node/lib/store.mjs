@@ -28,6 +28,60 @@ export class Reject extends Error {
 /** Errors a language runtime raises on a programming mistake; their text is for the store's developer. */
 const RUNTIME_ERRORS = [TypeError, RangeError, ReferenceError, SyntaxError, EvalError, URIError];
 
+const FIELD_TYPES = ['string', 'number', 'integer', 'boolean', 'object', 'array', 'any'];
+
+/** A value's kind in words, for messages: "a string", "null", "an array", ... */
+function kindOf(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return 'an object';
+  if (typeof value === 'number' && Number.isInteger(value)) return 'an integer';
+  return `a ${typeof value}`;
+}
+
+function fits(type, value) {
+  switch (type) {
+    case 'string': case 'boolean': return typeof value === type;
+    case 'number': return typeof value === 'number';
+    case 'integer': return Number.isInteger(value);
+    case 'object': return value !== null && typeof value === 'object' && !Array.isArray(value);
+    case 'array': return Array.isArray(value);
+    default: return true; // any
+  }
+}
+
+/**
+ * A payload check from `on(pattern, handler, { payload })`: a shape (`{ title: 'string', done: 'boolean?' }`:
+ * field → string, number, integer, boolean, object, array or any; a trailing `?` = may be absent), or a
+ * function returning the problem in words (or nothing when the payload is fine). Returns the check, which
+ * gives undefined or `{message, field?}`.
+ * @param {Record<string, string>|((payload: any) => string|undefined|null|void)} spec
+ * @returns {(payload: any) => ({message: string, field?: string}|undefined)}
+ */
+function payloadCheck(spec) {
+  if (typeof spec === 'function') return (payload) => { const problem = spec(payload); return problem ? { message: String(problem) } : undefined; };
+  if (!spec || typeof spec !== 'object' || Array.isArray(spec)) throw new TypeError('payload must be a shape ({ field: \'string\', ... }) or a function');
+  const fields = Object.entries(spec).map(([field, declared]) => {
+    const optional = typeof declared === 'string' && declared.endsWith('?');
+    const type = optional ? declared.slice(0, -1) : declared;
+    if (!FIELD_TYPES.includes(type)) throw new TypeError(`payload field '${field}': the type is one of ${FIELD_TYPES.join(', ')} (with ? if it may be absent), not ${JSON.stringify(declared)}`);
+    return { field, type, optional };
+  });
+  return (payload) => {
+    if (payload === null || payload === undefined) return { message: 'the action has no payload' };
+    if (!fits('object', payload)) return { message: `the payload must be an object, not ${kindOf(payload)}` };
+    for (const { field, type, optional } of fields) {
+      const value = payload[field];
+      if (value === undefined || !Object.prototype.hasOwnProperty.call(payload, field)) {
+        if (!optional) return { message: `payload is missing field '${field}'`, field };
+      } else if (!fits(type, value)) {
+        return { message: `payload field '${field}' must be ${type === 'integer' || type === 'object' || type === 'array' || type === 'any' ? `an ${type}` : `a ${type}`}, not ${kindOf(value)}`, field };
+      }
+    }
+    return undefined;
+  };
+}
+
 /**
  * @typedef {{seq: number, type: string, origin: number, cause?: number, redelivered: boolean,
  *            dispatch: (type: string, payload?: any) => void}} ActionContext
@@ -48,6 +102,8 @@ const RUNTIME_ERRORS = [TypeError, RangeError, ReferenceError, SyntaxError, Eval
  * Each action is handled once, in order, and answered: `done` (with `state` only when the handler changed it, so
  * one action makes at most one snapshot), or `reject`:
  * - `Reject` thrown by the handler: its code, message and details, unchanged;
+ * - a payload that fails the handler's `payload` check, or a TypeError while the action has no payload:
+ *   `store/bad-payload` ("todo/add failed: payload is missing field 'title'", with `field`);
  * - anything else thrown: `store/error` with "TYPE failed: MESSAGE" (for a runtime error such as a TypeError the
  *   message says the store hit an internal error, and the error itself goes to `onError`, the store's log);
  * - no handler for a type the store's `handles` patterns match (a typo such as `counter/ad`): `store/unhandled-action`
@@ -82,16 +138,23 @@ export class Store {
     this.version = 0;
     /** @type {import('./query-set.mjs').ActiveQuery[]} */ this.queries = [];
     this.querySet = new QuerySet();
-    /** @type {Array<[string, Handler]>} */ this.handlers = [];
+    /** @type {Array<[string, Handler, ((payload: any) => ({message: string, field?: string}|undefined))|undefined]>} */ this.handlers = [];
     /** @type {Client|undefined} */ this.client = undefined;
     this.chain = Promise.resolve();
   }
 
-  /** Adds a handler for an action type or `prefix*` pattern. @param {string} pattern @param {Handler} handler */
-  on(pattern, handler) {
+  /**
+   * Adds a handler for an action type or `prefix*` pattern. `payload` checks the payload before the handler runs
+   * and rejects it with `store/bad-payload` naming the field and what was expected: a shape
+   * (`{ title: 'string', done: 'boolean?' }`; string, number, integer, boolean, object, array or any; `?` = may
+   * be absent) or a function that returns the problem in words.
+   * @param {string} pattern @param {Handler} handler
+   * @param {{payload?: Record<string, string>|((payload: any) => string|undefined|null|void)}} [options]
+   */
+  on(pattern, handler, { payload } = {}) {
     if (!isValidPattern(pattern)) throw new TypeError(`invalid handler pattern ${JSON.stringify(pattern)}: an action type, or a prefix followed by one trailing *`);
     if (typeof handler !== 'function') throw new TypeError(`the handler of ${pattern} is not a function`);
-    this.handlers.push([pattern, handler]);
+    this.handlers.push([pattern, handler, payload === undefined ? undefined : payloadCheck(payload)]);
     return this;
   }
 
@@ -108,12 +171,15 @@ export class Store {
   }
 
   /** The handler for a type: exact beats pattern, longer pattern beats shorter. @param {string} type */
-  handlerFor(type) {
+  handlerFor(type) { return this.#entryFor(type)?.[1]; }
+
+  #entryFor(type) {
     let best; let rank = [-1, -1];
-    for (const [pattern, handler] of this.handlers) {
+    for (const entry of this.handlers) {
+      const pattern = entry[0];
       if (!patternMatches(pattern, type)) continue;
       const r = [pattern.endsWith('*') ? 0 : 1, pattern.length];
-      if (r[0] > rank[0] || (r[0] === rank[0] && r[1] > rank[1])) { best = handler; rank = r; }
+      if (r[0] > rank[0] || (r[0] === rank[0] && r[1] > rank[1])) { best = entry; rank = r; }
     }
     return best;
   }
@@ -202,6 +268,9 @@ export class Store {
   #rejection(err, msg) {
     if (err instanceof Reject) return err.errorObject();
     this.#report(err, { type: msg.type, seq: msg.seq });
+    if (err instanceof TypeError && (msg.payload === null || msg.payload === undefined)) { // e.g. reading a field of null
+      return { code: StoreErrorCodes.BAD_PAYLOAD, message: `${msg.type} failed: the action has no payload` };
+    }
     let why;
     if (!(err instanceof Error)) why = String(err);
     else if (RUNTIME_ERRORS.some((C) => err instanceof C)) why = `store '${this.name}' hit an internal error (${err.name}); its log has the details`;
@@ -211,7 +280,7 @@ export class Store {
 
   #unhandled(type) {
     const patterns = [...new Set(this.handlers.map(([pattern]) => pattern))];
-    const list = patterns.length ? `this store handles: ${patterns.join(', ')}` : 'this store has no handlers';
+    const list = patterns.length ? `this store handles: ${patterns.join(', ')}` : 'this store has no action handlers';
     return { code: StoreErrorCodes.UNHANDLED_ACTION, message: `no handler for '${type}'; ${list}` };
   }
 
@@ -225,10 +294,15 @@ export class Store {
     const followUps = [];
     const ctx = { seq: msg.seq, type: msg.type, origin: msg.origin, cause: msg.cause, redelivered: msg.redelivered === true,
       dispatch: (type, payload = null) => { followUps.push([type, payload]); } };
-    const handler = this.handlerFor(msg.type);
+    const [, handler, check] = this.#entryFor(msg.type) ?? [];
     if (!handler) {
       if (this.unhandled === Unhandled.IGNORE) client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq}}`, { force: true });
       else reject(this.#unhandled(msg.type));
+      return;
+    }
+    const bad = check?.(msg.payload);
+    if (bad) {
+      reject({ code: StoreErrorCodes.BAD_PAYLOAD, message: `${msg.type} failed: ${bad.message}`, ...(bad.field !== undefined ? { field: bad.field } : {}) });
       return;
     }
     let next; let text;
@@ -242,7 +316,7 @@ export class Store {
       if (next !== undefined) text = canonicalJSON(next);
     } catch (err) {
       this.#report(err, { type: msg.type, seq: msg.seq });
-      reject({ code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: store '${this.name}' made a state that is not JSON; its log has the details` });
+      reject({ code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: the handler returned a state that is not JSON; the store's log has the details` });
       return;
     }
     if (text !== undefined && text !== canonicalJSON(this.state)) {

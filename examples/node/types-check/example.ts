@@ -24,6 +24,8 @@ export async function counterExample(socketPath?: string): Promise<string[]> {
     return { value: state.value + by };
   });
   counter.on('counter/reset', async () => ({ value: 0 }));
+  counter.on<{ to: number }>('counter/set', (_state, { to }) => ({ value: to }), { payload: { to: 'integer', note: 'string?' } });
+  counter.on('counter/double', (state) => ({ value: state.value * 2 }), { payload: (p) => (p === null ? undefined : 'takes no payload') });
   counter.onQueries = (queries: ActiveQuery[]) => { counter.publish({ value: queries.length }); };
   const { resumed } = await counter.start({ socketPath, timeout: 5000 });
   log.push(`registered, resumed: ${resumed}`);
@@ -111,6 +113,8 @@ export function wrongCalls(client: Client, counter: Store<Counter>, sub: Subscri
   // @ts-expect-error NoHandlerError's code is 'no-handler'
   const code: 'overloaded' = error.code;
   void code;
+  // @ts-expect-error a payload field's type is one of string, number, integer, boolean, object, array, any (with ?)
+  counter.on('counter/set', () => undefined, { payload: { to: 'text' } });
   // @ts-expect-error publish takes the store's state type
   counter.publish({ count: 1 });
 }

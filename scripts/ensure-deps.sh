@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config, libuv1-dev and
-# libjemalloc-dev (apt), and Python's jsonschema (pip, for the protocol schema checks). Sourced by scripts/test.sh
-# and scripts/demo.sh.
+# libjemalloc-dev (apt), node-typescript (apt: `tsc`, for the Node package's declarations), and Python's jsonschema
+# (pip, for the protocol schema checks). Sourced by scripts/test.sh and scripts/demo.sh.
 set -euo pipefail
 
 as_root() {
@@ -13,6 +13,12 @@ if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libuv || ! p
     echo "==> installing libuv1-dev, libjemalloc-dev and pkg-config (apt)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libuv1-dev libjemalloc-dev pkg-config >/dev/null
+fi
+
+if ! command -v tsc >/dev/null 2>&1; then
+    echo "==> installing node-typescript (apt; tsc checks examples/node's .d.mts declarations)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq node-typescript >/dev/null
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

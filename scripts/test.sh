@@ -86,6 +86,7 @@ run_suite "schema proxy (every frame of fluxd, fluxctl, Swift/Python/Node client
     python3 -m pytest -q -p no:cacheprovider protocol/tools/test_schema_proxy.py
 run_suite "node --test examples/node (client, Store, vectors, conformance scenarios)" \
     node --test examples/node/test/*.test.mjs
+run_suite "tsc --noEmit (Node .d.mts declarations against examples/node/types-check)" tsc -p examples/node/types-check
 run_suite "check_frozen.py (schemas compatible with protocol/frozen/v1)" \
     python3 protocol/tools/check_frozen.py
 if [ ${#polyglot_failed[@]} -ne 0 ]; then

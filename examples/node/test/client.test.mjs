@@ -1,7 +1,7 @@
 // The Node client and Store against a real fluxd.
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, FluxError, Reject, Store } from '../fluxbus.mjs';
+import { Client, FluxError, NameTakenError, NoHandlerError, Reject, Store, StoreRejectedError, UnknownStoreError } from '../fluxbus.mjs';
 import { startFluxd } from './helpers.mjs';
 
 let fluxd; const cleanups = [];
@@ -43,7 +43,7 @@ test('welcome, info, ping, get', async () => {
   assert.equal(client.welcome.limits.maxFrame, 1048576);
   assert.ok(await client.ping() >= 0);
   assert.equal((await client.info()).peers.client, 1);
-  await assert.rejects(client.get('nothing'), (e) => e instanceof FluxError && e.code === 'unknown-store');
+  await assert.rejects(client.get('nothing'), (e) => e instanceof UnknownStoreError && e instanceof FluxError && e.code === 'unknown-store');
 });
 
 test('dispatchAndSettle with read-your-writes, subscription as async iterator', async () => {
@@ -70,7 +70,9 @@ test('unchanged state, rejection, failing handler', async () => {
   assert.deepEqual((await client.dispatchAndSettle('todo/touch')).results, [{ store: 'todos', status: 'done', version: 1 }]);
   const rejected = await client.dispatchAndSettle('todo/add', { title: '' });
   assert.deepEqual(rejected.results[0].error, { code: 'todo/empty-title', message: 'a todo needs a title', field: 'title' });
-  assert.equal((await client.dispatchAndSettle('todo/crash')).results[0].error.code, 'store/error');
+  assert.throws(() => rejected.check(), (e) => e instanceof StoreRejectedError && e.code === 'todo/empty-title'
+    && e.detail === 'a todo needs a title' && e.store === 'todos' && e.details.field === 'title');
+  assert.deepEqual((await client.dispatchAndSettle('todo/crash')).results[0].error, { code: 'store/error', message: 'todo/crash failed: boom' });
   assert.equal((await client.dispatchAndSettle('todo/add', { title: 'x' })).results[0].version, 2);
   assert.equal((await client.get('todos')).state.items.length, 1);
 });
@@ -90,11 +92,11 @@ test('follow-up dispatches carry cause', async () => {
 
 test('errors: refused settle rejects, fire-and-forget errors are emitted', async () => {
   const client = await connect();
-  await assert.rejects(client.dispatchAndSettle('nobody/handles'), (e) => e.code === 'no-handler' && !e.fatal);
+  await assert.rejects(client.dispatchAndSettle('nobody/handles'), (e) => e instanceof NoHandlerError && e.code === 'no-handler' && !e.fatal);
   const emitted = new Promise((resolve) => client.once('error-frame', resolve));
   const id = client.dispatch('nobody/handles');
   const error = await emitted;
-  assert.equal(error.code, 'no-handler');
+  assert.ok(error instanceof NoHandlerError);
   assert.equal(error.ref, id);
   assert.throws(() => client.dispatch('bad type'), TypeError);
 });
@@ -117,7 +119,7 @@ test('queries drive a store; receipts withdraw them', async () => {
 
 test('name-taken, store down and up', async () => {
   await start(todoStore());
-  await assert.rejects(todoStore().start({ socketPath: fluxd.socketPath }), (e) => e.code === 'name-taken');
+  await assert.rejects(todoStore().start({ socketPath: fluxd.socketPath }), (e) => e instanceof NameTakenError);
   const client = await connect();
   const sub = await client.subscribe('todos');
   await sub.next(10000);
@@ -126,8 +128,7 @@ test('name-taken, store down and up', async () => {
   const watcher = await client.subscribe('other');
   await watcher.next(10000);
   await first.stop();
-  await client.ping();
-  while (watcher.status !== 'down') await client.ping();
+  await watcher.waitForStatus('down', { timeout: 10000 });
   assert.equal(watcher.events.at(-1).reason, 'disconnected');
   const again = new Store({ name: 'other', handles: ['other/*'], initialState: 99 });
   assert.deepEqual(await start(again), { resumed: true });

@@ -26,7 +26,7 @@ class FakePeer {
   #handle(msg) {
     if (msg.op === 'hello' && this.hello === undefined) {
       this.hello = msg;
-      if (this.fake.refuse) {
+      if (this.fake.silent) { /* never welcomes: a handshake that does not finish */ } else if (this.fake.refuse) {
         this.send({ op: 'error', code: this.fake.refuse, message: 'refused by the fake', fatal: true });
         this.socket.end();
       } else {
@@ -63,12 +63,12 @@ class FakePeer {
 export class FakeFluxd {
   /**
    * `refuse`: answer hello with that fatal error; `refuseAtConnect`: send it and close as soon as a connection is
-   * accepted, before any hello (what fluxd does past its connection limits).
-   * @param {{limits?: Record<string, number>, refuse?: string, refuseAtConnect?: string}} [options]
+   * accepted, before any hello (what fluxd does past its connection limits); `silent`: never answer hello.
+   * @param {{limits?: Record<string, number>, refuse?: string, refuseAtConnect?: string, silent?: boolean}} [options]
    */
-  static async start({ limits = LIMITS, refuse, refuseAtConnect } = {}) {
+  static async start({ limits = LIMITS, refuse, refuseAtConnect, silent = false } = {}) {
     const fake = new FakeFluxd();
-    fake.limits = { ...limits }; fake.refuse = refuse; fake.peerIds = 0;
+    fake.limits = { ...limits }; fake.refuse = refuse; fake.silent = silent; fake.peerIds = 0;
     fake.directory = fs.mkdtempSync(path.join(os.tmpdir(), 'fakefluxd-'));
     fake.socketPath = path.join(fake.directory, 'fluxd.sock');
     /** @type {FakePeer[]} */ fake.all = []; /** @type {FakePeer[]} */ fake.incoming = []; fake.waiter = null;

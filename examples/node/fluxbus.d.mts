@@ -1,0 +1,38 @@
+// Types of the package entry (fluxbus.mjs): the public API, module by module. Self-contained: no @types/node.
+export {
+  PROTOCOL_VERSION, Ops, OpsByDirection, Roles, StoreStatus, ResultStatus, ErrorCodes, LocalErrorCodes, StoreErrorCodes,
+  NAME_PATTERN, Limits,
+} from './lib/constants.mjs';
+export type { C2DOp, S2DOp, D2COp, Op, Role, ErrorCode, LocalErrorCode, StoreErrorCode } from './lib/constants.mjs';
+export {
+  FluxError, ErrorClasses, errorFromFrame, errorFromResult, StoreRejectedError, TimeoutError, ConnectionError,
+  NoFluxdError, DisconnectedError, WrongServerUidError, WriteQueueFullError,
+  BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
+  UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
+  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, SlowConsumerError,
+  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+} from './lib/errors.mjs';
+export type { ErrorFrame } from './lib/errors.mjs';
+export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
+export type { Environment } from './lib/socket-path.mjs';
+export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';
+export { canonicalJSON } from './lib/canonical.mjs';
+export { encodeFrame, FrameDecoder } from './lib/framing.mjs';
+export type { FrameBytes, FrameEvent } from './lib/framing.mjs';
+export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
+export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';
+export type {
+  Welcome, WelcomeLimits, StoreResult, Info, CallOptions, SubscribeOptions, DispatchOptions, SettleOptions, SendOptions,
+  ConnectOptions, ClientEvents,
+} from './lib/client.mjs';
+export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
+export type { FrameWriter } from './lib/writer.mjs';
+export type { PendingReplies } from './lib/pending.mjs';
+export { Subscription, QueryReceipt } from './lib/subscription.mjs';
+export type { Snapshot, StoreEvent } from './lib/subscription.mjs';
+export { QuerySet } from './lib/query-set.mjs';
+export type { ActiveQuery } from './lib/query-set.mjs';
+export { Reject, Store, Unhandled } from './lib/store.mjs';
+export type {
+  ActionContext, Handler, HandlerOptions, PayloadCheck, PayloadFieldType, ErrorContext, StoreOptions, StartOptions,
+} from './lib/store.mjs';

@@ -1,0 +1,143 @@
+// Types of client.mjs: the connection to fluxd.
+import type { ResultStatus, Role } from './constants.mjs';
+import type { FluxError } from './errors.mjs';
+import type { FrameWriter } from './writer.mjs';
+import type { PendingReplies } from './pending.mjs';
+import type { Snapshot, Subscription, QueryReceipt } from './subscription.mjs';
+
+export declare const DEFAULT_REQUEST_TIMEOUT: number;
+export declare const DEFAULT_CONNECT_TIMEOUT: number;
+
+/** `welcome.limits`: fluxd's limits for this connection (SPEC §8.1); fluxd may add more. */
+export interface WelcomeLimits {
+  maxFrame: number; storeWindow: number; queueLimit: number; queueTimeout: number; handshakeTimeout: number;
+  maxPending: number; maxBacklog?: number; pingInterval?: number; maxPingsOut?: number;
+  [limit: string]: number | undefined;
+}
+export interface Welcome { peer: number; server: string; protocol: number; limits: WelcomeLimits }
+
+/** One target store's result in a settlement. */
+export interface StoreResult {
+  store: string;
+  status: ResultStatus | (string & {});
+  version?: number;
+  error?: { code: string; message?: string; [field: string]: unknown };
+}
+
+/** What fluxd answered a dispatch with `settle: true`. */
+export declare class Settlement {
+  private constructor();
+  readonly id: string;
+  readonly seq: number;
+  readonly type: string;
+  readonly results: StoreResult[];
+  /** Whether every target store answered `done`. */
+  readonly ok: boolean;
+  /** One error per result that is not `done` (StoreRejectedError, StoreUnavailableError, ...). */
+  readonly errors: FluxError[];
+  /** Throws the first result's error if a store did not answer `done`; else returns the settlement. */
+  check(): this;
+}
+
+/** fluxd's `info` reply (SPEC §8.7); its shape may grow. */
+export interface Info {
+  seq: number;
+  stores: Array<{ name: string; status: 'up' | 'down'; handles: string[]; waitFor: string[]; version: number; seq: number;
+    subscribers: number; queued: number; inflight: number; queries: number; [field: string]: unknown }>;
+  peers: { client?: number; store?: number; monitor?: number; [role: string]: number | undefined };
+  counters: { [counter: string]: unknown };
+  [field: string]: unknown;
+}
+
+/** Every call takes a `timeout` in ms that covers all of it: null = none; omitted = the client's `requestTimeout`. */
+export interface CallOptions { timeout?: number | null }
+export interface SubscribeOptions extends CallOptions {
+  /** Resolve only once the first snapshot is there (`subscription.latest`). */
+  waitForSnapshot?: boolean;
+}
+export interface DispatchOptions { cause?: number }
+export interface SettleOptions extends DispatchOptions, CallOptions {}
+export interface SendOptions {
+  /** Pass the write queue's bound (answers fluxd waits for). */
+  force?: boolean;
+}
+
+export interface ConnectOptions {
+  /** fluxd's socket; else $FLUXBUS_SOCKET, else the default path. */
+  socketPath?: string;
+  name?: string;
+  role?: Role;
+  /** ms for connecting, the uid check, hello and welcome together (default 30000; null = none). */
+  timeout?: number | null;
+  /** ms for each later call that gives no timeout (default 30000; null = none). */
+  requestTimeout?: number | null;
+  /** Ask fluxd for heartbeat pings (default true). */
+  heartbeat?: boolean;
+  expectedServerUid?: number;
+  /** Bytes that may wait while fluxd does not read (default 16 MiB). */
+  maxWriteQueue?: number;
+}
+
+export interface ClientEvents {
+  /** The connection ended. */
+  close: [reason: FluxError];
+  /** An error from fluxd that answered no call (e.g. no-handler for a fire-and-forget dispatch). */
+  'error-frame': [error: FluxError];
+  /** A heartbeat ping was answered. */
+  heartbeat: [id: string | undefined];
+  /** A store worker on this connection failed (also given to `store.onError`). */
+  'store-error': [error: unknown];
+  /** The socket stopped taking writes: frames now wait in the write queue. */
+  backpressure: [];
+  /** Everything queued has been handed to the socket again. */
+  drain: [];
+}
+
+/** A connection to fluxd (protocol 1). */
+export declare class Client {
+  private constructor();
+  static connect(options?: ConnectOptions): Promise<Client>;
+  readonly name: string;
+  readonly role: Role;
+  readonly welcome: Welcome;
+  requestTimeout: number | null;
+  /** Errors from fluxd that answered no call (the last 256). */
+  readonly errors: FluxError[];
+  readonly closedReason: FluxError | null;
+  readonly closed: boolean;
+  readonly pingsAnswered: number;
+  /** Whether writes wait for fluxd to read; see `flush`. */
+  readonly backpressured: boolean;
+  readonly writer: FrameWriter;
+  readonly pending: PendingReplies;
+  readonly subscriptions: ReadonlyMap<string, ReadonlySet<Subscription<unknown>>>;
+
+  /** Resolves once every frame sent so far has been handed to the kernel. */
+  flush(): Promise<void>;
+  /** Says bye, waits for fluxd to close (default 2000 ms), then closes. */
+  close(options?: number | CallOptions): Promise<void>;
+  /** Closes at once without bye. */
+  abort(): void;
+  /** Dispatches without waiting; returns the id. Throws WriteQueueFullError when the write queue is full. */
+  dispatch(type: string, payload?: unknown, options?: DispatchOptions): string;
+  /** Dispatches and resolves with every target store's result. */
+  dispatchAndSettle(type: string, payload?: unknown, options?: SettleOptions): Promise<Settlement>;
+  /** Subscribes; leaving a `for await` over the subscription unsubscribes. */
+  subscribe<S = unknown>(store: string, options?: SubscribeOptions): Promise<Subscription<S>>;
+  /** Ends every subscription of this client to `store` and unsubscribes. */
+  unsubscribe(store: string, options?: CallOptions): Promise<void>;
+  query<Q = unknown>(store: string, query: Q, options?: CallOptions): Promise<QueryReceipt<Q>>;
+  unquery(id: string, options?: CallOptions): Promise<void>;
+  info(options?: CallOptions): Promise<Info>;
+  get<S = unknown>(store: string, options?: CallOptions): Promise<Snapshot<S>>;
+  /** Round trip in ms. */
+  ping(options?: CallOptions): Promise<number>;
+  sendRaw(body: string | Uint8Array, options?: SendOptions): void;
+  send(fields: { op: string; [field: string]: unknown }, options?: SendOptions): void;
+  attachStore(store: string, sink: (msg: { op: string; [field: string]: any }) => void): void;
+
+  on<E extends keyof ClientEvents>(event: E, listener: (...args: ClientEvents[E]) => void): this;
+  once<E extends keyof ClientEvents>(event: E, listener: (...args: ClientEvents[E]) => void): this;
+  off<E extends keyof ClientEvents>(event: E, listener: (...args: ClientEvents[E]) => void): this;
+  emit<E extends keyof ClientEvents>(event: E, ...args: ClientEvents[E]): boolean;
+}

@@ -1,0 +1,333 @@
+// Store workers: handlers for actions (answered in order, one at a time), rejections written for the person who
+// dispatched, the active query set, publishing state.
+import { Roles, StoreErrorCodes } from './constants.mjs';
+import { TimeoutError, errorFromFrame } from './errors.mjs';
+import { canonicalJSON } from './canonical.mjs';
+import { isValidPattern, isValidStoreName, patternMatches } from './names.mjs';
+import { Client, DEFAULT_CONNECT_TIMEOUT } from './client.mjs';
+import { Deadline } from './deadline.mjs';
+import { QuerySet } from './query-set.mjs';
+
+/** What a store does with an action its patterns match but no handler takes (`new Store({unhandled})`). */
+export const Unhandled = Object.freeze({ REJECT: 'reject', IGNORE: 'ignore' });
+
+/**
+ * Thrown by a handler to reject an action; the store answers `reject` with `{code, message, ...details}` exactly
+ * as given. Write `message` for the person who dispatched: which field, what was expected.
+ */
+export class Reject extends Error {
+  /** @param {string} code @param {string} [message] @param {Record<string, any>} [details] */
+  constructor(code, message = '', details = {}) {
+    super(message ? `${code}: ${message}` : code);
+    this.name = 'Reject'; this.code = code; this.detail = message; this.details = details;
+  }
+  /** The `error` object of the `reject` frame. */
+  errorObject() { return { code: this.code, ...(this.detail ? { message: this.detail } : {}), ...this.details }; }
+}
+
+/** Errors a language runtime raises on a programming mistake; their text is for the store's developer. */
+const RUNTIME_ERRORS = [TypeError, RangeError, ReferenceError, SyntaxError, EvalError, URIError];
+
+const FIELD_TYPES = ['string', 'number', 'integer', 'boolean', 'object', 'array', 'any'];
+
+/** A value's kind in words, for messages: "a string", "null", "an array", ... */
+function kindOf(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return 'an object';
+  if (typeof value === 'number' && Number.isInteger(value)) return 'an integer';
+  return `a ${typeof value}`;
+}
+
+function fits(type, value) {
+  switch (type) {
+    case 'string': case 'boolean': return typeof value === type;
+    case 'number': return typeof value === 'number';
+    case 'integer': return Number.isInteger(value);
+    case 'object': return value !== null && typeof value === 'object' && !Array.isArray(value);
+    case 'array': return Array.isArray(value);
+    default: return true; // any
+  }
+}
+
+/**
+ * A payload check from `on(pattern, handler, { payload })`: a shape (`{ title: 'string', done: 'boolean?' }`:
+ * field → string, number, integer, boolean, object, array or any; a trailing `?` = may be absent), or a
+ * function returning the problem in words (or nothing when the payload is fine). Returns the check, which
+ * gives undefined or `{message, field?}`.
+ * @param {Record<string, string>|((payload: any) => string|undefined|null|void)} spec
+ * @returns {(payload: any) => ({message: string, field?: string}|undefined)}
+ */
+function payloadCheck(spec) {
+  if (typeof spec === 'function') return (payload) => { const problem = spec(payload); return problem ? { message: String(problem) } : undefined; };
+  if (!spec || typeof spec !== 'object' || Array.isArray(spec)) throw new TypeError('payload must be a shape ({ field: \'string\', ... }) or a function');
+  const fields = Object.entries(spec).map(([field, declared]) => {
+    const optional = typeof declared === 'string' && declared.endsWith('?');
+    const type = optional ? declared.slice(0, -1) : declared;
+    if (!FIELD_TYPES.includes(type)) throw new TypeError(`payload field '${field}': the type is one of ${FIELD_TYPES.join(', ')} (with ? if it may be absent), not ${JSON.stringify(declared)}`);
+    return { field, type, optional };
+  });
+  return (payload) => {
+    if (payload === null || payload === undefined) return { message: 'the action has no payload' };
+    if (!fits('object', payload)) return { message: `the payload must be an object, not ${kindOf(payload)}` };
+    for (const { field, type, optional } of fields) {
+      const value = payload[field];
+      if (value === undefined || !Object.prototype.hasOwnProperty.call(payload, field)) {
+        if (!optional) return { message: `payload is missing field '${field}'`, field };
+      } else if (!fits(type, value)) {
+        return { message: `payload field '${field}' must be ${type === 'integer' || type === 'object' || type === 'array' || type === 'any' ? `an ${type}` : `a ${type}`}, not ${kindOf(value)}`, field };
+      }
+    }
+    return undefined;
+  };
+}
+
+/**
+ * @typedef {{seq: number, type: string, origin: number, cause?: number, redelivered: boolean,
+ *            dispatch: (type: string, payload?: any) => void}} ActionContext
+ * @typedef {(state: any, payload: any, ctx: ActionContext) => any} Handler
+ * @typedef {{store: string, type?: string, seq?: number}} ErrorContext
+ */
+
+/**
+ * A store worker. Subclass it (or construct it with options) and add handlers with `on(type, handler)`:
+ * ```js
+ * const counter = new Store({ name: 'counter', handles: ['counter/*'], initialState: { value: 0 } });
+ * counter.on('counter/add', (state, { by }) => {
+ *   if (by <= 0) throw new Reject('counter/bad-step', 'step must be positive');
+ *   return { value: state.value + by };
+ * });
+ * await counter.start({ socketPath });
+ * ```
+ * Each action is handled once, in order, and answered: `done` (with `state` only when the handler changed it, so
+ * one action makes at most one snapshot), or `reject`:
+ * - `Reject` thrown by the handler: its code, message and details, unchanged;
+ * - a payload that fails the handler's `payload` check, or a TypeError while the action has no payload:
+ *   `store/bad-payload` ("todo/add failed: payload is missing field 'title'", with `field`);
+ * - anything else thrown: `store/error` with "TYPE failed: MESSAGE" (for a runtime error such as a TypeError the
+ *   message says the store hit an internal error, and the error itself goes to `onError`, the store's log);
+ * - no handler for a type the store's `handles` patterns match (a typo such as `counter/ad`): `store/unhandled-action`
+ *   with "no handler for 'counter/ad'; this store handles: counter/add, counter/reset", unless the store was made
+ *   with `unhandled: 'ignore'`, which answers such actions `done` without change.
+ * Handlers get a deep copy of the state and may be async. Follow-ups dispatched with `ctx.dispatch` carry
+ * `cause` = the action's seq and are sent after the answer, only if the handler did not throw. `onQueries(queries)`
+ * is called when the active queries change; `publish(state)` sends a state outside an action.
+ */
+export class Store {
+  /**
+   * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
+   * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
+   * `queries` and `onQueries` see the full set as before. `unhandled`: 'reject' (default) or 'ignore' (see above).
+   * `onError(error, context)`: replaces the `onError` method (the store's log; default: console.error).
+   * @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any, queryDeltas?: boolean,
+   *          unhandled?: 'reject'|'ignore', onError?: (error: unknown, context: ErrorContext) => void}} [options]
+   */
+  constructor({ name, handles, waitFor, initialState, queryDeltas, unhandled, onError } = {}) {
+    const defaults = /** @type {any} */ (this.constructor);
+    this.name = name ?? defaults.storeName ?? '';
+    this.handles = handles ?? defaults.handles ?? [];
+    this.waitFor = waitFor ?? defaults.waitFor ?? [];
+    this.initialState = initialState ?? defaults.initialState;
+    this.queryDeltas = queryDeltas ?? defaults.queryDeltas ?? true;
+    this.unhandled = unhandled ?? defaults.unhandled ?? Unhandled.REJECT;
+    if (!Object.values(Unhandled).includes(this.unhandled)) {
+      throw new TypeError(`unhandled must be 'reject' (the default: an action without a handler is rejected with ${StoreErrorCodes.UNHANDLED_ACTION}) or 'ignore' (answered done, state unchanged), not ${JSON.stringify(this.unhandled)}`);
+    }
+    if (onError) this.onError = onError;
+    /** @type {any} */ this.state = undefined;
+    this.version = 0;
+    /** @type {import('./query-set.mjs').ActiveQuery[]} */ this.queries = [];
+    this.querySet = new QuerySet();
+    /** @type {Array<[string, Handler, ((payload: any) => ({message: string, field?: string}|undefined))|undefined]>} */ this.handlers = [];
+    /** @type {Client|undefined} */ this.client = undefined;
+    this.chain = Promise.resolve();
+  }
+
+  /**
+   * Adds a handler for an action type or `prefix*` pattern. `payload` checks the payload before the handler runs
+   * and rejects it with `store/bad-payload` naming the field and what was expected: a shape
+   * (`{ title: 'string', done: 'boolean?' }`; string, number, integer, boolean, object, array or any; `?` = may
+   * be absent) or a function that returns the problem in words.
+   * @param {string} pattern @param {Handler} handler
+   * @param {{payload?: Record<string, string>|((payload: any) => string|undefined|null|void)}} [options]
+   */
+  on(pattern, handler, { payload } = {}) {
+    if (!isValidPattern(pattern)) throw new TypeError(`invalid handler pattern ${JSON.stringify(pattern)}: an action type, or a prefix followed by one trailing *`);
+    if (typeof handler !== 'function') throw new TypeError(`the handler of ${pattern} is not a function`);
+    this.handlers.push([pattern, handler, payload === undefined ? undefined : payloadCheck(payload)]);
+    return this;
+  }
+
+  /** Called when the active queries change. @param {import('./query-set.mjs').ActiveQuery[]} _queries */
+  onQueries(_queries) {}
+
+  /**
+   * The store's log: a handler that failed with something other than `Reject`, or a failure while answering.
+   * The default writes it to stderr. @param {unknown} error @param {ErrorContext} context
+   */
+  onError(error, context) {
+    const where = context.type ? ` while handling ${context.type} (seq ${context.seq})` : '';
+    console.error(`fluxbus: store '${context.store}' failed${where}:`, error);
+  }
+
+  /** The handler for a type: exact beats pattern, longer pattern beats shorter. @param {string} type */
+  handlerFor(type) { return this.#entryFor(type)?.[1]; }
+
+  #entryFor(type) {
+    let best; let rank = [-1, -1];
+    for (const entry of this.handlers) {
+      const pattern = entry[0];
+      if (!patternMatches(pattern, type)) continue;
+      const r = [pattern.endsWith('*') ? 0 : 1, pattern.length];
+      if (r[0] > rank[0] || (r[0] === rank[0] && r[1] > rank[1])) { best = entry; rank = r; }
+    }
+    return best;
+  }
+
+  /**
+   * Connects, registers, adopts the retained state and starts serving actions. Resolves once registered;
+   * `timeout` (ms, default 30000; null = none) covers all of it. `heartbeat`, `expectedServerUid` and
+   * `maxWriteQueue` are passed to `Client.connect`. Rejects with Client.connect's errors, NameTakenError,
+   * CycleError, ... or TimeoutError (and closes the connection).
+   * @param {{socketPath?: string, clientName?: string, heartbeat?: boolean, expectedServerUid?: number,
+   *          timeout?: number|null, maxWriteQueue?: number}} [options]
+   * @returns {Promise<{resumed: boolean}>}
+   */
+  async start({ socketPath, clientName, heartbeat = true, expectedServerUid, timeout = DEFAULT_CONNECT_TIMEOUT, maxWriteQueue } = {}) {
+    if (!isValidStoreName(this.name)) throw new TypeError(`invalid store name ${JSON.stringify(this.name)}: 1-128 bytes of A-Z a-z 0-9 . _ : / -`);
+    const deadline = new Deadline(timeout);
+    const client = await Client.connect({
+      socketPath, name: clientName ?? `${this.name}-node`, role: Roles.STORE, heartbeat, expectedServerUid, maxWriteQueue,
+      timeout: deadline.remaining === Infinity ? null : Math.ceil(deadline.remaining),
+    });
+    this.client = client;
+    let registered; let resumed = false;
+    const ready = new Promise((resolve, reject) => { registered = { resolve, reject }; });
+    let phase = 'registering';
+    client.attachStore(this.name, (msg) => {
+      if (phase === 'registering') {
+        if (msg.op === 'error' || msg.op === 'closed') { registered.reject(msg.op === 'error' ? errorFromFrame(msg) : client.closedReason); return; }
+        if (msg.op === 'registered') resumed = msg.resumed === true;
+        else if (msg.op === 'snapshot') this.#adopt(msg);
+        else if (msg.op === 'queries') { phase = 'running'; this.#queries(msg); registered.resolve({ resumed }); }
+        return;
+      }
+      this.chain = this.chain.then(() => this.#handle(msg)).catch((err) => this.#report(err, {}));
+    });
+    const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
+    if (this.queryDeltas) register.queryDeltas = true;
+    if (this.initialState !== undefined) register.state = this.initialState;
+    try {
+      client.send(register);
+      return await deadline.race(ready, () => new TimeoutError(`timed out after ${deadline.ms} ms registering store '${this.name}'`, { timeoutMs: deadline.ms }));
+    } catch (err) {
+      client.abort();
+      throw err;
+    }
+  }
+
+  /**
+   * Publishes a new full state outside an action; nothing is sent if it is unchanged. Throws WriteQueueFullError
+   * when fluxd has not read `maxWriteQueue` bytes of this store's frames. @param {any} state
+   */
+  publish(state) {
+    if (!this.client) throw new Error(`store '${this.name}' publishes before start()`);
+    const text = canonicalJSON(state);
+    if (text === canonicalJSON(this.state)) return;
+    this.client.sendRaw(`{"op":"state","store":${JSON.stringify(this.name)},"state":${text}}`);
+    this.state = state;
+  }
+
+  /**
+   * Stops: lets the action in hand finish, says bye and closes; `timeout` (ms, default 10000) covers all of it
+   * (past it the connection is closed anyway: fluxd redelivers an unanswered action to the next owner).
+   * @param {{timeout?: number|null}} [options]
+   */
+  async stop({ timeout = 10000 } = {}) {
+    const deadline = new Deadline(timeout);
+    try { await deadline.race(this.chain, () => new TimeoutError('stop')); } catch { /* closing anyway */ }
+    await this.client?.close({ timeout: Math.min(2000, deadline.remaining) });
+  }
+
+  #report(error, context) {
+    try { this.onError(error, { store: this.name, ...context }); } catch { /* a failing log must not stop the store */ }
+    this.client?.emit('store-error', error);
+  }
+
+  #adopt(msg) { if (msg.version >= this.version) { this.version = msg.version; this.state = msg.state; } }
+
+  /** A full `queries` set, or a `queries-changed` delta applied to the set kept so far. */
+  #queries(msg) {
+    if (msg.op === 'queries-changed') this.querySet.apply(msg.changes ?? []);
+    else this.querySet.replace(msg.queries ?? []);
+    this.queries = this.querySet.active();
+    this.onQueries([...this.queries]);
+  }
+
+  /** The `error` of a `reject` for what a handler threw, worded for the person who dispatched `type`. */
+  #rejection(err, msg) {
+    if (err instanceof Reject) return err.errorObject();
+    this.#report(err, { type: msg.type, seq: msg.seq });
+    if (err instanceof TypeError && (msg.payload === null || msg.payload === undefined)) { // e.g. reading a field of null
+      return { code: StoreErrorCodes.BAD_PAYLOAD, message: `${msg.type} failed: the action has no payload` };
+    }
+    let why;
+    if (!(err instanceof Error)) why = String(err);
+    else if (RUNTIME_ERRORS.some((C) => err instanceof C)) why = `store '${this.name}' hit an internal error (${err.name}); its log has the details`;
+    else why = err.message || err.name;
+    return { code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: ${why}` };
+  }
+
+  #unhandled(type) {
+    const patterns = [...new Set(this.handlers.map(([pattern]) => pattern))];
+    const list = patterns.length ? `this store handles: ${patterns.join(', ')}` : 'this store has no action handlers';
+    return { code: StoreErrorCodes.UNHANDLED_ACTION, message: `no handler for '${type}'; ${list}` };
+  }
+
+  async #handle(msg) {
+    if (msg.op === 'snapshot') return this.#adopt(msg);
+    if (msg.op === 'queries' || msg.op === 'queries-changed') return this.#queries(msg);
+    if (msg.op !== 'action' || this.client.closed) return;
+    const client = this.client;
+    const store = JSON.stringify(this.name);
+    const reject = (error) => client.sendRaw(`{"op":"reject","store":${store},"seq":${msg.seq},"error":${canonicalJSON(error)}}`, { force: true });
+    const followUps = [];
+    const ctx = { seq: msg.seq, type: msg.type, origin: msg.origin, cause: msg.cause, redelivered: msg.redelivered === true,
+      dispatch: (type, payload = null) => { followUps.push([type, payload]); } };
+    const [, handler, check] = this.#entryFor(msg.type) ?? [];
+    if (!handler) {
+      if (this.unhandled === Unhandled.IGNORE) client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq}}`, { force: true });
+      else reject(this.#unhandled(msg.type));
+      return;
+    }
+    const bad = check?.(msg.payload);
+    if (bad) {
+      reject({ code: StoreErrorCodes.BAD_PAYLOAD, message: `${msg.type} failed: ${bad.message}`, ...(bad.field !== undefined ? { field: bad.field } : {}) });
+      return;
+    }
+    let next; let text;
+    try {
+      next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
+    } catch (err) {
+      reject(this.#rejection(err, msg));
+      return;
+    }
+    try {
+      if (next !== undefined) text = canonicalJSON(next);
+    } catch (err) {
+      this.#report(err, { type: msg.type, seq: msg.seq });
+      reject({ code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: the handler returned a state that is not JSON; the store's log has the details` });
+      return;
+    }
+    if (text !== undefined && text !== canonicalJSON(this.state)) {
+      this.state = next;
+      client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq},"state":${text}}`, { force: true });
+    } else {
+      client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq}}`, { force: true });
+    }
+    for (const [type, payload] of followUps) {
+      try { client.dispatch(type, payload, { cause: msg.seq }); } catch (err) { this.#report(err, { type: msg.type, seq: msg.seq }); }
+    }
+    if (client.backpressured) await client.flush(); // fluxd is not reading: take no more actions until it does
+  }
+}

@@ -66,7 +66,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// Called once the daemon has closed everything and stopped the loop.
     @exclusivity(unchecked) public var onStopped: (() -> Void)?
     /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
-    public private(set) var core: DaemonCore!
+    @exclusivity(unchecked) public private(set) var core: DaemonCore!
     private let loop: EventLoop
     private var router: Router { core.router }
     @exclusivity(unchecked) private var logger: Logger

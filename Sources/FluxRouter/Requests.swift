@@ -49,11 +49,12 @@ struct FieldReader {
     }
 
     /// A required sequence number (1 ... 2^53-1, SPEC §4.3).
-    func seq(ref: String?) throws(Refusal) -> UInt64 {
+    @inline(__always)
+    func seq(ref: @autoclosure () -> String?) throws(Refusal) -> UInt64 {
         switch env.int(.seq) {
         case .value(let n) where Names.isValidInteger(n, positive: true): return UInt64(n)
-        case .absent: throw .badMessage("\(op) needs \"seq\": the seq of the action it answers", ref: ref)
-        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref)
+        case .absent: throw .badMessage("\(op) needs \"seq\": the seq of the action it answers", ref: ref())
+        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref())
         }
     }
 
@@ -151,93 +152,98 @@ struct UnregisterRequest {
     }
 }
 
-/// `dispatch` (SPEC §8.3), on the hot path: the type is decoded and checked only when it is not written exactly
-/// as the last type routed (`knownType`, which was valid).
+/// `dispatch` (SPEC §8.3), on the hot path: a trivial value of byte spans into the message (copying it costs no
+/// reference counting), read through `Request`'s body. The type is decoded and checked only when it is not written
+/// exactly as the last type routed (`knownTypeJSON`, which was valid).
 struct DispatchRequest {
-    /// The id's exact token, echoed in `settled`.
-    var idRaw: ArraySlice<UInt8>?
-    /// The id decoded (the `ref` of errors about this dispatch).
-    var id: String?
-    var typeJSON: ArraySlice<UInt8>
-    /// The decoded type; nil when it is `knownType`'s.
-    var type: String?
+    var id: JSONSpan?
+    var type: JSONSpan
+    /// Whether `type` is written byte for byte as `knownTypeJSON`.
+    var typeIsKnown: Bool
     var settle: Bool
     var cause: Int64?
-    var payload: ArraySlice<UInt8>?
+    var payload: JSONSpan?
 
-    init(_ env: Envelope, knownTypeJSON: [UInt8]?) throws(Refusal) {
-        let fields = FieldReader(env: env, op: "dispatch")
-        let id = try fields.id(required: false)
-        self.id = id?.text
-        idRaw = id?.raw
+    @inline(__always)
+    init(_ env: borrowing Envelope, knownTypeJSON: [UInt8]) throws(Refusal) {
+        id = env.span(.id)
+        var ref: String? = nil  // (only ids are decoded here: most dispatches have none)
+        if let span = id {
+            ref = span.kind == .string ? decodeJSONString(env.body[span.range]) : nil
+            guard let ref, Names.isValidID(ref) else {
+                throw .badMessage("\"id\" must be a string of 1 to \(Names.maxIDBytes) bytes")
+            }
+        }
         guard let typeSpan = env.span(.type) else {
-            throw .badMessage("dispatch needs \"type\": an action type", ref: self.id)
+            throw .badMessage("dispatch needs \"type\": an action type", ref: ref)
         }
         guard typeSpan.kind == .string else {
-            throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: self.id)
+            throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: ref)
         }
-        typeJSON = env.body[typeSpan.range]
-        if let known = knownTypeJSON, sameBytes(known, typeJSON) {
-            type = nil
-        } else {
-            let decoded = decodeJSONString(typeJSON)
-            guard Names.isValidType(decoded) else {
-                throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -, no *", ref: self.id)
+        type = typeSpan
+        typeIsKnown = !knownTypeJSON.isEmpty && sameBytes(knownTypeJSON, env.body[typeSpan.range])
+        if !typeIsKnown {
+            guard Names.isValidType(decodeJSONString(env.body[typeSpan.range])) else {
+                throw .badMessage("\"type\" must be an action type: 1 to \(Names.maxTypeBytes) bytes of A-Z a-z 0-9 . _ : / -, no *", ref: ref)
             }
-            type = decoded
         }
-        settle = try fields.bool("settle", ref: self.id) ?? false
+        switch env.bool(.settle) {
+        case .absent: settle = false
+        case .value(let s): settle = s
+        case .wrongType: throw .badMessage("\"settle\" must be a boolean", ref: ref)
+        }
         if settle && id == nil { throw .badMessage("a dispatch with \"settle\": true needs an \"id\"") }
         switch env.int(.cause) {
         case .absent: cause = nil
         case .value(let c) where Names.isValidInteger(c, positive: true): cause = c
-        default: throw .badMessage("\"cause\" must be the seq of an action: an integer from 1 to 2^53-1", ref: self.id)
+        default: throw .badMessage("\"cause\" must be the seq of an action: an integer from 1 to 2^53-1", ref: ref)
         }
-        payload = env.raw(.payload)
+        payload = env.span(.payload)
     }
 }
 
-/// `done` and `reject` (SPEC §8.3), on the hot path: the store name is decoded only when it is not written
-/// exactly as the store this peer answered for last.
+/// `done` and `reject` (SPEC §8.3), on the hot path: byte spans into the message, as `DispatchRequest`. The store
+/// name is decoded only when it is not written exactly as the store this peer answered for last.
 struct AnswerRequest {
-    /// The message (the state is a span of it).
-    var body: [UInt8]
     var isDone: Bool
-    var storeJSON: ArraySlice<UInt8>
+    var store: JSONSpan
     var seq: UInt64
-    /// `done`: the new state's span, if any.
+    /// `done`: the new state, if any (the exact bytes the store wrote).
     var state: JSONSpan?
     /// `reject`: the store's error object, forwarded byte for byte.
-    var error: ArraySlice<UInt8>?
+    var error: JSONSpan?
 
-    init(_ env: Envelope, isDone: Bool) throws(Refusal) {
+    @inline(__always)
+    init(_ env: borrowing Envelope, isDone: Bool) throws(Refusal) {
         self.isDone = isDone
-        body = env.body
         let op: StaticString = isDone ? "done" : "reject"
-        let fields = FieldReader(env: env, op: op)
         guard let storeSpan = env.span(.store), storeSpan.kind == .string else {
-            _ = try fields.store()  // throws the right message
-            throw .badMessage("\(op) needs \"store\"")
+            throw .badMessage(env.span(.store) == nil ? "\(op) needs \"store\": a store name"
+                              : "\"store\" must be a store name: 1 to \(Names.maxStoreBytes) bytes of A-Z a-z 0-9 . _ : / -")
         }
-        storeJSON = env.body[storeSpan.range]
-        let ref = env.string(.store).value
-        seq = try fields.seq(ref: ref)
+        store = storeSpan
+        switch env.int(.seq) {  // (the store's name is decoded only for an error)
+        case .value(let n) where Names.isValidInteger(n, positive: true): seq = UInt64(n)
+        case .absent: throw .badMessage("\(op) needs \"seq\": the seq of the action it answers", ref: env.string(.store).value)
+        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: env.string(.store).value)
+        }
         if isDone {
-            state = fields.state()
+            state = env.span(.state)
         } else {
-            guard let error = env.raw(.error), env.span(.error)?.kind == .object,
-                  let object = try? Envelope(body: Array(error)),
+            guard let span = env.span(.error), span.kind == .object,
+                  let object = try? Envelope(body: Array(env.body[span.range])),
                   let code = object.string("code").value, !code.isEmpty, code.utf8.count <= 256,
                   object.span("message").map({ $0.kind == .string }) ?? true else {
-                throw .badMessage("reject needs \"error\": {\"code\": a string of 1 to 256 bytes, \"message\": string}", ref: ref)
+                throw .badMessage("reject needs \"error\": {\"code\": a string of 1 to 256 bytes, \"message\": string}",
+                                  ref: env.string(.store).value)
             }
-            self.error = error
+            error = span
         }
     }
 
-    /// The store name, decoded and checked (when it is not the peer's last store).
-    func storeName() throws(Refusal) -> String {
-        let name = decodeJSONString(storeJSON)
+    /// The store name in `body`, decoded and checked (when it is not the peer's last store).
+    func storeName(in body: [UInt8]) throws(Refusal) -> String {
+        let name = decodeJSONString(body[store.range])
         guard Names.isValidStore(name) else {
             throw .badMessage("\"store\" must be a store name: 1 to \(Names.maxStoreBytes) bytes of A-Z a-z 0-9 . _ : / -", ref: name)
         }

@@ -260,11 +260,13 @@ public final class Router {
             if let role = peer.role {
                 if env.isString(.op, "dispatch") {
                     guard permitted(peer, role.mayDispatch, .dispatch, &out) else { return }
-                    return dispatch(peer, try DispatchRequest(env, knownTypeJSON: routes.lastTypeJSON), now: now, &out)
+                    let request = try DispatchRequest(env, knownTypeJSON: routes.lastTypeJSON)
+                    return dispatch(peer, request, body, now: now, &out)
                 }
                 if env.isString(.op, "done") {
                     guard permitted(peer, role.mayOwnStores, .done, &out) else { return }
-                    return answer(peer, try AnswerRequest(env, isDone: true), &out)
+                    let request = try AnswerRequest(env, isDone: true)
+                    return answer(peer, request, body, &out)
                 }
             }
             let name = env.string(.op).value ?? ""
@@ -296,10 +298,10 @@ public final class Router {
         switch op {
         case .dispatch:
             if permitted(peer, role.mayDispatch, op, &out) {
-                dispatch(peer, try DispatchRequest(env, knownTypeJSON: routes.lastTypeJSON), now: now, &out)
+                dispatch(peer, try DispatchRequest(env, knownTypeJSON: routes.lastTypeJSON), env.body, now: now, &out)
             }
         case .done, .reject:
-            if permitted(peer, role.mayOwnStores, op, &out) { answer(peer, try AnswerRequest(env, isDone: op == .done), &out) }
+            if permitted(peer, role.mayOwnStores, op, &out) { answer(peer, try AnswerRequest(env, isDone: op == .done), env.body, &out) }
         case .register:
             if permitted(peer, role.mayOwnStores, op, &out) { register(peer, try RegisterRequest(env), now: now, &out) }
         case .unregister:

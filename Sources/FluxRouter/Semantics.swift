@@ -170,19 +170,20 @@ extension Router {
 
     /// R1: an accepted action gets the next `seq` and joins the queue of every store that handles its type, in
     /// `seq` order; refusals (§11) give it no `seq`.
-    func dispatch(_ peer: Peer, _ request: DispatchRequest, now: Millis, _ out: inout Output) {
-        let refText = request.id
-        let typeJSON = request.typeJSON
+    func dispatch(_ peer: Peer, _ request: DispatchRequest, _ body: [UInt8], now: Millis, _ out: inout Output) {
+        let idRaw = request.id.map { body[$0.range] }
+        let refText = idRaw.map { decodeJSONString($0) }
+        let typeJSON = body[request.type.range]
         let type: String
         let targets: [StoreEntry]
-        if request.type == nil, let last = routes.last(ifSameAs: typeJSON) {
+        if request.typeIsKnown, let last = routes.last(ifSameAs: typeJSON) {
             type = last.type
             targets = last.targets
         } else {
-            type = request.type ?? decodeJSONString(typeJSON)
+            type = decodeJSONString(typeJSON)
             targets = routes.targets(for: type, typeJSON: typeJSON, in: stores)
         }
-        let wantsSettlement = request.settle, idRaw = request.idRaw, cause = request.cause
+        let wantsSettlement = request.settle, cause = request.cause
         if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
         }
@@ -197,7 +198,7 @@ extension Router {
         for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
             return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
         }
-        let payload = request.payload ?? ArraySlice("null".utf8)
+        let payload = request.payload.map { body[$0.range] } ?? ArraySlice("null".utf8)
         guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
             return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out, ref: refText)
         }
@@ -245,13 +246,13 @@ extension Router {
     }
 
     /// `done` or `reject` from a store: must answer the oldest action in flight to that store.
-    func answer(_ peer: Peer, _ request: AnswerRequest, _ out: inout Output) {
+    func answer(_ peer: Peer, _ request: AnswerRequest, _ body: [UInt8], _ out: inout Output) {
         let store: StoreEntry
-        if let last = peer.lastStore, last.ownerPeer === peer, sameBytes(last.nameJSON, request.storeJSON) {
+        if let last = peer.lastStore, last.ownerPeer === peer, sameBytes(last.nameJSON, body[request.store.range]) {
             store = last  // the store this peer answered for last, named the same way: no decoding or hashing
         } else {
             let name: String
-            do { name = try request.storeName() } catch { return fail(peer, error.code, error.message, &out, ref: error.ref) }
+            do { name = try request.storeName(in: body) } catch { return fail(peer, error.code, error.message, &out, ref: error.ref) }
             guard let owned = ownedStore(peer, name) else {
                 return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
             }
@@ -267,17 +268,17 @@ extension Router {
         }
         let result: StoreResult
         if request.isDone {
-            if let state = request.state {
+            if let span = request.state {
                 // R4/R5: the new state is published before the result is recorded, so every subscriber has the
                 // snapshot queued before the dispatcher's settlement.
-                guard publish(store, state: request.body[state.range], seq: seq, &out) else {
+                guard publish(store, state: body[span.range], seq: seq, &out) else {
                     // The action stays unanswered: redelivered when the store comes back (SPEC §10).
-                    return failStateOverBudget(peer, store, state.range.count, &out)
+                    return failStateOverBudget(peer, store, span.range.count, &out)
                 }
             }
             result = .done
         } else {
-            result = .rejected(request.error!)
+            result = .rejected(body[request.error!.range])
         }
         let head = store.inflight.removeFirst()
         store.lastProgress = now

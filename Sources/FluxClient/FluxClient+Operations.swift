@@ -379,31 +379,11 @@ extension FluxClient {
     /// The object elements of a JSON array fluxd sent (the frame was validated by FluxCore's scanner on receipt:
     /// this only finds where each element starts and ends), as byte slices.
     static func objects(in array: ArraySlice<UInt8>) throws(FluxError) -> [ArraySlice<UInt8>] {
-        var elements: [ArraySlice<UInt8>] = []
-        var depth = 0, inString = false, escaped = false
-        var start: Int?
-        for i in array.indices {
-            let c = array[i]
-            if inString {
-                if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true } else if c == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch c {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                if depth == 1 && c == UInt8(ascii: "{") { start = i }
-                depth += 1
-            case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                depth -= 1
-                if depth == 1, c == UInt8(ascii: "}"), let s = start {
-                    elements.append(array[s...i])
-                    start = nil
-                }
-            default: break
-            }
+        // FluxCore's validating scanner: no second JSON grammar here.
+        guard let elements = jsonArrayElements(array), elements.allSatisfy({ $0.kind == .object }) else {
+            throw .protocolViolation("fluxd sent a list that is not an array of objects")
         }
-        guard depth == 0 else { throw .protocolViolation("an unbalanced array from fluxd") }
-        return elements
+        return elements.map(\.bytes)
     }
 }
 

@@ -410,3 +410,38 @@ struct JSONScanner {
         pos += need + 1
     }
 }
+
+/// The elements of a JSON array, validated by the same scanner as every frame: each element's kind and bytes
+/// (nested values untouched). Nil when `json` is not one valid JSON array (surrounding whitespace allowed).
+public func jsonArrayElements(_ json: ArraySlice<UInt8>, maxDepth: Int = 64) -> [(kind: JSONKind, bytes: ArraySlice<UInt8>)]? {
+    let bytes = Array(json)
+    return bytes.withUnsafeBufferPointer { buf -> [(kind: JSONKind, bytes: ArraySlice<UInt8>)]? in
+        var scanner = JSONScanner(buf, maxDepth: maxDepth)
+        var spans: [JSONSpan] = []
+        do throws(EnvelopeError) {
+            scanner.skipWhitespace()
+            guard scanner.peek() == UInt8(ascii: "[") else { return nil }
+            scanner.pos += 1
+            scanner.skipWhitespace()
+            if scanner.peek() == UInt8(ascii: "]") {
+                scanner.pos += 1
+            } else {
+                while true {
+                    scanner.skipWhitespace()
+                    spans.append(try scanner.scanValue(depth: 2))
+                    scanner.skipWhitespace()
+                    guard let c = scanner.peek() else { return nil }
+                    scanner.pos += 1
+                    if c == UInt8(ascii: "]") { break }
+                    guard c == UInt8(ascii: ",") else { return nil }
+                }
+            }
+            scanner.skipWhitespace()
+            guard scanner.pos == buf.count else { return nil }
+        } catch {
+            return nil
+        }
+        let base = json.startIndex
+        return spans.map { (kind: $0.kind, bytes: json[(base + $0.range.lowerBound)..<(base + $0.range.upperBound)]) }
+    }
+}

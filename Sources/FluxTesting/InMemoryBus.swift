@@ -134,6 +134,15 @@ public final class InMemoryBus: Sendable {
     /// The router's `log` effects so far, as "level: message" lines.
     public var logs: [String] { state.withLock { $0.wire.logs } }
 
+    /// Answers host operation `op` (`workers`, `restart-worker`, `stop-worker`; SPEC §8.11) with `handler`, as
+    /// fluxd's worker supervisor does: the request arrives validated, the answer goes out through the same core
+    /// (counted, with error codes). Without a handler such requests get `unknown-op`, as from a fluxd without
+    /// workers. The handler runs on whichever thread is feeding the bus, with the bus's lock held: it must not
+    /// call back into the bus.
+    public func handleHostOperation(_ op: Op, with handler: @escaping @Sendable (HostRequest) -> HostAnswer) {
+        state.withLock { $0.core.handleHostOperation(op) { _, request in handler(request) } }
+    }
+
     /// Connections the router has open.
     public var connectionCount: Int { state.withLock { $0.wire.connections.count } }
 

@@ -10,6 +10,34 @@ import Testing
 /// End-to-end through the real router, in memory.
 @Suite("InMemoryBus with the real router")
 struct InMemoryBusTests {
+    @Test("host operations reach the handlers registered on the bus, through the same core as fluxd's")
+    func hostOperationsThroughTheCore() async throws {
+        let bus = InMemoryBus()
+        let client = try await bus.client(name: "operator")
+        do {
+            _ = try await client.workers(timeout: .seconds(5))
+            Issue.record("a bus without a workers handler answered")
+        } catch {
+            #expect(error.code == .unknownOp)
+        }
+        bus.handleHostOperation(.workers) { request in
+            var b = FrameBuilder(op: "workers")
+            b.string("id", request.id)
+            b.raw("workers", Array(#"[{"name":"todo","state":"running","pid":7,"restarts":0,"uptime_ms":5,"last_exit":null,"stores":["todos"]}]"#.utf8))
+            return .reply(b.finish())
+        }
+        bus.handleHostOperation(.restartWorker) { _ in .error(.unknownWorker, "no worker named \"nope\"") }
+        let workers = try await client.workers(timeout: .seconds(5))
+        #expect(workers.map(\.name) == ["todo"])
+        #expect(workers.first?.pid == 7)
+        do {
+            _ = try await client.restartWorker("nope", timeout: .seconds(5))
+            Issue.record("restart of an unknown worker answered")
+        } catch {
+            #expect(error.code == .unknownWorker)
+        }
+    }
+
     @Test func dispatchSettlesAndSubscribersReadTheirWrites() async throws {
         let bus = InMemoryBus()
         let running = try await bus.start(makeTodoStore())

@@ -79,11 +79,11 @@ struct ClientDesignTests {
             if try Envelope(body: body).str("op") == "registered" { break }
         }
         let client = try await FluxClient.connect(over: bus.connect(), name: "impatient", requestTimeout: .milliseconds(150))
-        let start = ContinuousClock.now
+        // (The error names the deadline that fired: the client's default. How long it took is not asserted: a
+        // loaded machine may run the timer late.)
         await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.15 s)")) {
             _ = try await client.dispatchAndSettle(type: "silent/go")
         }
-        #expect(ContinuousClock.now - start < .seconds(5))
         await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.05 s)")) {
             _ = try await client.dispatchAndSettle(type: "silent/go", timeout: .milliseconds(50))
         }
@@ -249,10 +249,9 @@ struct ClientDesignTests {
         defer { connection.close() }
         let total = 16 << 20
         let chunk = [UInt8](repeating: 7, count: 1 << 20)
-        let start = ContinuousClock.now
         for _ in 0..<(total / chunk.count) { try connection.send(chunk) }
-        // Nobody reads the other end yet: a blocking send would have stalled here for good.
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // Nobody reads the other end yet: a blocking send would have stalled here for good (the suite's time
+        // limit would end the run); instead the bytes wait for the writer thread.
         #expect(connection.pendingWriteBytes > 0)
         let far = fds[1]
         let reader = Task.detached { () -> Int in

@@ -59,7 +59,7 @@ struct FieldReader {
     }
 
     /// An optional boolean.
-    func bool(_ key: String, ref: String?) throws(Refusal) -> Bool? {
+    func bool(_ key: String, ref: String? = nil) throws(Refusal) -> Bool? {
         switch env.bool(key) {
         case .absent: return nil
         case .value(let b): return b
@@ -131,14 +131,13 @@ struct RegisterRequest {
         let fields = FieldReader(env: env, op: "register")
         body = env.body
         store = try fields.store()
-        let name = store
-        guard let handles = try fields.names("handles", ref: name, what: "action types or prefix* patterns",
+        guard let handles = try fields.names("handles", ref: nil, what: "action types or prefix* patterns",
                                               Names.isValidPattern) else {
-            throw .badMessage("register needs \"handles\": an array of action types or prefix* patterns", ref: name)
+            throw .badMessage("register needs \"handles\": an array of action types or prefix* patterns")
         }
         self.handles = handles
-        waitFor = try fields.names("waitFor", ref: name, what: "store names", Names.isValidStore) ?? []
-        queryDeltas = try fields.bool("queryDeltas", ref: name) ?? false
+        waitFor = try fields.names("waitFor", ref: nil, what: "store names", Names.isValidStore) ?? []
+        queryDeltas = try fields.bool("queryDeltas") ?? false
         state = fields.state()
     }
 }

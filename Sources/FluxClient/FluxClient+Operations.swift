@@ -397,7 +397,8 @@ public struct PendingSettlement: Sendable {
 
     /// Waits for the settlement (within `timeout`, default the client's `requestTimeout`, from this call on).
     public func settlement(timeout: Duration? = nil) async throws(FluxError) -> Settlement {
-        let reply = try await client.awaitAnswer(key: id, deadline: .now + (timeout ?? client.requestTimeout),
+        let limit = timeout ?? client.requestTimeout
+        let reply = try await client.awaitAnswer(key: id, deadline: .now + limit, limit: limit,
                                                  what: "the settlement of \(type)")
         return try FluxClient.parseSettlement(reply, id: id)
     }

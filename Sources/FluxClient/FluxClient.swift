@@ -406,16 +406,18 @@ public final class FluxClient: Sendable {
     /// Sends `frame` and waits for the message that answers `key` (an id, or the handshake), within `timeout`
     /// (the client's `requestTimeout` when nil) for the whole call.
     func request(key: String, frame: Frame, timeout: Duration?, what: String) async throws(FluxError) -> Envelope {
-        let deadline = ContinuousClock.now + (timeout ?? requestTimeout)
+        let limit = timeout ?? requestTimeout
+        let deadline = ContinuousClock.now + limit
         try await waitForRoom(until: deadline, what: what)
         if Task.isCancelled { throw .cancelled }
         try register(key: key, frame: frame)
-        return try await awaitAnswer(key: key, deadline: deadline, what: what)
+        return try await awaitAnswer(key: key, deadline: deadline, limit: limit, what: what)
     }
 
-    /// Waits for the answer to `key` (registered with `register`) until `deadline`.
-    func awaitAnswer(key: String, deadline: ContinuousClock.Instant, what: String) async throws(FluxError) -> Envelope {
-        let seconds = (deadline - .now).formatted
+    /// Waits for the answer to `key` (registered with `register`) until `deadline`; `limit` is the whole call's
+    /// timeout, named in the error (what is left of it when the wait starts depends on the machine's load).
+    func awaitAnswer(key: String, deadline: ContinuousClock.Instant, limit: Duration, what: String) async throws(FluxError) -> Envelope {
+        let seconds = limit.formatted
         let timer = Task { [weak self] in
             try? await Task.sleep(until: deadline, clock: .continuous)
             if !Task.isCancelled { self?.complete(key, .failure(.timedOut("\(what) (no answer within \(seconds))"))) }

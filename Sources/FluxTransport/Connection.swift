@@ -270,6 +270,8 @@ public final class Connection: HandleOwner {
                 decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 offset = bytes.count
                 pauseForTurn()
+                // Not another frame from what was kept: `next(from:at:)` would take it from the decoder's buffer.
+                break
             }
         }
         // An unfinished frame now, or one accounted before: the owner accounts for the change.

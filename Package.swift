@@ -111,7 +111,16 @@ let package = Package(
         .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/View", swiftSettings: swiftSettings),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
-        .testTarget(name: "FluxDaemonTests", dependencies: ["FluxDaemon", "FluxTransport"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "FluxTransportTests",
+            dependencies: ["FluxTransport", "FluxCore", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "FluxDaemonTests",
+            dependencies: ["FluxDaemon", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
     ]

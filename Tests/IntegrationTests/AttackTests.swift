@@ -9,7 +9,7 @@ import Testing
 /// are benchmark figures (`scripts/attack-bench.sh`, docs/limits.md), never asserted here.
 ///
 /// Sized for CI (`FLUXBUS_ATTACK_SCALE`, default 1; the benchmark script runs larger settings).
-@Suite("Attacks: isolation holds under load from a hostile local peer", .serialized)
+@Suite("Attacks: isolation holds under load from a hostile local peer", .serialized, .onDedicatedThreads)
 struct AttackTests {
     static let scale = Int(ProcessInfo.processInfo.environment["FLUXBUS_ATTACK_SCALE"] ?? "") ?? 1
 

@@ -4,7 +4,7 @@ import Testing
 
 /// Plays the language-neutral conformance scenarios (`protocol/conformance/*.json`, format in its README) against a
 /// real fluxd through `RawPeer`: the same scripts the Python runner and the Node tests play.
-@Suite("conformance scenarios")
+@Suite("conformance scenarios", .onDedicatedThreads)
 struct ConformanceScenarioTests {
     static let directory: String = {
         let here = URL(fileURLWithPath: #filePath)

@@ -4,7 +4,7 @@ import Glibc
 import Testing
 
 /// fluxd's transport and wiring seen from a raw socket peer: frames in, frames out, closes, timers.
-@Suite("fluxd connections")
+@Suite("fluxd connections", .onDedicatedThreads)
 struct FluxdConnectionTests {
     @Test("hello gets a welcome; peer ids count up from 1")
     func welcome() throws {

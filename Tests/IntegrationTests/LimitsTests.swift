@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// §10 and §12 limits, nothing silently lost (R6): a full queue refuses with a reason instead of dropping anything.
-@Suite("§10 queue limits")
+@Suite("§10 queue limits", .onDedicatedThreads)
 struct LimitsTests {
     @Test("queue limit: a live store's full queue refuses a dispatch as overloaded (no seq); a down store's full queue settles it unavailable at once")
     func fullQueues() throws {

@@ -7,7 +7,7 @@ import Testing
 /// never an older or the same one again; a state that did not change is not a new version and is not sent.
 @Suite("R4 snapshots")
 struct SnapshotTests {
-    @Test("a late subscriber gets subscribed, then the retained snapshot at once (before the pong of a ping sent with it)")
+    @Test("a late subscriber gets subscribed, then the retained snapshot at once (before the pong of a ping sent with it)", .onDedicatedThreads)
     func retainedSnapshotOnSubscribe() throws {
         try withBusBlocking { bus in
             try bus.startBlocking("todo-store")
@@ -71,7 +71,7 @@ struct SnapshotTests {
         }
     }
 
-    @Test("a subscriber across 100 concurrent dispatches sees strictly increasing versions, no duplicate; no-ops make no snapshot")
+    @Test("a subscriber across 100 concurrent dispatches sees strictly increasing versions, no duplicate; no-ops make no snapshot", .onDedicatedThreads)
     func noStaleNoDuplicateNoNoop() throws {
         try withBusBlocking { bus in
             try bus.startBlocking("todo-store")
@@ -137,7 +137,7 @@ struct SnapshotTests {
         }
     }
 
-    @Test("wire: a store answering or publishing a byte-identical state makes no new version and no snapshot; a changed one does")
+    @Test("wire: a store answering or publishing a byte-identical state makes no new version and no snapshot; a changed one does", .onDedicatedThreads)
     func identicalStateIsNotANewVersion() throws {
         try withBusBlocking { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "store")
@@ -177,7 +177,7 @@ struct SnapshotTests {
         }
     }
 
-    @Test("a subscriber that does not read while 300 large snapshots are made still gets increasing versions, ending at the newest")
+    @Test("a subscriber that does not read while 300 large snapshots are made still gets increasing versions, ending at the newest", .onDedicatedThreads)
     func slowSubscriberGetsTheNewest() throws {
         try withBusBlocking { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "store")

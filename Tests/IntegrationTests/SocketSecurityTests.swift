@@ -36,8 +36,8 @@ struct SocketSecurityTests {
         let directory = tmp.path + "/fluxbus-\(getuid())"
         let path = directory + "/fluxd.sock"
         let fluxd = try Fluxd(socketPath: path, passSocket: false, environment: Self.environment(tmpdir: tmp.path))
-        defer { fluxd.cleanup() }
-        #expect(try fluxd.waitForReady() == "fluxd ready on \(path)")
+        defer { fluxd.cleanup() } // after a failure; stopped below otherwise
+        #expect(try await fluxd.waitForReady() == "fluxd ready on \(path)")
         let st = try #require(Self.status(directory))
         #expect(st.st_mode & S_IFMT == S_IFDIR)
         #expect(st.st_mode & 0o7777 == 0o700)
@@ -49,10 +49,11 @@ struct SocketSecurityTests {
         #expect(ping.status == 0, "\(ping)")
 
         // And an existing private directory is used again.
-        fluxd.stop()
+        await fluxd.stop()
         let again = try Fluxd(socketPath: path, passSocket: false, environment: Self.environment(tmpdir: tmp.path))
-        defer { again.cleanup() }
-        #expect(try again.waitForReady() == "fluxd ready on \(path)")
+        defer { again.cleanup() } // after a failure; shut down below otherwise
+        #expect(try await again.waitForReady() == "fluxd ready on \(path)")
+        await again.shutDown()
     }
 
     struct Squat: Sendable, CustomTestStringConvertible {
@@ -62,7 +63,7 @@ struct SocketSecurityTests {
         var testDescription: String { "owner \(owner.map(String.init) ?? "fluxd's"), mode \(String(mode, radix: 8))" }
     }
 
-    @Test("a default socket directory squatted by another user, or open to others, is refused with its owner, mode and the fix",
+    @Test("a default socket directory squatted by another user, or open to others, is refused with its owner, mode and the fix", .onDedicatedThreads,
           arguments: [
             Squat(owner: 4242, mode: 0o777, expected: "rm -r"),
             Squat(owner: 4242, mode: 0o700, expected: "rm -r"),
@@ -94,7 +95,7 @@ struct SocketSecurityTests {
         #expect(st.st_uid == owner && st.st_mode & 0o7777 == squat.mode)
     }
 
-    @Test("a default socket directory that is a symbolic link (even to a private directory of ours) is refused")
+    @Test("a default socket directory that is a symbolic link (even to a private directory of ours) is refused", .onDedicatedThreads)
     func symlinkedDefaultDirectory() throws {
         let tmp = try TempDirectory(prefix: "fluxsec")
         defer { tmp.remove() }
@@ -117,7 +118,7 @@ struct SocketSecurityTests {
         var testDescription: String { "owner \(owner.map(String.init) ?? "fluxd's"), mode \(String(mode, radix: 8))" }
     }
 
-    @Test("--socket PATH: its directory must be fluxd's or root's, and sticky when group/other-writable",
+    @Test("--socket PATH: its directory must be fluxd's or root's, and sticky when group/other-writable", .onDedicatedThreads,
           arguments: [
             Parent(owner: nil, mode: 0o700, refused: nil),
             Parent(owner: nil, mode: 0o755, refused: nil),
@@ -152,12 +153,9 @@ struct SocketSecurityTests {
 
     @Test("FLUXBUS_SERVER_UID / --server-uid: a fluxd run by another uid is refused (exit 3), the right uid is accepted")
     func serverUIDWiring() async throws {
-        let fluxd = try await offPool { () -> Fluxd in
-            let fluxd = try Fluxd()
-            do { try fluxd.waitForReady() } catch { fluxd.cleanup(); throw error }
-            return fluxd
-        }
-        defer { fluxd.cleanup() }
+        let fluxd = try Fluxd()
+        defer { fluxd.cleanup() } // after a failure; shut down below otherwise
+        try await fluxd.waitForReady()
         let me = UInt32(geteuid())
         let other: UInt32 = me == 4242 ? 4243 : 4242
         let path = fluxd.socketPath
@@ -197,6 +195,7 @@ struct SocketSecurityTests {
             try await FluxClient.connect(socketPath: path, name: "trusting", expectedServerUID: me)
         }
         client.abort()
+        await fluxd.shutDown()
     }
 
     @Test("a client running as root refuses a fluxd run by another uid unless told to accept it",
@@ -210,12 +209,9 @@ struct SocketSecurityTests {
         #expect(mkdir(directory, 0o700) == 0)
         #expect(chown(directory, uid, uid) == 0)
         let path = directory + "/fluxd.sock"
-        let fluxd = try await offPool { () -> Fluxd in
-            let fluxd = try Fluxd(socketPath: path, launcher: ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
-            do { try fluxd.waitForReady() } catch { fluxd.cleanup(); throw error }
-            return fluxd
-        }
-        defer { fluxd.cleanup() }
+        let fluxd = try Fluxd(socketPath: path, launcher: ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
+        defer { fluxd.cleanup() } // after a failure; shut down below otherwise
+        try await fluxd.waitForReady()
         #expect(Self.status(path)?.st_uid == uid)
 
         let refused = try await Self.fluxctl(["ping", "--count", "1"], socket: path, unsetting: ["FLUXBUS_SERVER_UID"])
@@ -223,5 +219,6 @@ struct SocketSecurityTests {
         #expect(refused.stderr.contains("it is run by uid \(uid), expected 0"), "\(refused)")
         let told = try await Self.fluxctl(["ping", "--count", "1"], socket: path, environment: ["FLUXBUS_SERVER_UID": "\(uid)"])
         #expect(told.status == 0, "\(told)")
+        await fluxd.shutDown()
     }
 }

@@ -7,7 +7,7 @@ import Testing
 /// §10 stores that go down (R6 nothing silently lost): subscribers are told, pending actions wait in a queue for
 /// `queueTimeout` and are then settled `unavailable`, or are applied exactly once, in order, by the restarted store,
 /// which resumes from the retained snapshot.
-@Suite("§10 stores that go down")
+@Suite("§10 stores that go down", .onDedicatedThreads)
 struct StoreDownTests {
     @Test("todo-store SIGKILLed: subscribers get store-down; a settled dispatch gets store-unavailable after the 500 ms queue timeout")
     func downAndTimedOut() throws {

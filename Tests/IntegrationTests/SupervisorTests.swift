@@ -4,7 +4,7 @@ import Testing
 
 /// fluxd as a plugin host (`fluxd --config FILE`): real fluxd, real example stores as workers, shell scripts as
 /// crashing and hung workers.
-@Suite("fluxd supervises store workers")
+@Suite("fluxd supervises store workers", .onDedicatedThreads)
 struct SupervisorTests {
     static let examples = """
         [fluxd]

@@ -43,9 +43,10 @@ struct SupervisorTests {
             let todosUp = try #require(log.range(of: "store \"todos\" registered"))
             let statsStarted = try #require(log.range(of: "worker=stats [FluxDaemon] worker started"))
             #expect(todosUp.lowerBound < statsStarted.lowerBound, "stats started before todos was up:\n\(log)")
-            // Each worker's output lands in fluxd's log with its name.
-            #expect(log.contains("todo| todo-store ready"))
-            #expect(log.contains("stats| stats-store ready"))
+            // Each worker's output lands in fluxd's log with its name (fluxd may read a worker's "ready" line after
+            // it saw the worker register: wait for it).
+            try host.waitForLog("todo| todo-store ready")
+            try host.waitForLog("stats| stats-store ready")
 
             let status = host.fluxd.stop(timeout: .seconds(20))
             #expect(status == 0)

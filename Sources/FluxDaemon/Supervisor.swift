@@ -35,9 +35,17 @@ public enum WorkerState: String, Sendable {
 /// machine was out of something; retries happen at most every `backoff.cap`, and are logged). The supervisor reacts to
 /// the daemon core's store changes (`DaemonCore.onStoreChange`: a store registered or went down), to its workers'
 /// exits and to its timers; it never polls.
+///
+/// Processes, time and the stores' status come through small interfaces (SupervisorSeams.swift): fluxd's libuv
+/// spawner and loop clock and its daemon core's store status (`init(loop:daemon:...)`), or a test's fakes
+/// (`init(config:...:spawner:clock:storeStatus:)`).
 public final class Supervisor {
-    private let loop: EventLoop
-    private unowned let daemon: Daemon
+    /// What the daemon core knows of a store (`Daemon.storeStatus`).
+    public typealias StoreStatusLookup = (String) -> StoreStatusInfo
+
+    private let spawner: any WorkerSpawner
+    private let clock: any SupervisorClock
+    private let storeStatus: StoreStatusLookup
     private let socketPath: String
     private var logger: Logger
     private let executableDirectory: String?
@@ -48,11 +56,23 @@ public final class Supervisor {
     private var order: [String] = []
     private var stoppingAll: (() -> Void)?
 
-    /// A supervisor for `config` on the daemon's loop (nothing runs until `start()`).
-    public init(loop: EventLoop, daemon: Daemon, config: SupervisorConfig, socketPath: String,
-                executableDirectory: String?, logger: Logger) {
-        self.loop = loop
-        self.daemon = daemon
+    /// A supervisor for `config` on the daemon's loop, spawning `ChildProcess`es and reading the stores' status
+    /// from `daemon` (nothing runs until `start()`).
+    public convenience init(loop: EventLoop, daemon: Daemon, config: SupervisorConfig, socketPath: String,
+                            executableDirectory: String?, logger: Logger) {
+        self.init(config: config, socketPath: socketPath, executableDirectory: executableDirectory, logger: logger,
+                  spawner: ChildProcessSpawner(loop: loop), clock: LoopClock(loop: loop),
+                  storeStatus: { [unowned daemon] store in daemon.storeStatus(store) })
+    }
+
+    /// A supervisor for `config` that starts processes with `spawner`, keeps time with `clock` and learns the
+    /// stores' status from `storeStatus` (nothing runs until `start()`; call `storeChanged(_:)` when a store
+    /// comes up or goes down).
+    public init(config: SupervisorConfig, socketPath: String, executableDirectory: String?, logger: Logger,
+                spawner: any WorkerSpawner, clock: any SupervisorClock, storeStatus: @escaping StoreStatusLookup) {
+        self.spawner = spawner
+        self.clock = clock
+        self.storeStatus = storeStatus
         self.config = config
         self.socketPath = socketPath
         self.executableDirectory = executableDirectory
@@ -86,6 +106,11 @@ public final class Supervisor {
             logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
             return
         }
+        reload(to: fresh)
+    }
+
+    /// What `reload()` does with the config it read: starts added workers, stops removed ones, restarts changed ones.
+    func reload(to fresh: SupervisorConfig) {
         guard stoppingAll == nil else { return }
         let old = Dictionary(uniqueKeysWithValues: config.workers.map { ($0.name, $0) })
         let new = Set(fresh.workers.map(\.name))
@@ -229,6 +254,25 @@ public final class Supervisor {
         }
     }
 
+    /// One worker as `workers` reports it (without the JSON), for tests and diagnostics.
+    struct WorkerStatus: Equatable {
+        var state: WorkerState
+        var pid: Int32?
+        var restarts: Int
+        var lastExit: ProcessExit?
+        var lastError: String?
+    }
+
+    /// The worker `name` as `workers` reports it; nil when there is no such worker (any more).
+    func status(of name: String) -> WorkerStatus? {
+        guard let worker = workers[name] else { return nil }
+        return WorkerStatus(state: worker.state, pid: worker.child?.pid, restarts: worker.restarts,
+                            lastExit: worker.lastExit, lastError: worker.lastError)
+    }
+
+    /// The workers' names in start order (workers being removed last).
+    var workerNames: [String] { order.filter { workers[$0] != nil } }
+
     private func json(of worker: Worker) -> [UInt8] {
         var out: [UInt8] = []
         func key(_ k: String) { out += Array("\"\(k)\":".utf8) }
@@ -237,7 +281,7 @@ public final class Supervisor {
         out += Array(",".utf8); key("state"); appendEscaped(worker.state.rawValue, to: &out)
         out += Array(",".utf8); key("pid"); out += Array((worker.child.map { "\($0.pid)" } ?? "null").utf8)
         out += Array(",".utf8); key("restarts"); out += Array("\(worker.restarts)".utf8)
-        let uptime = worker.child != nil ? "\(loop.now - worker.startedAt)" : "null"
+        let uptime = worker.child != nil ? "\(clock.now - worker.startedAt)" : "null"
         out += Array(",".utf8); key("uptime_ms"); out += Array(uptime.utf8)
         out += Array(",".utf8); key("last_exit")
         switch worker.lastExit {
@@ -263,7 +307,7 @@ public final class Supervisor {
     // MARK: - The state machine
 
     private func add(_ spec: WorkerSpec) {
-        let worker = Worker(spec: spec, supervisor: self, loop: loop)
+        let worker = Worker(spec: spec, supervisor: self, clock: clock)
         workers[spec.name] = worker
         if !order.contains(spec.name) { order.append(spec.name) }
     }
@@ -282,23 +326,23 @@ public final class Supervisor {
             guard let worker = workers[name], !worker.held, worker.desired != nil else { continue }
             switch worker.state {
             case .starting where worker.child == nil:
-                if worker.spec.after.allSatisfy({ daemon.storeStatus($0).status == "up" }) { spawn(worker) }
+                if worker.spec.after.allSatisfy({ storeStatus($0).status == "up" }) { spawn(worker) }
             case .starting:
                 guard worker.terminating == nil else { continue }
                 let registered = worker.spec.stores.allSatisfy { store in
-                    let status = daemon.storeStatus(store)
+                    let status = storeStatus(store)
                     return status.status == "up" && status.owner.map { !worker.staleOwners.contains($0) } ?? true
                 }
                 if registered {
                     worker.state = .running
                     worker.timer.stop()
-                    worker.runningSince = loop.now
+                    worker.runningSince = clock.now
                     logger.info("worker running", metadata: ["worker": "\(name)", "pid": "\(worker.child!.pid)",
                                                              "stores": "\(worker.spec.stores.joined(separator: ","))"])
                 }
             case .running:
                 guard worker.terminating == nil else { continue }
-                if let lost = worker.spec.stores.first(where: { daemon.storeStatus($0).status != "up" }) {
+                if let lost = worker.spec.stores.first(where: { storeStatus($0).status != "up" }) {
                     logger.warning("worker lost its connection; killing it",
                                    metadata: ["worker": "\(name)", "store": "\(lost)"])
                     terminate(worker, because: "store \(lost) went down while the process lived")
@@ -321,9 +365,9 @@ public final class Supervisor {
                                    workingDirectory: spec.workingDirectory)
         options.detached = true
         // Stores that are up now belong to somebody else (a previous instance whose close is not processed yet).
-        worker.staleOwners = Set(spec.stores.compactMap { daemon.storeStatus($0).owner })
+        worker.staleOwners = Set(spec.stores.compactMap { storeStatus($0).owner })
         do {
-            worker.child = try ChildProcess.spawn(loop: loop, options: options, delegate: worker)
+            worker.child = try spawner.spawn(options, observer: worker)
         } catch {
             if case .uv(let uv) = error, SpawnFailure(uvCode: uv.code) == .transient {
                 return retryStart(worker, after: error)
@@ -334,14 +378,14 @@ public final class Supervisor {
                          metadata: ["worker": "\(spec.name)", "command": "\(spec.executable)", "error": "\(describe(error))"])
             return
         }
-        worker.startedAt = loop.now
+        worker.startedAt = clock.now
         worker.lastError = nil
         worker.terminating = nil
         logger.info("worker started", metadata: ["worker": "\(spec.name)", "pid": "\(worker.child!.pid)",
                                                  "command": "\(spec.executable)"])
         if spec.stores.isEmpty {
             worker.state = .running
-            worker.runningSince = loop.now
+            worker.runningSince = clock.now
         } else {
             worker.state = .starting
             worker.timer.start(after: spec.startTimeout)
@@ -407,7 +451,7 @@ public final class Supervisor {
         worker.child = nil
         worker.lastExit = how
         worker.timer.stop()
-        let uptime = loop.now - worker.startedAt
+        let uptime = clock.now - worker.startedAt
         if worker.state == .stopping {
             logger.info("worker stopped", metadata: ["worker": "\(name)", "exit": "\(how)"])
             worker.state = .stopped
@@ -444,7 +488,7 @@ public final class Supervisor {
                        metadata: ["worker": "\(name)", "exit": "\(how)", "reason": "\(reason)"])
             return
         }
-        let now = loop.now
+        let now = clock.now
         worker.recentRestarts.removeAll { now - $0 >= worker.spec.intensity.window }
         if worker.recentRestarts.count >= worker.spec.intensity.maxRestarts {
             worker.state = .failed
@@ -493,13 +537,13 @@ public final class Supervisor {
 }
 
 /// One supervised worker's bookkeeping (loop thread only).
-private final class Worker: ChildProcessDelegate {
+private final class Worker: WorkerProcessObserver {
     var spec: WorkerSpec
     /// The spec it should run with; nil once removed from the config.
     var desired: WorkerSpec?
     unowned let supervisor: Supervisor
     var state = WorkerState.starting
-    var child: ChildProcess?
+    var child: (any WorkerProcess)?
     var startedAt: Millis = 0
     var runningSince: Millis?
     var restarts = 0
@@ -514,13 +558,13 @@ private final class Worker: ChildProcessDelegate {
     var restartAfterStop = false
     var staleOwners: Set<PeerID> = []
     /// Start timeout, backoff delay or stop timeout (one at a time).
-    var timer: LoopTimer!
+    var timer: (any SupervisorTimer)!
 
-    init(spec: WorkerSpec, supervisor: Supervisor, loop: EventLoop) {
+    init(spec: WorkerSpec, supervisor: Supervisor, clock: any SupervisorClock) {
         self.spec = spec
         self.desired = spec
         self.supervisor = supervisor
-        timer = LoopTimer(loop: loop) { [unowned self] in self.supervisor.timerFired(self) }
+        timer = clock.makeTimer { [unowned self] in self.supervisor.timerFired(self) }
     }
 
     func resetFailures() {
@@ -528,12 +572,12 @@ private final class Worker: ChildProcessDelegate {
         consecutiveFailures = 0
     }
 
-    func childProcess(_ child: ChildProcess, wrote line: String, to stream: FluxTransport.OutputStream) {
+    func workerProcess(_ process: any WorkerProcess, wrote line: String, to stream: FluxTransport.OutputStream) {
         supervisor.output(self, line: line, stream: stream)
     }
 
-    func childProcess(_ child: ChildProcess, exited: ProcessExit) {
-        guard self.child === child else { return }
+    func workerProcess(_ process: any WorkerProcess, exited: ProcessExit) {
+        guard child === process else { return }
         supervisor.exited(self, how: exited)
     }
 }

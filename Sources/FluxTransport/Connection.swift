@@ -59,11 +59,12 @@ public struct SocketCredentials: Equatable, Sendable {
 /// place (newest wins, SPEC §8.5): a subscriber that falls behind costs one snapshot per store, not a growing
 /// queue. `queuedBytes` tells the owner how far behind the peer is (fluxd closes it above `maxBacklog`).
 ///
-/// Handle lifecycle: created and accepted by `PipeListener` (the handle holds a retain on this object), reading
-/// from then on; `close(afterFlush: true)` stops reading and closes once every queued write completed;
-/// `close(afterFlush: false)`, EOF, or a read/write error close at once (writes in flight complete with
-/// `UV_ECANCELED`). The delegate hears `connectionClosed` from the close callback, exactly once, after which the
-/// handle memory is freed and the delegate released.
+/// Handle lifecycle: created by `PipeListener` for each accepted socket, or by `adopting(descriptor:...)` for a
+/// socket the owner already has (the handle holds a retain on this object), reading from then on;
+/// `close(afterFlush: true)` stops reading and closes once every queued write completed; `close(afterFlush:
+/// false)`, EOF, or a read/write error close at once (writes in flight complete with `UV_ECANCELED`). The
+/// delegate hears `connectionClosed` from the close callback, exactly once, after which the handle memory is freed
+/// and the delegate released.
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
@@ -108,6 +109,34 @@ public final class Connection: HandleOwner {
         super.init(loop: loop, handleType: uv_pipe_t.self)
         uvMust(uv_pipe_init(loop.loop, typed(uv_pipe_t.self), 0), "uv_pipe_init")
         adopt()
+    }
+
+    /// Wraps `descriptor`, a connected Unix stream socket the caller already holds, in a connection that reads
+    /// from the next loop iteration on (its frames go to `delegate`, which may also be set afterwards, before the
+    /// loop runs again). `PipeListener` makes every accepted connection this way; tests wrap one end of a
+    /// `socketpair(2)` to drive a connection without a listener or a daemon.
+    ///
+    /// The connection owns the descriptor from this call on, whatever the outcome: it is closed with the
+    /// connection, or at once when this throws (`uv_pipe_open` or `uv_read_start` failed; nothing is left open
+    /// then: the handle closes on the next loop iteration). Loop thread only.
+    public static func adopting(descriptor: Int32, loop: EventLoop, maxFrame: UInt32,
+                                delegate: (any ConnectionDelegate)? = nil) throws(TransportError) -> Connection {
+        let connection = Connection(loop: loop, maxFrame: maxFrame)
+        let rc = uv_pipe_open(connection.typed(uv_pipe_t.self), descriptor)
+        if rc < 0 {
+            Glibc.close(descriptor)
+            connection.close(afterFlush: false)
+            throw .uv(UVError(code: rc, operation: "uv_pipe_open"))
+        }
+        connection.delegate = delegate
+        do {
+            try connection.startReading()
+        } catch {
+            connection.delegate = nil
+            connection.close(afterFlush: false)
+            throw error
+        }
+        return connection
     }
 
     var stream: UnsafeMutablePointer<uv_stream_t> { UnsafeMutablePointer(OpaquePointer(handle)) }
@@ -197,8 +226,8 @@ public final class Connection: HandleOwner {
 
     // MARK: - Internal
 
-    /// Called by the listener right after `uv_accept`.
-    func startReading() throws(TransportError) {
+    /// Called by `adopting(descriptor:...)` right after `uv_pipe_open`.
+    private func startReading() throws(TransportError) {
         credentials = readPeerCredentials()
         try uvCheck(uv_read_start(stream, connectionAlloc, connectionRead), "uv_read_start")
     }
@@ -240,6 +269,8 @@ public final class Connection: HandleOwner {
                 decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 offset = bytes.count
                 pauseForTurn()
+                // Not another frame from what was kept: `next(from:at:)` would take it from the decoder's buffer.
+                break
             }
         }
         // An unfinished frame now, or one accounted before: the owner accounts for the change.

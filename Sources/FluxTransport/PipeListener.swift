@@ -256,18 +256,10 @@ public final class PipeListener: HandleOwner {
     private func adopt(accepted fd: Int32) {
         // Not inherited by workers: they are spawned on this thread, never between accept and this call.
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        let connection = Connection(loop: eventLoop, maxFrame: options.maxFrame)
-        let rc = uv_pipe_open(connection.typed(uv_pipe_t.self), fd)
-        if rc < 0 {
-            Glibc.close(fd)
-            connection.close(afterFlush: false)
-            delegate?.listener(self, acceptFailed: UVError(code: rc, operation: "uv_pipe_open"))
-            return
-        }
+        let connection: Connection
         do {
-            try connection.startReading()
+            connection = try Connection.adopting(descriptor: fd, loop: eventLoop, maxFrame: options.maxFrame)
         } catch {
-            connection.close(afterFlush: false)
             if case .uv(let uvError) = error { delegate?.listener(self, acceptFailed: uvError) }
             return
         }

@@ -9,7 +9,7 @@ import Testing
 /// are benchmark figures (`scripts/attack-bench.sh`, docs/limits.md), never asserted here.
 ///
 /// Sized for CI (`FLUXBUS_ATTACK_SCALE`, default 1; the benchmark script runs larger settings).
-@Suite("Attacks: isolation holds under load from a hostile local peer", .serialized)
+@Suite("Attacks: isolation holds under load from a hostile local peer", .serialized, .onDedicatedThreads)
 struct AttackTests {
     static let scale = Int(ProcessInfo.processInfo.environment["FLUXBUS_ATTACK_SCALE"] ?? "") ?? 1
 
@@ -253,10 +253,9 @@ struct AttackTests {
         }
     }
 
-    @Test("4c. connection limits: per user and in the handshake; the refused get too-many-connections")
-    func connectionLimits() throws {
+    @Test("4c. silent connections: one beyond the handshake limit gets too-many-connections and is closed; the well-behaved client is unaffected")
+    func handshakeLimit() throws {
         try withAttackBus(["--max-connections-per-user", "30", "--max-handshakes", "5"]) { bus, client in
-            // The store, the client and the info connections hold some of the 30.
             var silent: [RawPeer] = []
             for _ in 0..<5 { silent.append(try RawPeer(connectingTo: bus.socketPath)) }
             let sixth = try RawPeer(connectingTo: bus.socketPath)
@@ -264,6 +263,16 @@ struct AttackTests {
             #expect(refusal.string("code") == "too-many-connections" && refusal.bool("fatal") == true)
             #expect(try sixth.next() == .eof)
             try client.roundTrips(1, during: "5 silent connections")
+            withExtendedLifetime(silent) {}
+        }
+    }
+
+    @Test("4c. connections beyond the per-user limit get too-many-connections; the well-behaved client is unaffected")
+    func perUserConnectionLimit() throws {
+        try withAttackBus(["--max-connections-per-user", "30", "--max-handshakes", "5"]) { bus, client in
+            // The store, the client, the info connections and 5 silent ones (in the handshake) hold some of the 30.
+            var silent: [RawPeer] = []
+            for _ in 0..<5 { silent.append(try RawPeer(connectingTo: bus.socketPath)) }
             var ready: [RawPeer] = []
             var refused = 0
             for i in 0..<40 {

@@ -5,7 +5,7 @@ import Testing
 
 /// SPEC §8.5 "newest wins", §11 `slow-consumer`, §12 `maxBacklog`: a peer that does not read as fast as fluxd
 /// produces frames for it costs fluxd bounded memory and never slows anyone else down.
-@Suite("backpressure", .serialized)
+@Suite("backpressure", .serialized, .onDedicatedThreads)
 struct BackpressureTests {
     @Test("a subscriber that stops reading is sent only the newest snapshot; fluxd's memory stays bounded; others get every version")
     func slowSubscriberIsCoalesced() throws {

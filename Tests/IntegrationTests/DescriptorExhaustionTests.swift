@@ -4,7 +4,7 @@ import Testing
 
 /// fluxd out of file descriptors: connections it cannot accept are closed at once, counted and logged at most once
 /// a second; a worker whose restart fails for lack of descriptors is retried with backoff and comes back.
-@Suite("fluxd out of file descriptors")
+@Suite("fluxd out of file descriptors", .onDedicatedThreads)
 struct DescriptorExhaustionTests {
     static let config = """
         [workers.todo]

@@ -4,7 +4,7 @@ import Glibc
 import Testing
 
 /// fluxd's transport and wiring seen from a raw socket peer: frames in, frames out, closes, timers.
-@Suite("fluxd connections")
+@Suite("fluxd connections", .onDedicatedThreads)
 struct FluxdConnectionTests {
     @Test("hello gets a welcome; peer ids count up from 1")
     func welcome() throws {
@@ -42,14 +42,22 @@ struct FluxdConnectionTests {
         }
     }
 
-    @Test("frames split byte by byte and frames pipelined in one write are all answered, in order")
-    func framing() throws {
+    @Test("a frame split byte by byte, one write per byte, is answered")
+    func frameSplitByteByByte() throws {
         try withFluxd { fluxd in
             let peer = try RawPeer(connectingTo: fluxd.socketPath)
             for byte in encodeFrame(Array(#"{"op":"hello","protocol":1,"role":"client"}"#.utf8)) {
                 try peer.send([byte])
             }
             #expect(try peer.nextMessage()["op"] as? String == "welcome")
+        }
+    }
+
+    @Test("500 frames pipelined in one write are all answered, in order")
+    func pipelinedFrames() throws {
+        try withFluxd { fluxd in
+            let peer = try RawPeer(connectingTo: fluxd.socketPath)
+            _ = try peer.handshake()
             var burst: [UInt8] = []
             for i in 0..<500 { burst += encodeFrame(Array(#"{"op":"ping","id":"p\#(i)"}"#.utf8)) }
             try peer.send(burst)

@@ -4,7 +4,7 @@ import Glibc
 import Testing
 
 /// fluxd as a process: startup, the socket file, refusing a live socket, signals and clean shutdown.
-@Suite("fluxd process")
+@Suite("fluxd process", .onDedicatedThreads)
 struct FluxdProcessTests {
     @Test("prints exactly one ready line naming the socket, which is a socket")
     func readyLine() throws {

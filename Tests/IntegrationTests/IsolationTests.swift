@@ -5,7 +5,7 @@ import Testing
 
 /// R7 isolation and §11 errors: every kind of bad input gets its stable error code (fatal ones close only that
 /// connection), while a well-behaved client keeps dispatching and receiving snapshots, and fluxd stays up.
-@Suite("R7 isolation: bad input never disturbs others")
+@Suite("R7 isolation: bad input never disturbs others", .onDedicatedThreads)
 struct IsolationTests {
     /// A well-behaved client subscribed to `todos`: each round dispatches a create with settlement and must see exactly
     /// the next snapshot (holding its todo) and the settlement — nothing else, whatever other peers are doing.

@@ -4,7 +4,7 @@ import Testing
 
 /// SPEC §8.10: a monitor must never slow routing down. A monitor that stops reading while the bus is busy costs
 /// the dispatcher nothing: every action still settles; the monitor later learns how many events it missed.
-@Suite("monitor backpressure")
+@Suite("monitor backpressure", .onDedicatedThreads)
 struct MonitorBackpressureTests {
     @Test("a monitor that stops reading never slows routing, and is told how many events it missed")
     func slowMonitorMissesEventsButRoutingGoesOn() throws {

@@ -66,7 +66,7 @@ struct OrderingTests {
         }
     }
 
-    @Test("wire level: 8 raw clients on their own threads, a raw store sees strictly increasing seqs 1...400 and each client's order")
+    @Test("wire level: 8 raw clients on their own threads, a raw store sees strictly increasing seqs 1...400 and each client's order", .onDedicatedThreads)
     func wireOrderAtTheStore() throws {
         try withBusBlocking { bus in
             let path = bus.socketPath

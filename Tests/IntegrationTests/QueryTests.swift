@@ -107,7 +107,7 @@ struct QueryTests {
         }
     }
 
-    @Test("wire: the store is told the deduplicated query set with counts on every change, disconnects included")
+    @Test("wire: the store is told the deduplicated query set with counts on every change, disconnects included", .onDedicatedThreads)
     func queriesWithCountsOnTheWire() throws {
         try withBusBlocking { bus in
             let path = bus.socketPath

@@ -7,7 +7,7 @@ import Testing
 /// has already been sent a snapshot at V or newer — even while another client is writing to the same store.
 @Suite("R5 read your writes")
 struct ReadYourWritesTests {
-    @Test("wire: the snapshot at or past the settled version (holding our write) arrives before settled, under concurrent writes")
+    @Test("wire: the snapshot at or past the settled version (holding our write) arrives before settled, under concurrent writes", .onDedicatedThreads)
     func snapshotBeforeSettled() throws {
         try withBusBlocking { bus in
             try bus.startBlocking("todo-store")

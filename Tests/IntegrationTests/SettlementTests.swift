@@ -49,7 +49,7 @@ struct SettlementTests {
         }
     }
 
-    @Test("wire: no-handler with ref = the dispatch id, settle or not; no seq is used; nothing else is sent")
+    @Test("wire: no-handler with ref = the dispatch id, settle or not; no seq is used; nothing else is sent", .onDedicatedThreads)
     func noHandlerOnTheWire() throws {
         try withBusBlocking { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "store")

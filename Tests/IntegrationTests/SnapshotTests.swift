@@ -7,7 +7,7 @@ import Testing
 /// never an older or the same one again; a state that did not change is not a new version and is not sent.
 @Suite("R4 snapshots")
 struct SnapshotTests {
-    @Test("a late subscriber gets subscribed, then the retained snapshot at once (before the pong of a ping sent with it)")
+    @Test("a late subscriber gets subscribed, then the retained snapshot at once (before the pong of a ping sent with it)", .onDedicatedThreads)
     func retainedSnapshotOnSubscribe() throws {
         try withBusBlocking { bus in
             try bus.startBlocking("todo-store")
@@ -71,8 +71,8 @@ struct SnapshotTests {
         }
     }
 
-    @Test("a subscriber across 100 concurrent dispatches sees strictly increasing versions, no duplicate; no-ops make no snapshot")
-    func noStaleNoDuplicateNoNoop() throws {
+    @Test("a subscriber across 100 concurrent dispatches sees strictly increasing versions, no duplicate", .onDedicatedThreads)
+    func noStaleNoDuplicate() throws {
         try withBusBlocking { bus in
             try bus.startBlocking("todo-store")
             let view = try RawPeer.ready(bus.socketPath, name: "view")
@@ -102,13 +102,26 @@ struct SnapshotTests {
             }
             #expect(versions.last == 101, "100 creates on top of the initial version 1")
             #expect(Set(versions).count == versions.count)
+        }
+    }
+
+    @Test("no-ops make no snapshot and keep the version; the next real change makes exactly one snapshot, the next version, which get returns", .onDedicatedThreads)
+    func noopsMakeNoSnapshot() throws {
+        try withBusBlocking { bus in
+            try bus.startBlocking("todo-store")
+            let view = try RawPeer.ready(bus.socketPath, name: "view")
+            #expect(try view.subscribe("todos").last?.int("version") == 1)
+            try view.send(frame: #"{"op":"dispatch","id":"c","type":"todo/create","payload":{"title":"first"},"settle":true}"#)
+            let (created, _) = try view.read(until: "settled c") { $0.op == "settled" }
+            #expect(created.map { $0.op } == ["snapshot"])
+            #expect(created.first?.int("version") == 2)
 
             // Real no-ops: clearing done todos when none is done, renaming to the same title, a rejected toggle.
             // R5 would put any snapshot they made before their settlement, so the frames before each `settled`
             // show whether one was sent.
             let noops = [
                 #"{"op":"dispatch","id":"n1","type":"todo/clear-done","settle":true}"#,
-                #"{"op":"dispatch","id":"n2","type":"todo/edit","payload":{"id":1,"title":"\#(lastState!.todos[0].title)"},"settle":true}"#,
+                #"{"op":"dispatch","id":"n2","type":"todo/edit","payload":{"id":1,"title":"first"},"settle":true}"#,
                 #"{"op":"dispatch","id":"n3","type":"todo/toggle","payload":{"id":999},"settle":true}"#,
             ]
             for (n, frame) in noops.enumerated() {
@@ -118,7 +131,7 @@ struct SnapshotTests {
                 let todos = try #require(settled.results["todos"])
                 if n < 2 {
                     #expect(todos["status"] as? String == "done")
-                    #expect(todos["version"] as? Int == 101, "a no-op leaves the version where it was")
+                    #expect(todos["version"] as? Int == 2, "a no-op leaves the version where it was")
                 } else {
                     #expect(todos["status"] as? String == "rejected")
                 }
@@ -127,17 +140,17 @@ struct SnapshotTests {
             try view.send(frame: #"{"op":"dispatch","id":"t","type":"todo/toggle","payload":{"id":1},"settle":true}"#)
             let (before, settled) = try view.read(until: "settled t") { $0.op == "settled" }
             #expect(before.map { $0.op } == ["snapshot"])
-            #expect(before.first?.int("version") == 102)
-            #expect(settled.results["todos"]?["version"] as? Int == 102)
+            #expect(before.first?.int("version") == 3)
+            #expect(settled.results["todos"]?["version"] as? Int == 3)
             // And the retained snapshot is that one (get agrees).
             try view.send(frame: #"{"op":"get","id":"g","store":"todos"}"#)
             let got = try view.expect("got")
-            #expect(got.int("version") == 102)
+            #expect(got.int("version") == 3)
             #expect(try got.state(as: TodoList.self).todos.first?.done == true)
         }
     }
 
-    @Test("wire: a store answering or publishing a byte-identical state makes no new version and no snapshot; a changed one does")
+    @Test("wire: a store answering or publishing a byte-identical state makes no new version and no snapshot; a changed one does", .onDedicatedThreads)
     func identicalStateIsNotANewVersion() throws {
         try withBusBlocking { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "store")
@@ -177,7 +190,7 @@ struct SnapshotTests {
         }
     }
 
-    @Test("a subscriber that does not read while 300 large snapshots are made still gets increasing versions, ending at the newest")
+    @Test("a subscriber that does not read while 300 large snapshots are made still gets increasing versions, ending at the newest", .onDedicatedThreads)
     func slowSubscriberGetsTheNewest() throws {
         try withBusBlocking { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "store")

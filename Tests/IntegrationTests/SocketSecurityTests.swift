@@ -29,30 +29,50 @@ struct SocketSecurityTests {
         return try await process.finish()
     }
 
-    @Test("default path: fluxd creates ${TMPDIR}/fluxbus-<uid> with mode 0700, and fluxctl with the same TMPDIR finds it")
-    func defaultDirectoryAndOneRule() async throws {
+    /// A fluxd started without --socket, FLUXBUS_SOCKET or XDG_RUNTIME_DIR, with TMPDIR a fresh directory: it
+    /// listens on `${TMPDIR}/fluxbus-<uid>/fluxd.sock`. Waits until it is ready; stopped after `body`.
+    func withDefaultPathFluxd(_ body: (_ tmpdir: String, _ directory: String, _ path: String, _ fluxd: Fluxd) async throws -> Void)
+        async throws {
         let tmp = try TempDirectory(prefix: "fluxsec")
         defer { tmp.remove() }
         let directory = tmp.path + "/fluxbus-\(getuid())"
         let path = directory + "/fluxd.sock"
         let fluxd = try Fluxd(socketPath: path, passSocket: false, environment: Self.environment(tmpdir: tmp.path))
-        defer { fluxd.cleanup() }
-        #expect(try fluxd.waitForReady() == "fluxd ready on \(path)")
-        let st = try #require(Self.status(directory))
-        #expect(st.st_mode & S_IFMT == S_IFDIR)
-        #expect(st.st_mode & 0o7777 == 0o700)
-        #expect(st.st_uid == geteuid())
+        defer { fluxd.cleanup() } // after a failure; shut down below otherwise
+        #expect(try await fluxd.waitForReady() == "fluxd ready on \(path)")
+        try await body(tmp.path, directory, path, fluxd)
+        await fluxd.shutDown()
+    }
 
-        // fluxctl without --socket or FLUXBUS_SOCKET: the same rule (it used to look in /tmp whatever TMPDIR said).
-        let ping = try await Self.fluxctl(["ping", "--count", "1"], socket: nil, environment: ["TMPDIR": tmp.path],
-                                          unsetting: ["XDG_RUNTIME_DIR", "FLUXBUS_SERVER_UID"])
-        #expect(ping.status == 0, "\(ping)")
+    @Test("default path: fluxd creates ${TMPDIR}/fluxbus-<uid> with mode 0700")
+    func defaultDirectory() async throws {
+        try await withDefaultPathFluxd { _, directory, _, _ in
+            let st = try #require(Self.status(directory))
+            #expect(st.st_mode & S_IFMT == S_IFDIR)
+            #expect(st.st_mode & 0o7777 == 0o700)
+            #expect(st.st_uid == geteuid())
+        }
+    }
 
-        // And an existing private directory is used again.
-        fluxd.stop()
-        let again = try Fluxd(socketPath: path, passSocket: false, environment: Self.environment(tmpdir: tmp.path))
-        defer { again.cleanup() }
-        #expect(try again.waitForReady() == "fluxd ready on \(path)")
+    @Test("default path: fluxctl with the same TMPDIR finds fluxd (one rule for both)")
+    func defaultPathIsOneRule() async throws {
+        try await withDefaultPathFluxd { tmpdir, _, _, _ in
+            // fluxctl without --socket or FLUXBUS_SOCKET: the same rule (it used to look in /tmp whatever TMPDIR said).
+            let ping = try await Self.fluxctl(["ping", "--count", "1"], socket: nil, environment: ["TMPDIR": tmpdir],
+                                              unsetting: ["XDG_RUNTIME_DIR", "FLUXBUS_SERVER_UID"])
+            #expect(ping.status == 0, "\(ping)")
+        }
+    }
+
+    @Test("default path: the private directory a fluxd before made is used again")
+    func defaultDirectoryIsReused() async throws {
+        try await withDefaultPathFluxd { tmpdir, _, path, fluxd in
+            await fluxd.stop()
+            let again = try Fluxd(socketPath: path, passSocket: false, environment: Self.environment(tmpdir: tmpdir))
+            defer { again.cleanup() } // after a failure; shut down below otherwise
+            #expect(try await again.waitForReady() == "fluxd ready on \(path)")
+            await again.shutDown()
+        }
     }
 
     struct Squat: Sendable, CustomTestStringConvertible {
@@ -62,7 +82,7 @@ struct SocketSecurityTests {
         var testDescription: String { "owner \(owner.map(String.init) ?? "fluxd's"), mode \(String(mode, radix: 8))" }
     }
 
-    @Test("a default socket directory squatted by another user, or open to others, is refused with its owner, mode and the fix",
+    @Test("a default socket directory squatted by another user, or open to others, is refused with its owner, mode and the fix", .onDedicatedThreads,
           arguments: [
             Squat(owner: 4242, mode: 0o777, expected: "rm -r"),
             Squat(owner: 4242, mode: 0o700, expected: "rm -r"),
@@ -94,7 +114,7 @@ struct SocketSecurityTests {
         #expect(st.st_uid == owner && st.st_mode & 0o7777 == squat.mode)
     }
 
-    @Test("a default socket directory that is a symbolic link (even to a private directory of ours) is refused")
+    @Test("a default socket directory that is a symbolic link (even to a private directory of ours) is refused", .onDedicatedThreads)
     func symlinkedDefaultDirectory() throws {
         let tmp = try TempDirectory(prefix: "fluxsec")
         defer { tmp.remove() }
@@ -117,7 +137,7 @@ struct SocketSecurityTests {
         var testDescription: String { "owner \(owner.map(String.init) ?? "fluxd's"), mode \(String(mode, radix: 8))" }
     }
 
-    @Test("--socket PATH: its directory must be fluxd's or root's, and sticky when group/other-writable",
+    @Test("--socket PATH: its directory must be fluxd's or root's, and sticky when group/other-writable", .onDedicatedThreads,
           arguments: [
             Parent(owner: nil, mode: 0o700, refused: nil),
             Parent(owner: nil, mode: 0o755, refused: nil),
@@ -150,53 +170,66 @@ struct SocketSecurityTests {
         }
     }
 
-    @Test("FLUXBUS_SERVER_UID / --server-uid: a fluxd run by another uid is refused (exit 3), the right uid is accepted")
+    /// A fluxd on a private socket, ready; shut down after `body`.
+    func withPrivateFluxd(_ body: (Fluxd) async throws -> Void) async throws {
+        let fluxd = try Fluxd()
+        defer { fluxd.cleanup() } // after a failure; shut down below otherwise
+        try await fluxd.waitForReady()
+        try await body(fluxd)
+        await fluxd.shutDown()
+    }
+
+    /// Our uid, and one that is not.
+    static let me = UInt32(geteuid())
+    static let other: UInt32 = me == 4242 ? 4243 : 4242
+
+    @Test("FLUXBUS_SERVER_UID / --server-uid: fluxctl refuses a fluxd run by another uid (exit 3) and accepts the right uid; the option wins; a typo is a usage error")
     func serverUIDWiring() async throws {
-        let fluxd = try await offPool { () -> Fluxd in
-            let fluxd = try Fluxd()
-            do { try fluxd.waitForReady() } catch { fluxd.cleanup(); throw error }
-            return fluxd
+        let (me, other) = (Self.me, Self.other)
+        try await withPrivateFluxd { fluxd in
+            let path = fluxd.socketPath
+            let refused = try await Self.fluxctl(["ping", "--count", "1"], socket: path,
+                                                 environment: ["FLUXBUS_SERVER_UID": "\(other)"])
+            #expect(refused.status == 3, "\(refused)")
+            #expect(refused.stderr.contains("refusing fluxd at \(path) (from $FLUXBUS_SOCKET): it is run by uid \(me), expected \(other)"),
+                    "\(refused)")
+            #expect(refused.stderr.contains("--server-uid \(me) or FLUXBUS_SERVER_UID=\(me)"), "\(refused)")
+
+            let accepted = try await Self.fluxctl(["ping", "--count", "1"], socket: path,
+                                                  environment: ["FLUXBUS_SERVER_UID": "\(me)"])
+            #expect(accepted.status == 0, "\(accepted)")
+
+            let option = try await Self.fluxctl(["ping", "--count", "1", "--server-uid", "\(other)"], socket: path,
+                                                unsetting: ["FLUXBUS_SERVER_UID"])
+            #expect(option.status == 3, "\(option)")
+            // The option wins over the environment.
+            let optionWins = try await Self.fluxctl(["ping", "--count", "1", "--server-uid", "\(me)"], socket: path,
+                                                    environment: ["FLUXBUS_SERVER_UID": "\(other)"])
+            #expect(optionWins.status == 0, "\(optionWins)")
+
+            let typo = try await Self.fluxctl(["ping", "--count", "1"], socket: path, environment: ["FLUXBUS_SERVER_UID": "roo"])
+            #expect(typo.status == 64, "\(typo)")
+            #expect(typo.stderr.contains("FLUXBUS_SERVER_UID must be a uid"), "\(typo)")
         }
-        defer { fluxd.cleanup() }
-        let me = UInt32(geteuid())
-        let other: UInt32 = me == 4242 ? 4243 : 4242
-        let path = fluxd.socketPath
+    }
 
-        let refused = try await Self.fluxctl(["ping", "--count", "1"], socket: path,
-                                             environment: ["FLUXBUS_SERVER_UID": "\(other)"])
-        #expect(refused.status == 3, "\(refused)")
-        #expect(refused.stderr.contains("refusing fluxd at \(path) (from $FLUXBUS_SOCKET): it is run by uid \(me), expected \(other)"),
-                "\(refused)")
-        #expect(refused.stderr.contains("--server-uid \(me) or FLUXBUS_SERVER_UID=\(me)"), "\(refused)")
-
-        let accepted = try await Self.fluxctl(["ping", "--count", "1"], socket: path,
-                                              environment: ["FLUXBUS_SERVER_UID": "\(me)"])
-        #expect(accepted.status == 0, "\(accepted)")
-
-        let option = try await Self.fluxctl(["ping", "--count", "1", "--server-uid", "\(other)"], socket: path,
-                                            unsetting: ["FLUXBUS_SERVER_UID"])
-        #expect(option.status == 3, "\(option)")
-        // The option wins over the environment.
-        let optionWins = try await Self.fluxctl(["ping", "--count", "1", "--server-uid", "\(me)"], socket: path,
-                                                environment: ["FLUXBUS_SERVER_UID": "\(other)"])
-        #expect(optionWins.status == 0, "\(optionWins)")
-
-        let typo = try await Self.fluxctl(["ping", "--count", "1"], socket: path, environment: ["FLUXBUS_SERVER_UID": "roo"])
-        #expect(typo.status == 64, "\(typo)")
-        #expect(typo.stderr.contains("FLUXBUS_SERVER_UID must be a uid"), "\(typo)")
-
-        // The SDK: the same check, before hello.
-        do {
-            let client = try await FluxClient.connect(socketPath: path, name: "untrusting", expectedServerUID: other)
+    @Test("expectedServerUID: FluxClient refuses a fluxd run by another uid before hello, and connects to the right one")
+    func serverUIDInTheSDK() async throws {
+        let (me, other) = (Self.me, Self.other)
+        try await withPrivateFluxd { fluxd in
+            let path = fluxd.socketPath
+            do throws(FluxError) {
+                let client = try await FluxClient.connect(socketPath: path, name: "untrusting", expectedServerUID: other)
+                client.abort()
+                Issue.record("connected to a fluxd run by uid \(me) while expecting \(other)")
+            } catch {
+                #expect(error == .untrustedServer(path: path, uid: me, expected: other))
+            }
+            let client = try await withDeadline(.seconds(20), "connect") {
+                try await FluxClient.connect(socketPath: path, name: "trusting", expectedServerUID: me)
+            }
             client.abort()
-            Issue.record("connected to a fluxd run by uid \(me) while expecting \(other)")
-        } catch {
-            #expect(error == .untrustedServer(path: path, uid: me, expected: other))
         }
-        let client = try await withDeadline(.seconds(20), "connect") {
-            try await FluxClient.connect(socketPath: path, name: "trusting", expectedServerUID: me)
-        }
-        client.abort()
     }
 
     @Test("a client running as root refuses a fluxd run by another uid unless told to accept it",
@@ -210,12 +243,9 @@ struct SocketSecurityTests {
         #expect(mkdir(directory, 0o700) == 0)
         #expect(chown(directory, uid, uid) == 0)
         let path = directory + "/fluxd.sock"
-        let fluxd = try await offPool { () -> Fluxd in
-            let fluxd = try Fluxd(socketPath: path, launcher: ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
-            do { try fluxd.waitForReady() } catch { fluxd.cleanup(); throw error }
-            return fluxd
-        }
-        defer { fluxd.cleanup() }
+        let fluxd = try Fluxd(socketPath: path, launcher: ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"])
+        defer { fluxd.cleanup() } // after a failure; shut down below otherwise
+        try await fluxd.waitForReady()
         #expect(Self.status(path)?.st_uid == uid)
 
         let refused = try await Self.fluxctl(["ping", "--count", "1"], socket: path, unsetting: ["FLUXBUS_SERVER_UID"])
@@ -223,5 +253,6 @@ struct SocketSecurityTests {
         #expect(refused.stderr.contains("it is run by uid \(uid), expected 0"), "\(refused)")
         let told = try await Self.fluxctl(["ping", "--count", "1"], socket: path, environment: ["FLUXBUS_SERVER_UID": "\(uid)"])
         #expect(told.status == 0, "\(told)")
+        await fluxd.shutDown()
     }
 }

@@ -7,10 +7,11 @@ import Testing
 /// §10 stores that go down (R6 nothing silently lost): subscribers are told, pending actions wait in a queue for
 /// `queueTimeout` and are then settled `unavailable`, or are applied exactly once, in order, by the restarted store,
 /// which resumes from the retained snapshot.
-@Suite("§10 stores that go down")
+@Suite("§10 stores that go down", .onDedicatedThreads)
 struct StoreDownTests {
-    @Test("todo-store SIGKILLed: subscribers get store-down; a settled dispatch gets store-unavailable after the 500 ms queue timeout")
-    func downAndTimedOut() throws {
+    /// A bus with todo-store holding todos "a" and "b", and a view subscribed to todos; todo-store is SIGKILLed.
+    /// `body` gets the view with the `store-down` frame not yet read.
+    func withCrashedTodoStore(_ body: (RawPeer) throws -> Void) throws {
         try withBusBlocking(["--queue-timeout", "500"]) { bus in
             let store = try bus.startBlocking("todo-store")
             let view = try RawPeer.ready(bus.socketPath, name: "view")
@@ -19,12 +20,24 @@ struct StoreDownTests {
                 try view.send(frame: #"{"op":"dispatch","id":"\#(title)","type":"todo/create","payload":{"title":"\#(title)"},"settle":true}"#)
                 _ = try view.read(until: "settled \(title)") { $0.op == "settled" }
             }
-
             try store.crash()
+            try body(view)
+        }
+    }
+
+    @Test("todo-store SIGKILLed: subscribers get store-down, reason disconnected")
+    func subscribersAreToldTheStoreWentDown() throws {
+        try withCrashedTodoStore { view in
             let down = try view.expect("store-down")
             #expect(down.string("store") == "todos")
             #expect(down.string("reason") == "disconnected")
+        }
+    }
 
+    @Test("todo-store down: a settled dispatch gets store-unavailable after the 500 ms queue timeout; the retained snapshot is untouched and the queue empty again")
+    func dispatchToADownStoreTimesOut() throws {
+        try withCrashedTodoStore { view in
+            try view.expect("store-down")
             let started = ContinuousClock.now
             try view.send(frame: #"{"op":"dispatch","id":"lost","type":"todo/create","payload":{"title":"lost"},"settle":true}"#)
             let (before, settled) = try view.read(until: "settled lost") { $0.op == "settled" }

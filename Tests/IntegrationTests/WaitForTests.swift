@@ -50,7 +50,7 @@ struct WaitForTests {
         }
     }
 
-    @Test("wire: the waiting store gets the action only after the other answered, after that answer's snapshot, one action at a time")
+    @Test("wire: the waiting store gets the action only after the other answered, after that answer's snapshot, one action at a time", .onDedicatedThreads)
     func waitingStoreIsHeldBack() throws {
         try withBusBlocking { bus in
             let path = bus.socketPath
@@ -92,7 +92,7 @@ struct WaitForTests {
         }
     }
 
-    @Test("wire: a waiting store is released by a reject too, and the dispatcher sees both results")
+    @Test("wire: a waiting store is released by a reject too, and the dispatcher sees both results", .onDedicatedThreads)
     func rejectReleasesTheWaiter() throws {
         try withBusBlocking { bus in
             let path = bus.socketPath

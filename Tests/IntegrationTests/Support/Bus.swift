@@ -2,39 +2,64 @@ import FluxClient
 import Foundation
 import Testing
 
-/// One test's bus: a fluxd on a private socket, the example processes and FluxClients the test started. `cleanup()`
-/// (called by `withBus`, also when the body throws or an expectation fails) aborts the clients, kills the processes,
-/// stops fluxd and removes its temp directory.
+/// One test's bus: a fluxd on a private socket, the example processes and FluxClients the test started.
+/// `shutDown()` (called by `withBus`, also when the body throws or an expectation fails) or `cleanup()` (its blocking
+/// form, called by `withBusBlocking`) aborts the clients, kills the processes, stops fluxd and removes its temp
+/// directory.
 final class Bus: @unchecked Sendable {
     let fluxd: Fluxd
     private let lock = NSLock()
     private var processes: [StoreProcess] = []
     private var clients: [FluxClient] = []
 
-    init(fluxdArguments: [String]) throws {
-        fluxd = try Fluxd(arguments: fluxdArguments)
+    private init(fluxd: Fluxd) {
+        self.fluxd = fluxd
+    }
+
+    /// Starts fluxd and waits for it to be ready. Blocks.
+    convenience init(fluxdArguments: [String]) throws {
+        let fluxd = try Fluxd(arguments: fluxdArguments)
         do {
             try fluxd.waitForReady()
         } catch {
             fluxd.cleanup()
             throw error
         }
+        self.init(fluxd: fluxd)
+    }
+
+    /// Starts fluxd and waits for it to be ready. Suspends.
+    static func started(fluxdArguments: [String]) async throws -> Bus {
+        let fluxd = try Fluxd(arguments: fluxdArguments)
+        do {
+            try await fluxd.waitForReady()
+        } catch {
+            await fluxd.shutDown()
+            throw error
+        }
+        return Bus(fluxd: fluxd)
     }
 
     var socketPath: String { fluxd.socketPath }
 
-    /// Starts an example executable and waits (off the concurrency pool) for its ready line
-    /// (`"<executable> ready"` unless given).
+    /// Starts an example executable and waits (suspended) for its ready line (`"<executable> ready"` unless given).
     func start(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) async throws -> StoreProcess {
-        try await offPool { try self.startBlocking(executable, arguments, readyLine: readyLine) }
+        let child = try launch(executable, arguments)
+        try await child.waitForLine(containing: readyLine ?? "\(executable) ready")
+        return child
     }
 
-    /// `start` for synchronous tests.
+    /// `start` for synchronous tests (blocks).
     @discardableResult
     func startBlocking(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) throws -> StoreProcess {
+        let child = try launch(executable, arguments)
+        try child.waitForLine(containing: readyLine ?? "\(executable) ready")
+        return child
+    }
+
+    private func launch(_ executable: String, _ arguments: [String]) throws -> StoreProcess {
         let child = try StoreProcess(executable, socketPath: socketPath, arguments: arguments, logDirectory: fluxd.directory.path)
         lock.withLock { processes.append(child) }
-        try child.waitForLine(containing: readyLine ?? "\(executable) ready")
         return child
     }
 
@@ -55,25 +80,37 @@ final class Bus: @unchecked Sendable {
             .joined(separator: "\n")
     }
 
+    /// Tears everything down. Blocks (synchronous tests).
     func cleanup() {
         let (children, handles) = lock.withLock { (processes, clients) }
         for handle in handles { handle.abort() }
         for child in children { child.cleanup() }
         fluxd.cleanup()
     }
+
+    /// Tears everything down. Suspends.
+    func shutDown() async {
+        let (children, handles) = lock.withLock { (processes, clients) }
+        for handle in handles { handle.abort() }
+        for child in children { await child.shutDown() }
+        await fluxd.shutDown()
+    }
 }
 
-/// Starts fluxd (with `fluxdArguments`), runs `body`, and always tears everything down.
+/// Starts fluxd (with `fluxdArguments`), runs `body`, and always tears everything down (suspending, never blocking).
 func withBus<T>(_ fluxdArguments: [String] = [], _ body: (Bus) async throws -> T) async throws -> T {
-    let bus = try await offPool { try Bus(fluxdArguments: fluxdArguments) }
-    defer { bus.cleanup() }
+    let bus = try await Bus.started(fluxdArguments: fluxdArguments)
+    let result: T
     do {
-        return try await body(bus)
+        result = try await body(bus)
     } catch {
         // Make the failure diagnosable: the logs of every process of this bus.
         Issue.record("bus logs after failure:\n\(bus.logs)")
+        await bus.shutDown()
         throw error
     }
+    await bus.shutDown()
+    return result
 }
 
 /// `withBus` for synchronous (raw wire) tests.
@@ -88,8 +125,8 @@ func withBusBlocking<T>(_ fluxdArguments: [String] = [], _ body: (Bus) throws ->
     }
 }
 
-/// Runs blocking work (process start-up, raw socket reads) on a thread of its own, so it never ties up the small
-/// cooperative pool (2 threads on a 2-core machine) that FluxClient continuations resume on.
+/// Runs blocking work (a raw socket read, a helper with no async form) from async code on a thread of its own, so it
+/// never ties up the small cooperative pool (2 threads on a 2-core machine) that FluxClient continuations resume on.
 func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Error>) in
         let thread = Thread {

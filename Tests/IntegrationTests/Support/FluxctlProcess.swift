@@ -12,16 +12,14 @@ struct FluxctlResult: Sendable, CustomStringConvertible {
 
 /// The built `fluxctl` as a real process: stdout and stderr are pipes read on threads of their own, stdin is a
 /// pipe (closed at once unless `stdin` text is given). `wait(forLine:)` waits with a deadline for output;
-/// `finish()` waits for the exit; `cleanup()` (SIGKILL if still running) always ends it.
+/// `finish()` waits for the exit; `cleanup()` (SIGKILL if still running) always ends it. Each wait has an `async`
+/// form that suspends and a blocking one (`...Blocking`) for synchronous tests.
 final class FluxctlProcess: @unchecked Sendable {
-    // @unchecked: `lock` guards the buffers; the process is driven by one test.
+    // @unchecked: the process is driven by one test; the pipe readers and the exit watch are thread-safe.
     let process = Process()
-    private let lock = NSCondition()
-    private var out: [UInt8] = []
-    private var err: [UInt8] = []
-    private var openStreams = 2
-    private let exited = DispatchSemaphore(value: 0)
-    private var hasExited = false
+    private let out: PipeReader
+    private let err: PipeReader
+    private let exit = ExitWatch()
 
     /// Starts `fluxctl arguments`; `socket` is passed as `FLUXBUS_SOCKET` (nil: unset), `environment` is added and
     /// the variables in `unsetting` are removed.
@@ -41,13 +39,12 @@ final class FluxctlProcess: @unchecked Sendable {
         process.standardOutput = outPipe
         process.standardError = errPipe
         process.standardInput = inPipe
-        let semaphore = exited
-        process.terminationHandler = { _ in semaphore.signal() }
+        process.terminationHandler = exit.terminationHandler
         try process.run()
         try? outPipe.fileHandleForWriting.close()
         try? errPipe.fileHandleForWriting.close()
-        startReader(outPipe.fileHandleForReading.fileDescriptor, isStdout: true)
-        startReader(errPipe.fileHandleForReading.fileDescriptor, isStdout: false)
+        out = PipeReader(outPipe.fileHandleForReading, keepAlive: outPipe)
+        err = PipeReader(errPipe.fileHandleForReading, keepAlive: errPipe)
         let writer = inPipe.fileHandleForWriting
         if let stdin { writer.write(Data(stdin.utf8)) }
         try? writer.close()
@@ -57,83 +54,66 @@ final class FluxctlProcess: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
-    private func startReader(_ fd: Int32, isStdout: Bool) {
-        let thread = Thread { [self] in
-            var chunk = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                lock.lock()
-                if n > 0 {
-                    if isStdout { out += chunk[..<n] } else { err += chunk[..<n] }
-                } else {
-                    openStreams -= 1
-                }
-                lock.broadcast()
-                lock.unlock()
-                if n <= 0 { return }
-            }
-        }
-        thread.start()
-    }
+    var stdout: String { out.text }
+    var stderr: String { err.text }
 
-    var stdout: String { lock.lock(); defer { lock.unlock() }; return String(decoding: out, as: UTF8.self) }
-    var stderr: String { lock.lock(); defer { lock.unlock() }; return String(decoding: err, as: UTF8.self) }
-
-    /// Waits (off the cooperative pool) until stdout satisfies `predicate`; throws on deadline or when the
-    /// process closed stdout first.
+    /// Waits (suspended) until stdout satisfies `predicate`; throws on deadline or when the process closed stdout
+    /// first.
     func wait(_ what: String, timeout: Duration = .seconds(20), until predicate: @escaping @Sendable (String) -> Bool) async throws {
-        try await offPool { try self.waitBlocking(what, timeout: timeout, until: predicate) }
+        _ = await out.output.wait(timeout: timeout) { $0.ended || predicate($0.text) }
+        try checkOutput(what, predicate)
     }
 
+    /// `wait` for synchronous tests (blocks).
     func waitBlocking(_ what: String, timeout: Duration, until predicate: (String) -> Bool) throws {
-        let deadline = Date().addingTimeInterval(Double(timeout.components.seconds))
-        lock.lock()
-        defer { lock.unlock() }
-        while true {
-            let text = String(decoding: out, as: UTF8.self)
-            if predicate(text) { return }
-            if openStreams == 0 {
-                throw HarnessError.unexpectedOutput("fluxctl ended before \(what); stdout:\n\(text)stderr:\n\(String(decoding: err, as: UTF8.self))")
-            }
-            if !lock.wait(until: deadline) {
-                throw HarnessError.timedOut("\(what); fluxctl stdout so far:\n\(text)stderr:\n\(String(decoding: err, as: UTF8.self))")
-            }
+        _ = out.output.waitBlocking(until: .now + timeout) { $0.ended || predicate($0.text) }
+        try checkOutput(what, predicate)
+    }
+
+    private func checkOutput(_ what: String, _ predicate: (String) -> Bool) throws {
+        let output = out.output.value
+        if predicate(output.text) { return }
+        if output.ended {
+            throw HarnessError.unexpectedOutput("fluxctl ended before \(what); stdout:\n\(output.text)stderr:\n\(stderr)")
         }
+        throw HarnessError.timedOut("\(what); fluxctl stdout so far:\n\(output.text)stderr:\n\(stderr)")
     }
 
     /// Sends a signal (only while the process has not been reaped).
     func send(signal: Int32) {
-        if !hasExited && process.isRunning { kill(process.processIdentifier, signal) }
+        if !exit.hasExited && process.isRunning { kill(process.processIdentifier, signal) }
     }
 
-    /// Waits for the exit and for both output streams to close; returns the result. Throws on deadline.
+    /// Waits (suspended) for the exit and for both output streams to close; returns the result. Throws on deadline.
     func finish(timeout: Duration = .seconds(20)) async throws -> FluxctlResult {
-        try await offPool { try self.finishBlocking(timeout: timeout) }
+        guard await exit.wait(timeout: timeout) else { throw exitTimeout() }
+        _ = await out.output.wait(timeout: timeout) { $0.ended }
+        _ = await err.output.wait(timeout: timeout) { $0.ended }
+        return result
     }
 
+    /// `finish` for synchronous tests (blocks).
     func finishBlocking(timeout: Duration) throws -> FluxctlResult {
-        let seconds = Double(timeout.components.seconds)
-        if !hasExited {
-            guard exited.wait(timeout: .now() + seconds) == .success else {
-                throw HarnessError.timedOut("fluxctl \(process.arguments ?? []) to exit; stdout:\n\(stdout)stderr:\n\(stderr)")
-            }
-            hasExited = true
-        }
-        let deadline = Date().addingTimeInterval(seconds)
-        lock.lock()
-        while openStreams > 0 {
-            if !lock.wait(until: deadline) { break }
-        }
-        lock.unlock()
-        return FluxctlResult(status: process.terminationStatus, stdout: stdout, stderr: stderr)
+        guard exit.waitBlocking(timeout: timeout) else { throw exitTimeout() }
+        let deadline = ContinuousClock.now + timeout
+        _ = out.output.waitBlocking(until: deadline) { $0.ended }
+        _ = err.output.waitBlocking(until: deadline) { $0.ended }
+        return result
     }
 
-    /// Kills the process if it still runs and reaps it.
+    private var result: FluxctlResult {
+        FluxctlResult(status: process.terminationStatus, stdout: stdout, stderr: stderr)
+    }
+
+    private func exitTimeout() -> HarnessError {
+        .timedOut("fluxctl \(process.arguments ?? []) to exit; stdout:\n\(stdout)stderr:\n\(stderr)")
+    }
+
+    /// Kills the process if it still runs and reaps it. Blocks only when it had not exited yet (after a failure).
     func cleanup() {
-        guard !hasExited else { return }
+        guard !exit.hasExited else { return }
         send(signal: SIGKILL)
-        if exited.wait(timeout: .now() + 10) == .success { hasExited = true }
+        _ = exit.waitBlocking(timeout: .seconds(10))
     }
 }
 

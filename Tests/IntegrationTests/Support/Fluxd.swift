@@ -51,22 +51,22 @@ final class TempDirectory: @unchecked Sendable {
     func remove() { try? FileManager.default.removeItem(atPath: path) }
 }
 
-/// A `fluxd` process started by a test: its own temp directory, socket path, stdout pipe (for the ready line) and
-/// stderr file. Cleanup (SIGTERM, SIGKILL after a deadline, remove the temp dir) runs in `cleanup()`, which
-/// `withFluxd` always calls and `deinit` calls as a safety net.
+/// A `fluxd` process started by a test: its own temp directory, socket path, stdout pipe (for the ready line, read
+/// on a thread of its own) and stderr file. Cleanup (SIGTERM, SIGKILL after a deadline, remove the temp dir) runs in
+/// `cleanup()` or `shutDown()`, which `withFluxd` always calls and `deinit` calls as a safety net.
+///
+/// Each wait has a blocking form for synchronous tests and an `async` one (same name) that suspends instead.
 final class Fluxd: @unchecked Sendable {
-    // @unchecked: used from one test at a time; the termination handler only signals a semaphore.
+    // @unchecked: driven by one test; the pipe reader and the exit watch are thread-safe; `lock` guards the rest.
     let directory: TempDirectory
     let socketPath: String
     let process = Process()
-    /// The line fluxd printed when ready (after `waitForReady`).
-    private(set) var readyLine: String?
-    private let stdout = Pipe()
+    private let stdout: PipeReader
     private let stderrPath: String
-    private let exited = DispatchSemaphore(value: 0)
-    private var hasExited = false
+    private let exit = ExitWatch()
+    private let lock = NSLock()
+    private var storedReadyLine: String?
     private var cleanedUp = false
-    private var stdoutBuffer: [UInt8] = []
 
     /// Starts fluxd with `arguments` (plus `--socket <socketPath>` unless `passSocket` is false). The default socket
     /// path lies in a fresh temp directory. Does not wait for the ready line. With a `launcher` (e.g.
@@ -87,7 +87,7 @@ final class Fluxd: @unchecked Sendable {
                 process.arguments = fluxdArguments
             }
             if let environment { process.environment = environment }
-            try launchProcess(process, stdout: stdout, stderrPath: stderrPath, exited: exited)
+            stdout = try launchProcess(process, stderrPath: stderrPath, exit: exit)
         } catch {
             directory.remove()
             throw error
@@ -101,33 +101,48 @@ final class Fluxd: @unchecked Sendable {
     /// Everything fluxd wrote to stderr so far.
     var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Waits for the ready line on stdout; throws if fluxd exits first or the deadline passes.
+    /// The line fluxd printed when ready (after `waitForReady`).
+    var readyLine: String? { lock.withLock { storedReadyLine } }
+
+    /// Waits for the ready line on stdout; throws if fluxd exits first or the deadline passes. Blocks.
     @discardableResult
     func waitForReady(timeout: Duration = .seconds(20)) throws -> String {
         if let readyLine { return readyLine }
-        let deadline = ContinuousClock.now + timeout
-        switch try nextLine(fd: stdout.fileHandleForReading.fileDescriptor, buffer: &stdoutBuffer, deadline: deadline,
-                            where: { _ in true }) {
+        return try ready(stdout.nextLineBlocking(deadline: .now + timeout) { _ in true }, exitStatus: {
+            self.waitForExit(timeout: .seconds(5))
+        })
+    }
+
+    /// Waits for the ready line on stdout; throws if fluxd exits first or the deadline passes. Suspends.
+    @discardableResult
+    func waitForReady(timeout: Duration = .seconds(20)) async throws -> String {
+        if let readyLine { return readyLine }
+        let outcome = await stdout.nextLine(timeout: timeout) { _ in true }
+        let status = outcome == .eof ? await waitForExit(timeout: .seconds(5)) : nil
+        return try ready(outcome, exitStatus: { status })
+    }
+
+    private func ready(_ outcome: PipeReader.LineOutcome, exitStatus: () -> Int32?) throws -> String {
+        switch outcome {
         case .line(let line):
-            readyLine = line
+            lock.withLock { storedReadyLine = line }
             return line
         case .eof:
-            let status = waitForExit(timeout: .seconds(5)) ?? -1
-            throw HarnessError.exitedBeforeReady(status: status, stderr: stderr)
+            throw HarnessError.exitedBeforeReady(status: exitStatus() ?? -1, stderr: stderr)
         case .timeout:
             throw HarnessError.timedOut("fluxd ready line (stderr so far:\n\(stderr))")
         }
     }
 
     /// Waits until the process exits; returns its exit status (or the signal number if a signal killed it, see
-    /// `terminationReason`), nil when the deadline passes.
+    /// `terminationReason`), nil when the deadline passes. Blocks.
     func waitForExit(timeout: Duration) -> Int32? {
-        if !hasExited {
-            let nanoseconds = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
-            guard exited.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success else { return nil }
-            hasExited = true
-        }
-        return process.terminationStatus
+        exit.waitBlocking(timeout: timeout) ? process.terminationStatus : nil
+    }
+
+    /// Waits until the process exits; returns its exit status, nil when the deadline passes. Suspends.
+    func waitForExit(timeout: Duration) async -> Int32? {
+        await exit.wait(timeout: timeout) ? process.terminationStatus : nil
     }
 
     /// Whether fluxd ended by calling exit (as opposed to being killed by a signal). Valid after it exited.
@@ -135,11 +150,12 @@ final class Fluxd: @unchecked Sendable {
 
     /// Sends a signal to fluxd.
     func send(signal: Int32) {
-        // isRunning turns false when Foundation reaps the child, so a recycled pid is never signalled.
-        if !hasExited && process.isRunning { kill(process.processIdentifier, signal) }
+        // hasExited turns true when Foundation reaps the child, so a recycled pid is never signalled.
+        if !exit.hasExited && process.isRunning { kill(process.processIdentifier, signal) }
     }
 
-    /// SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status after SIGTERM (nil if it had to be killed).
+    /// SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status after SIGTERM (nil if it had to be
+    /// killed). Blocks.
     @discardableResult
     func stop(timeout: Duration = .seconds(10)) -> Int32? {
         send(signal: SIGTERM)
@@ -149,13 +165,37 @@ final class Fluxd: @unchecked Sendable {
         return nil
     }
 
-    /// Ends the process if still running and removes the temp directory. Idempotent.
+    /// SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status after SIGTERM (nil if it had to be
+    /// killed). Suspends.
+    @discardableResult
+    func stop(timeout: Duration = .seconds(10)) async -> Int32? {
+        send(signal: SIGTERM)
+        if let status = await waitForExit(timeout: timeout) { return status }
+        send(signal: SIGKILL)
+        _ = await waitForExit(timeout: .seconds(10))
+        return nil
+    }
+
+    /// Ends the process if still running and removes the temp directory. Idempotent. Blocks (briefly: fluxd stops
+    /// at once on SIGTERM); async code calls `shutDown()`.
     func cleanup() {
-        guard !cleanedUp else { return }
-        cleanedUp = true
-        if process.isRunning || !hasExited { _ = stop(timeout: .seconds(5)) }
-        try? stdout.fileHandleForReading.close()
+        guard beginCleanup() else { return }
+        if !exit.hasExited { _ = stop(timeout: .seconds(5)) }
         directory.remove()
+    }
+
+    /// `cleanup()` for async code: suspends while fluxd stops.
+    func shutDown() async {
+        guard beginCleanup() else { return }
+        if !exit.hasExited { _ = await stop(timeout: .seconds(5)) }
+        directory.remove()
+    }
+
+    private func beginCleanup() -> Bool {
+        lock.withLock {
+            defer { cleanedUp = true }
+            return !cleanedUp
+        }
     }
 }
 
@@ -170,64 +210,21 @@ func withFluxd<T>(
     return try body(fluxd)
 }
 
-/// Points `process`'s stdout at `stdout`, its stderr at a new file `stderrPath` and its stdin at /dev/null, has
-/// `exited` signalled when it terminates, and runs it.
-func launchProcess(_ process: Process, stdout: Pipe, stderrPath: String, exited: DispatchSemaphore) throws {
+/// Points `process`'s stdout at a new pipe (read by the returned reader), its stderr at a new file `stderrPath` and
+/// its stdin at /dev/null, has `exit` told when it terminates, and runs it.
+func launchProcess(_ process: Process, stderrPath: String, exit: ExitWatch) throws -> PipeReader {
     guard FileManager.default.createFile(atPath: stderrPath, contents: nil),
           let stderrHandle = FileHandle(forWritingAtPath: stderrPath) else {
         throw HarnessError.system("create \(stderrPath)", errno)
     }
+    let stdout = Pipe()
     process.standardOutput = stdout
     process.standardError = stderrHandle
     process.standardInput = FileHandle.nullDevice
-    process.terminationHandler = { _ in exited.signal() }
+    process.terminationHandler = exit.terminationHandler
     try process.run()
     try? stderrHandle.close()
-}
-
-enum LineOutcome { case line(String), eof, timeout }
-
-/// Reads lines from `fd` (bytes after the last newline stay in `buffer`) until one satisfies `accept`, skipping the
-/// others; `.eof` when the stream ends first, `.timeout` when `deadline` passes.
-func nextLine(fd: Int32, buffer: inout [UInt8], deadline: ContinuousClock.Instant,
-              where accept: (String) -> Bool) throws -> LineOutcome {
-    while true {
-        while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-            let line = String(decoding: buffer[..<newline], as: UTF8.self)
-            buffer.removeSubrange(...newline)
-            if accept(line) { return .line(line) }
-        }
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        switch try readWithDeadline(fd: fd, into: &chunk, deadline: deadline) {
-        case .bytes(let n): buffer.append(contentsOf: chunk[..<n])
-        case .eof: return .eof
-        case .timeout: return .timeout
-        }
-    }
-}
-
-enum ReadOutcome { case bytes(Int), eof, timeout }
-
-/// One `read(2)` that waits with `poll(2)` until `deadline`.
-func readWithDeadline(fd: Int32, into buffer: inout [UInt8], deadline: ContinuousClock.Instant) throws -> ReadOutcome {
-    while true {
-        let remaining = deadline - ContinuousClock.now
-        if remaining <= .zero { return .timeout }
-        let ms = Int32(min(remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1,
-                           Int64(Int32.max)))
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let ready = poll(&pfd, 1, ms)
-        if ready < 0 {
-            if errno == EINTR { continue }
-            throw HarnessError.system("poll", errno)
-        }
-        if ready == 0 { continue }
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n < 0 {
-            if errno == EINTR || errno == EAGAIN { continue }
-            if errno == ECONNRESET { return .eof }
-            throw HarnessError.system("read", errno)
-        }
-        return n == 0 ? .eof : .bytes(n)
-    }
+    // Only the child writes: the reader sees end of stream when it exits.
+    try? stdout.fileHandleForWriting.close()
+    return PipeReader(stdout.fileHandleForReading, keepAlive: stdout)
 }

@@ -3,7 +3,8 @@ import Foundation
 import Glibc
 
 /// A blocking test client on a raw Unix socket: sends arbitrary bytes or frames and reads frames with deadlines
-/// (`poll(2)`), so tests can say exactly what goes over the wire.
+/// (`poll(2)`), so tests can say exactly what goes over the wire. For synchronous tests, which run on threads of
+/// their own (`.onDedicatedThreads`).
 final class RawPeer {
     let fd: Int32
     private var decoder = FrameDecoder(maxFrame: UInt32.max)
@@ -138,4 +139,30 @@ func makeStaleSocket(at path: String) throws {
 func fileMode(_ path: String) -> mode_t? {
     var st = stat()
     return lstat(path, &st) == 0 ? st.st_mode : nil
+}
+
+enum ReadOutcome { case bytes(Int), eof, timeout }
+
+/// One `read(2)` that waits with `poll(2)` until `deadline`.
+func readWithDeadline(fd: Int32, into buffer: inout [UInt8], deadline: ContinuousClock.Instant) throws -> ReadOutcome {
+    while true {
+        let remaining = deadline - ContinuousClock.now
+        if remaining <= .zero { return .timeout }
+        let ms = Int32(min(remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1,
+                           Int64(Int32.max)))
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&pfd, 1, ms)
+        if ready < 0 {
+            if errno == EINTR { continue }
+            throw HarnessError.system("poll", errno)
+        }
+        if ready == 0 { continue }
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR || errno == EAGAIN { continue }
+            if errno == ECONNRESET { return .eof }
+            throw HarnessError.system("read", errno)
+        }
+        return n == 0 ? .eof : .bytes(n)
+    }
 }

@@ -2,19 +2,20 @@ import Foundation
 import Glibc
 
 /// An example executable (`todo-store`, `stats-store`, `comments-store` …) started by a test against a test's
-/// fluxd: `--socket <path>` is passed, stdout is a pipe read for the ready line, stderr goes to a file. Always
-/// ended by `cleanup()` (SIGKILL, then reaped with a deadline), which `Bus` calls and `deinit` calls as a safety net.
+/// fluxd: `--socket <path>` is passed, stdout is a pipe read on a thread of its own (for the ready line), stderr
+/// goes to a file. Always ended by `cleanup()` or `shutDown()` (SIGKILL, then reaped with a deadline), which `Bus`
+/// calls and `deinit` calls as a safety net.
+///
+/// Each wait has a blocking form for synchronous tests and an `async` one (same name) that suspends instead.
 final class StoreProcess: @unchecked Sendable {
-    // @unchecked: one test drives it; the termination handler only signals a semaphore; `lock` guards the rest.
+    // @unchecked: one test drives it; the pipe reader and the exit watch are thread-safe; `lock` guards the rest.
     let executable: String
     let process = Process()
     let stderrPath: String
-    private let stdout = Pipe()
-    private let exited = DispatchSemaphore(value: 0)
+    private let stdout: PipeReader
+    private let exit = ExitWatch()
     private let lock = NSLock()
-    private var hasExited = false
     private var cleanedUp = false
-    private var stdoutBuffer: [UInt8] = []
 
     /// Starts `executable` (found next to the test binary) with `--socket socketPath` and `arguments`. Its stderr
     /// goes to a file in `logDirectory`. Does not wait for the ready line.
@@ -23,7 +24,7 @@ final class StoreProcess: @unchecked Sendable {
         stderrPath = logDirectory + "/\(executable)-\(UInt32.random(in: 0...UInt32.max)).stderr"
         process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: executable))
         process.arguments = ["--socket", socketPath] + arguments
-        try launchProcess(process, stdout: stdout, stderrPath: stderrPath, exited: exited)
+        stdout = try launchProcess(process, stderrPath: stderrPath, exit: exit)
     }
 
     deinit { cleanup() }
@@ -33,40 +34,51 @@ final class StoreProcess: @unchecked Sendable {
     /// Everything the process wrote to stderr so far.
     var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Waits for a stdout line containing `text`; throws if the process exits first or the deadline passes.
+    /// Waits for a stdout line containing `text`; throws if the process exits first or the deadline passes. Blocks.
     @discardableResult
     func waitForLine(containing text: String, timeout: Duration = .seconds(20)) throws -> String {
-        let deadline = ContinuousClock.now + timeout
-        switch try nextLine(fd: stdout.fileHandleForReading.fileDescriptor, buffer: &stdoutBuffer, deadline: deadline,
-                            where: { $0.contains(text) }) {
+        let outcome = stdout.nextLineBlocking(deadline: .now + timeout) { $0.contains(text) }
+        return try line(outcome, containing: text, exitStatus: { self.waitForExit(timeout: .seconds(5)) })
+    }
+
+    /// Waits for a stdout line containing `text`; throws if the process exits first or the deadline passes.
+    /// Suspends.
+    @discardableResult
+    func waitForLine(containing text: String, timeout: Duration = .seconds(20)) async throws -> String {
+        let outcome = await stdout.nextLine(timeout: timeout) { $0.contains(text) }
+        let status = outcome == .eof ? await waitForExit(timeout: .seconds(5)) : nil
+        return try line(outcome, containing: text, exitStatus: { status })
+    }
+
+    private func line(_ outcome: PipeReader.LineOutcome, containing text: String,
+                      exitStatus: () -> Int32?) throws -> String {
+        switch outcome {
         case .line(let line):
             return line
         case .eof:
-            let status = waitForExit(timeout: .seconds(5)) ?? -1
-            throw HarnessError.unexpectedOutput("\(executable) exited (\(status)) before printing \"\(text)\"; stderr:\n\(stderr)")
+            throw HarnessError.unexpectedOutput(
+                "\(executable) exited (\(exitStatus() ?? -1)) before printing \"\(text)\"; stderr:\n\(stderr)")
         case .timeout:
             throw HarnessError.timedOut("\(executable): line \"\(text)\" (stderr so far:\n\(stderr))")
         }
     }
 
-    /// Waits until the process exits; its status, or nil when the deadline passes.
+    /// Waits until the process exits; its status, or nil when the deadline passes. Blocks.
     func waitForExit(timeout: Duration) -> Int32? {
-        let already = lock.withLock { hasExited }
-        if !already {
-            let ns = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
-            guard exited.wait(timeout: .now() + .nanoseconds(Int(ns))) == .success else { return nil }
-            lock.withLock { hasExited = true }
-        }
-        return process.terminationStatus
+        exit.waitBlocking(timeout: timeout) ? process.terminationStatus : nil
+    }
+
+    /// Waits until the process exits; its status, or nil when the deadline passes. Suspends.
+    func waitForExit(timeout: Duration) async -> Int32? {
+        await exit.wait(timeout: timeout) ? process.terminationStatus : nil
     }
 
     /// Sends a signal (never to a reaped, possibly recycled pid).
     func send(signal: Int32) {
-        let running = lock.withLock { !hasExited } && process.isRunning
-        if running { kill(process.processIdentifier, signal) }
+        if !exit.hasExited && process.isRunning { kill(process.processIdentifier, signal) }
     }
 
-    /// SIGKILL and reap (a crash, as far as fluxd can tell). Throws if it is still there after the deadline.
+    /// SIGKILL and reap (a crash, as far as fluxd can tell). Throws if it is still there after the deadline. Blocks.
     func crash(timeout: Duration = .seconds(10)) throws {
         send(signal: SIGKILL)
         guard waitForExit(timeout: timeout) != nil else {
@@ -74,15 +86,34 @@ final class StoreProcess: @unchecked Sendable {
         }
     }
 
-    /// Kills the process if it is still running and reaps it. Idempotent.
+    /// SIGKILL and reap (a crash, as far as fluxd can tell). Throws if it is still there after the deadline.
+    /// Suspends.
+    func crash(timeout: Duration = .seconds(10)) async throws {
+        send(signal: SIGKILL)
+        guard await waitForExit(timeout: timeout) != nil else {
+            throw HarnessError.timedOut("\(executable) (pid \(pid)) to die after SIGKILL")
+        }
+    }
+
+    /// Kills the process if it is still running and reaps it. Idempotent. Blocks (briefly); async code calls
+    /// `shutDown()`.
     func cleanup() {
-        let first = lock.withLock { () -> Bool in
+        guard beginCleanup() else { return }
+        send(signal: SIGKILL)
+        _ = waitForExit(timeout: .seconds(10))
+    }
+
+    /// `cleanup()` for async code: suspends while the process is reaped.
+    func shutDown() async {
+        guard beginCleanup() else { return }
+        send(signal: SIGKILL)
+        _ = await waitForExit(timeout: .seconds(10))
+    }
+
+    private func beginCleanup() -> Bool {
+        lock.withLock {
             defer { cleanedUp = true }
             return !cleanedUp
         }
-        guard first else { return }
-        send(signal: SIGKILL)
-        _ = waitForExit(timeout: .seconds(10))
-        try? stdout.fileHandleForReading.close()
     }
 }

@@ -9,11 +9,15 @@ import Glibc
 /// ever blocks in a system call:
 ///
 /// - the **reader** thread does blocking `read(2)`s into a `FrameDecoder` and hands out frame bodies in order;
-/// - the **writer** thread does the blocking `send(2)`s. `send(_:)` only appends to an outgoing queue under a short
+/// - the **writer** thread does the blocking `send(2)`s. `send(_:)` appends to an outgoing queue under a short
 ///   lock and wakes the writer, which takes the whole queue, writes it with no lock held, and then wakes the async
 ///   callers waiting for room (`waitUntilWritable(below:)`; `FluxClient` waits there before a request while more
 ///   than its write buffer limit is queued). So a slow fluxd slows the callers that wait, never Swift's cooperative
 ///   thread pool, and never the reader (which must keep answering heartbeats).
+///   The fast path: when nothing is queued or being written, `send(_:)` itself tries a non-blocking
+///   `send(2)` (`MSG_DONTWAIT`: it never blocks, and no lock is held across it), and hands only what the kernel did
+///   not take to the writer thread. A frame then costs no thread wake-up; order is kept because the writer waits
+///   while a direct write is in progress and the rest of it goes to the front of the queue.
 ///
 /// The descriptor is closed by whichever thread ends last; `close()` shuts the socket down, which wakes both.
 public final class SocketConnection: FluxConnection {
@@ -27,6 +31,8 @@ public final class SocketConnection: FluxConnection {
         var outgoing: [UInt8] = []
         /// Bytes the writer took and is writing now.
         var writing = 0
+        /// A `send` is writing directly (its non-blocking fast path); the writer thread waits for it.
+        var directWriting = false
         /// Why writing stopped (the writer saw EPIPE or another error); further sends fail with it.
         var writeFailure: FluxError?
         var spaceWaiters: [Int: (limit: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
@@ -210,15 +216,44 @@ public final class SocketConnection: FluxConnection {
     // MARK: Writing
 
     public func send(_ bytes: [UInt8]) throws(FluxError) {
-        let wake = try state.withLock { s throws(FluxError) -> Bool in
+        let (wake, direct) = try state.withLock { s throws(FluxError) -> (Bool, Int32?) in
             if s.closedLocally { throw .closed }
             if let failure = s.writeFailure { throw failure }
             guard s.fd >= 0 else { throw .disconnected("the connection is closed") }
-            let wasIdle = s.outgoing.isEmpty
+            if s.outgoing.isEmpty && s.writing == 0 && !s.directWriting && s.writerRunning {
+                s.directWriting = true
+                return (false, s.fd)
+            }
+            let wasIdle = s.outgoing.isEmpty && !s.directWriting
             s.outgoing.append(contentsOf: bytes)
-            return wasIdle
+            return (wasIdle, nil)
         }
         if wake { wakeWriter.signal() }
+        guard let fd = direct else { return }
+        // The fast path (no lock held): what the kernel takes now, without blocking.
+        var offset = 0
+        var failure: FluxError?
+        bytes.withUnsafeBytes { raw in
+            while offset < raw.count {
+                let n = Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    if errno == EAGAIN || errno == EWOULDBLOCK { return }
+                    failure = errno == EPIPE || errno == ECONNRESET
+                        ? .disconnected("fluxd closed the connection") : .io(operation: "send", errno: errno)
+                    return
+                }
+                offset += n
+            }
+        }
+        let handOver = state.withLock { s -> Bool in
+            s.directWriting = false
+            closeIfIdle(&s)  // the reader and the writer may have ended meanwhile: the last one closes
+            if let failure, s.writeFailure == nil { s.writeFailure = failure }
+            if failure == nil && offset < bytes.count { s.outgoing.insert(contentsOf: bytes[offset...], at: 0) }
+            return !s.outgoing.isEmpty || s.writeFailure != nil
+        }
+        if handOver { wakeWriter.signal() }
     }
 
     public var pendingWriteBytes: Int {
@@ -253,6 +288,8 @@ public final class SocketConnection: FluxConnection {
             while true {
                 let (fd, chunk, stop) = state.withLock { s -> (Int32, [UInt8], Bool) in
                     if s.closedLocally || s.writeFailure != nil || s.fd < 0 { return (-1, [], true) }
+                    // A direct write in progress goes first; it wakes this thread when it is done.
+                    if s.directWriting { return (s.fd, [], false) }
                     let chunk = s.outgoing
                     s.outgoing = []
                     s.writing = chunk.count
@@ -307,7 +344,7 @@ public final class SocketConnection: FluxConnection {
 
     /// Closes the descriptor once neither thread uses it.
     private func closeIfIdle(_ s: inout State) {
-        if !s.readerRunning && !s.writerRunning && s.fd >= 0 {
+        if !s.readerRunning && !s.writerRunning && !s.directWriting && s.fd >= 0 {
             Glibc.close(s.fd)
             s.fd = -1
         }

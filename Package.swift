@@ -74,6 +74,8 @@ let package = Package(
                            .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: swiftSettings
         ),
+        // The journal's on-disk format (issue 15, in progress): record framing, CRC-32C, recovery rules. No I/O yet.
+        .target(name: "FluxJournal", swiftSettings: swiftSettings),
         .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
@@ -131,6 +133,7 @@ let package = Package(
             dependencies: ["FluxDaemon", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        .testTarget(name: "FluxJournalTests", dependencies: ["FluxJournal"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),

@@ -1,0 +1,77 @@
+/// Appends framed records to one segment through an `AppendFile`, with group commit: `append` stages records,
+/// `write()` hands everything staged to the operating system in one write (fluxd calls it once per loop iteration,
+/// before any frame that reveals those records leaves), `sync()` makes it durable with one `fdatasync`.
+///
+/// Failure rules (issue 15): a failed write leaves no half record behind (the file is cut back to the last whole
+/// record) and the records stay staged, so a write that failed for a full disk is retried once space returns; a
+/// failed sync is never retried — the writer is `failed` for good, and fluxd stops accepting.
+public final class SegmentWriter {
+    /// The file written.
+    public let file: any AppendFile
+    /// Bytes of whole records handed to the operating system (the segment's length).
+    public private(set) var written: Int
+    /// Bytes of those made durable by the last successful sync.
+    public private(set) var synced: Int
+    /// Records staged and not written yet, framed.
+    public private(set) var staged: [UInt8] = []
+    /// How many records are staged.
+    public private(set) var stagedCount = 0
+    /// Set when a sync failed: nothing more is written.
+    public private(set) var failure: StorageError?
+
+    /// A writer for a new segment (writes the header) or one that already holds `existingLength` valid bytes.
+    public init(file: any AppendFile, existingLength: Int? = nil) throws(StorageError) {
+        self.file = file
+        if let existingLength {
+            written = existingLength
+            synced = existingLength
+        } else {
+            let header = SegmentHeader.bytes()
+            try Self.append(header, to: file)
+            written = header.count
+            synced = 0
+        }
+    }
+
+    /// Stages one record.
+    public func append<Body: Collection>(_ body: Body) where Body.Element == UInt8 {
+        appendRecord(body, to: &staged)
+        stagedCount += 1
+    }
+
+    /// Writes what is staged, in one write. On failure nothing of it stays in the file and it stays staged.
+    public func write() throws(StorageError) {
+        if let failure { throw failure }
+        guard !staged.isEmpty else { return }
+        do {
+            try Self.append(staged, to: file)
+        } catch {
+            try? file.truncate(to: written)  // no torn record left by a failed write (ENOSPC mid-record)
+            throw error
+        }
+        written += staged.count
+        staged.removeAll(keepingCapacity: true)
+        stagedCount = 0
+    }
+
+    private static func append(_ bytes: [UInt8], to file: any AppendFile) throws(StorageError) {
+        var failure: StorageError?
+        bytes.withUnsafeBytes { raw in
+            do throws(StorageError) { try file.append(raw) } catch { failure = error }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Makes everything written durable. A failure is final (see the type's comment).
+    public func sync() throws(StorageError) {
+        if let failure { throw failure }
+        guard synced < written else { return }
+        do {
+            try file.sync()
+        } catch {
+            failure = error
+            throw error
+        }
+        synced = written
+    }
+}

@@ -1,0 +1,91 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a storage operation failed: the operation and the `errno` (e.g. `EIO`, `ENOSPC`).
+public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var operation: String
+    public var errno: Int32
+    public var path: String
+
+    public init(operation: String, errno: Int32, path: String) {
+        self.operation = operation
+        self.errno = errno
+        self.path = path
+    }
+
+    /// Whether the disk is full (the journal stops accepting until space returns, and loses nothing).
+    public var isDiskFull: Bool { errno == ENOSPC || errno == EDQUOT }
+
+    public var description: String {
+        "\(operation) of \(path) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+    }
+}
+
+/// The storage seam: an append-only file the journal writes through. `PosixFile` is the real one; tests put a file
+/// that fails a chosen write or sync (EIO, ENOSPC) in its place, which is how fluxd's reaction to a failing disk is
+/// tested without one.
+public protocol AppendFile: AnyObject {
+    /// The file's path (for messages).
+    var path: String { get }
+    /// Appends all of `bytes` (a short write is retried until done or failed).
+    func append(_ bytes: UnsafeRawBufferPointer) throws(StorageError)
+    /// Makes what was appended durable (`fdatasync`).
+    func sync() throws(StorageError)
+    /// Cuts the file back to `length` bytes (after a failed append: no half record stays behind).
+    func truncate(to length: Int) throws(StorageError)
+    /// The file's length.
+    func length() throws(StorageError) -> Int
+    /// Closes it (idempotent).
+    func close()
+}
+
+/// An `AppendFile` on a POSIX file descriptor.
+public final class PosixFile: AppendFile {
+    public let path: String
+    private var fd: Int32
+
+    /// Opens `path` for appending, creating it (mode 0600) when `create`.
+    public init(path: String, create: Bool = true) throws(StorageError) {
+        self.path = path
+        fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | (create ? O_CREAT : 0), 0o600)
+        guard fd >= 0 else { throw StorageError(operation: "open", errno: errno, path: path) }
+    }
+
+    deinit { close() }
+
+    public func append(_ bytes: UnsafeRawBufferPointer) throws(StorageError) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StorageError(operation: "write", errno: errno, path: path)
+            }
+            offset += n
+        }
+    }
+
+    public func sync() throws(StorageError) {
+        // Never retried by the journal: after a failed fsync the kernel may have dropped the dirty pages
+        // (PostgreSQL's "fsyncgate"), so a second success would prove nothing.
+        guard fdatasync(fd) == 0 else { throw StorageError(operation: "fdatasync", errno: errno, path: path) }
+    }
+
+    public func truncate(to length: Int) throws(StorageError) {
+        guard ftruncate(fd, off_t(length)) == 0 else { throw StorageError(operation: "ftruncate", errno: errno, path: path) }
+    }
+
+    public func length() throws(StorageError) -> Int {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw StorageError(operation: "fstat", errno: errno, path: path) }
+        return Int(st.st_size)
+    }
+
+    public func close() {
+        if fd >= 0 {
+            Glibc.close(fd)
+            fd = -1
+        }
+    }
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config, libuv1-dev and
-# libjemalloc-dev (apt), node-typescript (apt: `tsc`, for the Node package's declarations), and Python's jsonschema
+# libjemalloc-dev (apt), nodejs and node-typescript (apt: `tsc`, for the Node package's declarations), and Python's jsonschema
 # (pip, for the protocol schema checks). Sourced by scripts/test.sh and scripts/demo.sh.
 set -euo pipefail
 
@@ -13,6 +13,12 @@ if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libuv || ! p
     echo "==> installing libuv1-dev, libjemalloc-dev and pkg-config (apt)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libuv1-dev libjemalloc-dev pkg-config >/dev/null
+fi
+
+if ! command -v node >/dev/null 2>&1; then
+    echo "==> installing nodejs (apt; the Node.js client library's suite)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs >/dev/null
 fi
 
 if ! command -v tsc >/dev/null 2>&1; then

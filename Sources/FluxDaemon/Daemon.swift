@@ -290,8 +290,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     public func requestEndOfBatch() { loop.requestBeforeFlush() }
 
-    /// Sends a frame to a peer outside any event (tests); replies to requests go through the core.
-    public func send(_ frame: Frame, to peer: PeerID) { connections[peer]?.send(frame) }
 
     /// The open connection of `peer` (through `connectionCache`).
     @inline(__always)

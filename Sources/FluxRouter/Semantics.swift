@@ -172,7 +172,6 @@ extension Router {
     /// `seq` order; refusals (§11) give it no `seq`.
     func dispatch(_ peer: Peer, _ request: DispatchRequest, _ body: [UInt8], now: Millis, _ out: inout Output) {
         let idRaw = request.id.map { body[$0.range] }
-        let refText = idRaw.map { decodeJSONString($0) }
         let typeJSON = body[request.type.range]
         let type: String
         let targets: [StoreEntry]
@@ -185,22 +184,22 @@ extension Router {
         }
         let wantsSettlement = request.settle, cause = request.cause
         if shuttingDown || draining {
-            return fail(peer, .shuttingDown, "fluxd is shutting down", &out, ref: refText)
+            return fail(peer, .shuttingDown, "fluxd is shutting down", &out)  // (ref: the id, SPEC §8.9)
         }
         if targets.isEmpty {
-            return fail(peer, .noHandler, "no store handles \"\(type)\"", &out, ref: refText)
+            return fail(peer, .noHandler, "no store handles \"\(type)\"", &out)
         }
         if peer.unsettled >= config.maxPending {
-            return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out, ref: refText)
+            return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out)
         }
         // A full queue refuses busy dispatchers only: one with fewer than `fairPending` unsettled actions is still
         // accepted, so a flood from one connection cannot lock the others out of a store.
         for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
-            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out, ref: refText)
+            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out)
         }
         let payload = request.payload.map { body[$0.range] } ?? ArraySlice("null".utf8)
         guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
-            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out, ref: refText)
+            return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out)
         }
         lastSeq += 1
         let action = ActionRecord(

@@ -52,6 +52,15 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// A peer that asked for heartbeats answered none of `maxPingsOut` pings, or a store left an action
     /// unanswered longer than fluxd's store timeout where fluxd closes stalled stores. The connection is closed.
     case unresponsive = "unresponsive"
+    /// Since fluxd 0.3.0 (SPEC §15.2): the journal's disk is full; the dispatch (or new registration) is refused
+    /// and nothing accepted before is lost; fluxd accepts again once a write succeeds. Survives.
+    case diskFull = "disk-full"
+    /// Since fluxd 0.3.0 (SPEC §15.2): the journal could not be made durable (a failed `fdatasync`, never
+    /// retried): fluxd accepts nothing more until it is restarted. Survives.
+    case journalFailed = "journal-failed"
+    /// Since fluxd 0.3.0 (SPEC §8.12): the history or state asked for is not in the journal's retention window
+    /// (or fluxd is ephemeral). Survives.
+    case notRetained = "not-retained"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

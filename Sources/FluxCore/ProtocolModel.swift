@@ -21,18 +21,21 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     case info, get, got, ping, pong, bye, error
     case event, missed
     case workers, restartWorker = "restart-worker", stopWorker = "stop-worker", worker
+    /// Since fluxd 0.3.0 (SPEC §8.12, §15): recovered settlements and the journal's history.
+    case recover, recovered, history, stateAt = "state-at"
 
     /// The directions a message with this op travels in (some, like `ping`, go both ways).
     public var directions: [MessageDirection] {
         switch self {
-        case .hello, .dispatch, .subscribe, .unsubscribe, .query, .unquery, .get, .restartWorker, .stopWorker:
+        case .hello, .dispatch, .subscribe, .unsubscribe, .query, .unquery, .get, .restartWorker, .stopWorker,
+             .recover:
             return [.c2d]
         case .register, .unregister, .done, .reject, .state:
             return [.s2d]
-        case .info, .ping, .pong, .bye, .workers:
+        case .info, .ping, .pong, .bye, .workers, .history, .stateAt:
             return [.c2d, .d2c]
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
-             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker:
+             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered:
             return [.d2c]
         }
     }
@@ -77,6 +80,8 @@ public enum LimitName: String, Sendable, CaseIterable {
     case maxFrame, storeWindow, queueLimit, queueTimeout, handshakeTimeout, maxPending, maxBacklog, fairPending
     case maxQueries, maxQueryBytes, maxSubscriptions, maxWaitFor, maxConnectionsPerUser, memoryPerUser
     case connectionAllowance, pingInterval, maxPingsOut, storeTimeout, maxStoresPerConnection
+    /// Since fluxd 0.3.0 (SPEC §15.4).
+    case outcomeWindow
 }
 
 /// The rules for names, ids, free text and integers (SPEC §4).

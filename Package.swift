@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "FluxCore", swiftSettings: swiftSettings),
         .target(
             name: "FluxRouter",
-            dependencies: ["FluxCore", .product(name: "DequeModule", package: "swift-collections")],
+            dependencies: ["FluxCore", "FluxJournal", .product(name: "DequeModule", package: "swift-collections")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -70,12 +70,15 @@ let package = Package(
         ),
         .target(
             name: "FluxDaemon",
-            dependencies: ["FluxCore", "FluxRouter", "FluxTransport", .product(name: "Logging", package: "swift-log"),
+            dependencies: ["FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
                            .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: swiftSettings
         ),
-        // The journal's on-disk format (issue 15, in progress): record framing, CRC-32C, recovery rules. No I/O yet.
-        .target(name: "FluxJournal", swiftSettings: swiftSettings),
+        // fluxd's journal (SPEC §15, docs/journal.md): the record format and recovered state (pure), and the
+        // segment files of a data directory behind the `AppendFile` storage seam.
+        .target(name: "CFluxSys"),
+        .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", .product(name: "DequeModule", package: "swift-collections")],
+                swiftSettings: swiftSettings),
         .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
@@ -88,6 +91,7 @@ let package = Package(
             dependencies: (useJemalloc ? ["CJemalloc"] : []) + [
                 "FluxDaemon",
                 "FluxRouter",
+                "FluxJournal",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

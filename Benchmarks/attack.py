@@ -490,7 +490,7 @@ class Bus:
         self.bench = bench
         self.dir = tempfile.mkdtemp(prefix=f"fluxbus-attack-{key}-", dir=bench.tmp)
         self.sock = os.path.join(self.dir, "fluxd.sock")
-        self.fluxd = Proc([bench.args.fluxd, "--socket", self.sock] + fluxd_args, "fluxd ready on",
+        self.fluxd = Proc([bench.args.fluxd, "--socket", self.sock, "--ephemeral"] + fluxd_args, "fluxd ready on",
                           os.path.join(self.dir, "fluxd.log"))
         self.procs = []
         self.observer = None

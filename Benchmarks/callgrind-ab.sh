@@ -31,7 +31,7 @@ measure() {
     local label=$1 fluxd=$2 window=$3; shift 3
     local sock="$T/$label.sock"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$T/cg.$label" \
-        "$fluxd" --socket "$sock" --log-level warning "$@" > "$T/$label.out" 2> "$T/$label.err" &
+        "$fluxd" --socket "$sock" --log-level warning "${FLUXD_MODE:---ephemeral}" "$@" > "$T/$label.out" 2> "$T/$label.err" &
     local vpid=$!
     wait_line "$T/$label.out" "fluxd ready"
     "$T/fluxbench" store --sys flux --addr "$sock" --topics 1 > "$T/$label.store" &

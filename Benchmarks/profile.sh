@@ -28,7 +28,7 @@ wait_line() { # file text
 profile() {
     local name=$1 clients=$2 window=$3 count=$4 idle=$5 sock="$T/fluxd-$1.sock"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$T/cg.$name" \
-        "$FLUXD" --socket "$sock" --log-level warning > "$T/fluxd.$name.out" 2> "$T/fluxd.$name.err" &
+        "$FLUXD" --socket "$sock" --ephemeral --log-level warning > "$T/fluxd.$name.out" 2> "$T/fluxd.$name.err" &
     local vpid=$! ipid=
     wait_line "$T/fluxd.$name.out" "fluxd ready"
     "$T/fluxbench" store --sys flux --addr "$sock" --topics "$clients" > "$T/store.$name.out" &
@@ -57,7 +57,7 @@ profile() {
 # syscalls: strace -c over a plain (not valgrind) fluxd for COUNT rounds
 syscalls() {
     local name=$1 clients=$2 window=$3 count=$4 sock="$T/fluxd-s$1.sock"
-    "$FLUXD" --socket "$sock" --log-level warning > "$T/fluxd.s$name.out" 2>&1 &
+    "$FLUXD" --socket "$sock" --ephemeral --log-level warning > "$T/fluxd.s$name.out" 2>&1 &
     local fpid=$!
     wait_line "$T/fluxd.s$name.out" "fluxd ready"
     "$T/fluxbench" store --sys flux --addr "$sock" --topics "$clients" > "$T/store.s$name.out" &

@@ -131,7 +131,7 @@ class Bench:
             return Proc([f"{self.bin}/relay", path], ready="relay ready"), path
         if system == "flux":
             path = f"{t}/fluxd.sock"
-            return Proc([self.fluxd, "--socket", path, "--log-level", "warning"], ready="fluxd ready"), path
+            return Proc([self.fluxd, "--socket", path, "--ephemeral", "--log-level", "warning"], ready="fluxd ready"), path
         if system == "redis":
             path = f"{t}/redis.sock"
             exe = shutil.which("redis-server")

@@ -104,7 +104,10 @@ start() {
 
 echo "==> starting fluxd with examples/fluxd.toml (it starts the todo, stats and comments stores)"
 ready_line=
-start fluxd "fluxd ready on " "$bin/fluxd" --config examples/fluxd.toml
+# Interactive: a durable fluxd, its journal in the default data directory (the todos survive a restart; see
+# docs/journal.md). The unattended smoke run keeps its journal in its own temporary folder.
+if [ "$mode" = interactive ]; then durability=(); else durability=(--data-dir "$logs/data"); fi
+start fluxd "fluxd ready on " "$bin/fluxd" --config examples/fluxd.toml "${durability[@]}"
 socket=${ready_line#*fluxd ready on }
 deadline=$((SECONDS + ready_timeout))
 until [ "$("$bin/fluxctl" workers --json --socket "$socket" 2>/dev/null | grep -c '"state":"running"')" = 3 ]; do

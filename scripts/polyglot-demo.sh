@@ -36,7 +36,7 @@ start() {
     echo "polyglot-demo: $name did not start:" >&2; cat "$work/$name.log" >&2; return 1
 }
 
-start fluxd "ready" "$bin/fluxd" --socket "$FLUXBUS_SOCKET"
+start fluxd "ready" "$bin/fluxd" --socket "$FLUXBUS_SOCKET" --data-dir "$work/data"
 start todo-store "todo-store ready" "$bin/todo-store"
 start stats-store "stats-store ready" "$bin/stats-store"
 start audit-store "audit-store ready" python3 examples/python/demo/audit_store.py

@@ -45,6 +45,8 @@ public struct Limits: Sendable, Equatable, Codable {
     public var storeTimeout: Int?
     /// Stores one connection may own at once.
     public var maxStoresPerConnection: Int?
+    /// How long fluxd keeps the outcomes of a session's settled dispatches for `recover` (ms; SPEC §15.4).
+    public var outcomeWindow: Int?
 
     public init() {}
 
@@ -70,6 +72,7 @@ public struct Limits: Sendable, Equatable, Codable {
         case .maxPingsOut: return maxPingsOut
         case .storeTimeout: return storeTimeout
         case .maxStoresPerConnection: return maxStoresPerConnection
+        case .outcomeWindow: return outcomeWindow
         }
     }
 }

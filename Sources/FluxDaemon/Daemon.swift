@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJournal
 import FluxRouter
 import FluxTransport
 import Glibc
@@ -96,15 +97,80 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     private enum Phase { case created, running, shuttingDown, stopped }
 
-    /// A daemon on `loop` (not listening yet).
-    public init(loop: EventLoop, config: DaemonConfig, logger: Logger) {
+    /// A daemon on `loop` (not listening yet); with a journal, durable (SPEC §15): the router takes over what the
+    /// journal recovered, and every record it stages is written before the frames that reveal it.
+    public init(loop: EventLoop, config: DaemonConfig, logger: Logger, journal: Journal? = nil) {
         self.loop = loop
         self.config = config
         self.logger = logger
+        self.journal = journal
         var coreConfig = DaemonCoreConfig(router: config.router)
         coreConfig.slowConsumerGrace = config.slowConsumerGrace
         core = DaemonCore(config: coreConfig, transport: self)
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
+        if let journal {
+            for note in journal.openingNotes { logger.notice("journal: \(note)") }
+            core.router.restore(from: journal.recovered, now: loop.now)
+            journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
+            core.router.journal = journal
+        }
+    }
+
+    /// The journal (nil: ephemeral).
+    public let journal: Journal?
+    /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
+    @exclusivity(unchecked) private var heldForJournal = false
+    @exclusivity(unchecked) private var journalTimer: LoopTimer?
+    @exclusivity(unchecked) private var journalFailureLogged = false
+
+    /// Writes what the router journaled while handling this iteration's events (before any frame is written):
+    /// returns whether frames may be written now.
+    private func commitJournal() -> Bool {
+        guard let journal else { return true }
+        if !journal.hasStaged && !heldForJournal && journal.refusal == nil { return true }
+        switch journal.commit(now: loop.now) {
+        case .written:
+            if heldForJournal {
+                heldForJournal = false
+                logger.notice("journal: written again; the frames held back go out")
+            }
+            if case .diskFull(let why)? = journal.refusal, !journalFailureLogged {
+                journalFailureLogged = true
+                logger.warning("journal: \(why); new dispatches are refused disk-full until space returns")
+            } else if journal.refusal == nil {
+                journalFailureLogged = false
+            }
+            return true
+        case .diskFull:
+            if !heldForJournal {
+                heldForJournal = true
+                logger.error("journal: the disk is full and the reserved space is used up; frames are held until a write succeeds")
+            }
+            return false
+        case .failed:
+            if !journalFailureLogged, case .failed(let why)? = journal.refusal {
+                journalFailureLogged = true
+                logger.critical("journal: \(why)")
+            }
+            // `always` promised the records durable before their frames: they are not, so the frames stay.
+            return journal.options.durability != .always
+        }
+    }
+
+    /// The journal's timer: syncs in `batch` mode, and retries a full disk.
+    private func journalTimerFired() {
+        guard let journal else { return }
+        if !journal.syncIfDue(now: loop.now), !journalFailureLogged, case .failed(let why)? = journal.refusal {
+            journalFailureLogged = true
+            logger.critical("journal: \(why)")
+        }
+        if case .diskFull? = journal.refusal {
+            if journal.retrySpace(now: loop.now) {
+                journalFailureLogged = false
+                logger.notice("journal: space is back; accepting new work again")
+            }
+            loop.requestBeforeFlush()
+        }
     }
 
     /// Number of open connections.
@@ -149,8 +215,15 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             sweepTimer?.start(after: router.sweepInterval, repeat: router.sweepInterval)
         }
         loop.beforeFlush = { [unowned self] in
-            guard self.router.hasDeferredWork, self.phase != .stopped else { return }
-            if self.core.isHandling { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
+            if self.router.hasDeferredWork, self.phase != .stopped {
+                if self.core.isHandling { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
+            }
+            return self.commitJournal()
+        }
+        if let journal {
+            let interval = journal.options.durability == .batch ? max(1, journal.options.syncInterval) : 100
+            journalTimer = LoopTimer(loop: loop) { [unowned self] in self.journalTimerFired() }
+            journalTimer?.start(after: interval, repeat: interval)
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -252,6 +325,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
         }
         core.handle(event, now: loop.now)
+        if journal != nil { loop.requestBeforeFlush() }
         armDeadlineTimer()
     }
 
@@ -363,6 +437,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         loop.beforeFlush = nil
         graceTimer?.close()
         graceTimer = nil
+        journalTimer?.close()
+        journalTimer = nil
+        if let journal {
+            journal.close(now: loop.now)
+            logger.info("journal: synced and closed")
+        }
         for timer in cutOffTimers.values { timer.close() }
         cutOffTimers = [:]
         loop.onStopRequest = nil

@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJournal
 import FluxRouter
 import FluxTransport
 import Glibc
@@ -27,7 +28,8 @@ public final class PluginHost {
         self.loop = loop
         self.daemon = daemon
         self.logger = logger
-        drainTimeout = supervisorConfig?.drainTimeout ?? 5_000
+        // A durable fluxd does not drain: what is not final stays in the journal and continues after the restart.
+        drainTimeout = daemon.journal != nil ? 0 : supervisorConfig?.drainTimeout ?? 5_000
         if let supervisorConfig {
             supervisor = Supervisor(loop: loop, daemon: daemon, config: supervisorConfig,
                                     socketPath: daemon.config.socketPath, executableDirectory: executableDirectory,
@@ -97,11 +99,11 @@ public final class PluginHost {
 /// config, the workers after `ready` was called), returns after the graceful stop. Throws when the daemon cannot
 /// start (nothing is left open, no worker was started).
 public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConfig?, executableDirectory: String?,
-                          logger: Logger, ready: (String) -> Void) throws(DaemonError) {
+                          journal: Journal? = nil, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
     let loop = try makeDaemonLoop(logger: logger)
-    let daemon = Daemon(loop: loop, config: config, logger: logger)
+    let daemon = Daemon(loop: loop, config: config, logger: logger, journal: journal)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
                           executableDirectory: executableDirectory, logger: logger)
     try startDaemon(daemon, on: loop)

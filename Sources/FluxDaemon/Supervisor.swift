@@ -251,6 +251,8 @@ public final class Supervisor {
             b.string("id", id)
             b.raw("worker", json(of: worker))
             return .reply(b.finish())
+        case .history, .stateAt:
+            return .error(.unknownOp, "\(request.op.rawValue) is answered by the journal, not the supervisor")
         }
     }
 

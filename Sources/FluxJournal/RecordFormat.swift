@@ -1,11 +1,15 @@
 // The journal's segment format, version 1 (docs/journal.md). A segment file is
 //
 //     header:  "FLUXJRNL" (8 bytes)  version (u16, big-endian)  reserved (u16, 0)
-//     record*: length (u32, big-endian: bytes of body)  crc32c (u32, big-endian: of body)  body
+//     record*: length (u32, big-endian: bytes of body)  crc32c of the length's 4 bytes (u32, big-endian)
+//              crc32c of body (u32, big-endian)  body
 //
 // Records are only ever appended. A crash can leave the last record torn (its bytes cut short, or not all of them
-// reached the disk); anything else wrong is corruption. `JournalScan` tells the two apart: a bad record that ends
-// the file is torn and dropped; a bad record followed by more bytes is corruption, reported with its offset.
+// reached the disk); anything else wrong is corruption. `JournalScan` tells the two apart: a record cut short by
+// the end of the file, or a last record whose body checksum fails, is torn and dropped; a record whose length
+// fails its own checksum (a flipped length would otherwise look like a record cut short), or a bad record followed
+// by more bytes, is corruption, reported with its offset. (A tail of zero bytes, as a power loss can leave in
+// blocks allocated but not written, is torn too.)
 
 /// The bytes that start every segment file.
 public enum SegmentHeader {
@@ -25,14 +29,28 @@ public enum SegmentHeader {
 /// The largest record body the format allows (a length above it is corruption, not a huge allocation).
 public let maxRecordBytes = 64 << 20
 
-/// Appends one framed record (length, checksum, body) to `out`.
+/// Bytes before each record's body: length, the length's checksum, the body's checksum.
+public let recordHeaderSize = 12
+
+/// Appends one framed record (length, checksums, body) to `out`.
 public func appendRecord<Body: Collection>(_ body: Body, to out: inout [UInt8]) where Body.Element == UInt8 {
     precondition(body.count <= maxRecordBytes, "journal record of \(body.count) bytes")
     let length = UInt32(body.count)
-    let crc = CRC32C.checksum(body)
-    out.append(contentsOf: [UInt8(length >> 24), UInt8((length >> 16) & 0xFF), UInt8((length >> 8) & 0xFF), UInt8(length & 0xFF)])
-    out.append(contentsOf: [UInt8(crc >> 24), UInt8((crc >> 16) & 0xFF), UInt8((crc >> 8) & 0xFF), UInt8(crc & 0xFF)])
+    let lengthBytes = bigEndianBytes(length)
+    out.append(contentsOf: lengthBytes)
+    out.append(contentsOf: bigEndianBytes(CRC32C.checksum(lengthBytes)))
+    out.append(contentsOf: bigEndianBytes(CRC32C.checksum(body)))
     out.append(contentsOf: body)
+}
+
+@inline(__always)
+func bigEndianBytes(_ v: UInt32) -> [UInt8] {
+    [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]
+}
+
+@inline(__always)
+func readBigEndian(_ b: [UInt8], _ at: Int) -> UInt32 {
+    UInt32(b[at]) << 24 | UInt32(b[at + 1]) << 16 | UInt32(b[at + 2]) << 8 | UInt32(b[at + 3])
 }
 
 /// What reading a segment found.
@@ -80,13 +98,21 @@ public struct JournalScan: Sendable, Equatable {
         var at = SegmentHeader.size
         validEnd = at
         while at < segment.count {
-            guard segment.count - at >= 8 else {
+            guard segment.count - at >= recordHeaderSize else {
                 tornBytes = segment.count - at  // a record header cut short: only the last record can be
                 return
             }
-            let length = Int(UInt32(segment[at]) << 24 | UInt32(segment[at + 1]) << 16 | UInt32(segment[at + 2]) << 8 | UInt32(segment[at + 3]))
-            let crc = UInt32(segment[at + 4]) << 24 | UInt32(segment[at + 5]) << 16 | UInt32(segment[at + 6]) << 8 | UInt32(segment[at + 7])
-            let bodyStart = at + 8
+            let length = Int(readBigEndian(segment, at))
+            guard CRC32C.checksum(segment[at..<(at + 4)]) == readBigEndian(segment, at + 4) else {
+                if segment[at...].allSatisfy({ $0 == 0 }) {
+                    tornBytes = segment.count - at  // zeros to the end: blocks allocated, never written
+                } else {
+                    problem = .corrupt(offset: at, reason: "the length of the record at \(at) fails its checksum")
+                }
+                return
+            }
+            let crc = readBigEndian(segment, at + 8)
+            let bodyStart = at + recordHeaderSize
             let end = bodyStart + length
             if length > maxRecordBytes {
                 problem = .corrupt(offset: at, reason: "a record length of \(length) bytes (at most \(maxRecordBytes))")

@@ -1,3 +1,4 @@
+import CFluxSys
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,6 +35,10 @@ public protocol AppendFile: AnyObject {
     func sync() throws(StorageError)
     /// Cuts the file back to `length` bytes (after a failed append: no half record stays behind).
     func truncate(to length: Int) throws(StorageError)
+    /// Allocates disk space for `bytes` bytes from `offset` without changing the file's length (so appends into
+    /// it cannot fail for lack of space): the journal keeps space reserved ahead of its writes, and a reservation
+    /// that fails is how it learns the disk is full while it can still finish what it accepted.
+    func reserve(from offset: Int, bytes: Int) throws(StorageError)
     /// The file's length.
     func length() throws(StorageError) -> Int
     /// Closes it (idempotent).
@@ -74,6 +79,15 @@ public final class PosixFile: AppendFile {
 
     public func truncate(to length: Int) throws(StorageError) {
         guard ftruncate(fd, off_t(length)) == 0 else { throw StorageError(operation: "ftruncate", errno: errno, path: path) }
+    }
+
+    public func reserve(from offset: Int, bytes: Int) throws(StorageError) {
+        // FALLOC_FL_KEEP_SIZE (1): allocate, keep the length. A file system without fallocate reserves nothing
+        // (the journal then learns of a full disk from a failed write, and holds frames until space returns).
+        let r = cfluxsys_reserve(fd, off_t(offset), off_t(bytes))
+        if r != 0 && errno != EOPNOTSUPP && errno != ENOSYS {
+            throw StorageError(operation: "fallocate", errno: errno, path: path)
+        }
     }
 
     public func length() throws(StorageError) -> Int {

@@ -119,7 +119,7 @@ public final class DaemonCore: RouterEffectSink {
     /// Answers host operation `op` (SPEC §8.11) with `handler`: the router validates the request, the handler
     /// answers it (after the event that carried it; it may feed the core).
     public func handleHostOperation(_ op: Op, with handler: @escaping (PeerID, HostRequest) -> HostAnswer) {
-        precondition(op.isHostOperation, "\(op) is not a host operation")
+        precondition(op.isHostOperation || op == .history || op == .stateAt, "\(op) is not answered by a host")
         hostHandlers[op] = handler
         router.hostOps.insert(op)
     }

@@ -49,6 +49,8 @@ extension Router {
         b.string("server", config.serverName)
         b.int("peer", peer.id)
         b.raw("limits", welcomeLimits)
+        b.string("epoch", config.epoch)
+        b.string("durability", config.durability)
         return b.finish()
     }
 
@@ -78,6 +80,7 @@ extension Router {
                 case .maxPingsOut: o.field("maxPingsOut", c.maxPingsOut)
                 case .storeTimeout: o.field("storeTimeout", c.storeTimeout)
                 case .maxStoresPerConnection: o.field("maxStoresPerConnection", c.maxStoresPerConnection)
+                case .outcomeWindow: o.field("outcomeWindow", c.outcomeWindow)
                 }
             }
         }

@@ -86,6 +86,8 @@ struct HelloRequest {
     var role: Role
     var name: String
     var heartbeat: Bool
+    /// `session` (SPEC §15.4): its raw JSON string.
+    var session: ArraySlice<UInt8>?
 
     init(_ env: Envelope) throws(Refusal) {
         func fatal(_ message: String) -> Refusal { Refusal(code: .badMessage, message: message, fatal: true) }
@@ -110,6 +112,11 @@ struct HelloRequest {
         case .value(let h): heartbeat = h
         case .absent: heartbeat = false
         case .wrongType: throw fatal("\"heartbeat\" must be a boolean")
+        }
+        switch env.string("session") {
+        case .absent: session = nil
+        case .value(let s) where Names.isValidID(s): session = env.raw("session")
+        default: throw fatal("\"session\" must be a string of 1 to \(Names.maxIDBytes) bytes")
         }
         self.version = version
         self.role = role
@@ -333,9 +340,34 @@ struct IdentifiedRequest {
 }
 
 extension HostRequest {
-    /// `workers`, `restart-worker`, `stop-worker` (SPEC §8.11).
+    /// `workers`, `restart-worker`, `stop-worker` (SPEC §8.11); `history`, `state-at` (§8.12).
     init(_ env: Envelope, op: Op) throws(Refusal) {
         let fields = FieldReader(env: env, op: "host operation")
+        if op == .history || op == .stateAt {
+            let idRaw = try fields.id(required: false).map { Array($0.raw) }
+            let ref = idRaw.map { decodeJSONString($0[...]) }
+            func integer(_ key: String, _ range: ClosedRange<Int64>) throws(Refusal) -> Int64? {
+                switch env.int(key) {
+                case .absent: return nil
+                case .value(let n) where range.contains(n): return n
+                default: throw .badMessage("\"\(key)\" must be an integer from \(range.lowerBound) to \(range.upperBound)", ref: ref)
+                }
+            }
+            if op == .history {
+                let from = try integer("from", 1...Int64(Names.maxInteger))
+                let limit = try integer("limit", 1...1000) ?? 100
+                self = .history(idRaw: idRaw, from: from.map { UInt64($0) }, limit: Int(limit))
+                return
+            }
+            let store = try fields.store(ref: ref)
+            let version = try integer("version", 1...Int64(Names.maxInteger))
+            let seq = try integer("seq", 0...Int64(Names.maxInteger))
+            guard (version == nil) != (seq == nil) else {
+                throw .badMessage("state-at needs exactly one of \"version\" and \"seq\"", ref: ref)
+            }
+            self = .stateAt(idRaw: idRaw, store: store, version: version.map { UInt64($0) }, seq: seq.map { UInt64($0) })
+            return
+        }
         guard let id = try fields.id(required: true)?.text else { throw .badMessage("\(op.rawValue) needs an \"id\"") }
         if op == .workers {
             self = .workers(id: id)

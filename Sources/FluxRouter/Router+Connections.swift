@@ -53,6 +53,7 @@ extension Router {
         let role = hello.role, name = hello.name
         peer.role = role
         peer.name = name
+        peer.session = hello.session
         if hello.heartbeat && config.pingInterval > 0 {
             peer.heartbeat = true
             heartbeatPeers.insert(peer.id)

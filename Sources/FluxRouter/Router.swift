@@ -1,5 +1,6 @@
 import DequeModule
 import FluxCore
+import FluxJournal
 
 /// The dispatcher as a pure state machine: the single place where FluxBus's semantics live.
 ///
@@ -44,6 +45,12 @@ public final class Router {
     /// Which stores handle which action types (with its caches).
     @exclusivity(unchecked) var routes = RouteTable()
     @exclusivity(unchecked) var lastSeq: UInt64 = 0
+    /// Where this run's records go (nil: an ephemeral fluxd). Set before the first event (SPEC §15).
+    @exclusivity(unchecked) public var journal: (any JournalWriting)?
+    /// The seq high-water mark journaled: seqs up to it may be handed out (SPEC §15.1).
+    @exclusivity(unchecked) var reservedSeq: UInt64 = 0
+    /// Outcomes of settled dispatches made under a session, for `recover` (SPEC §15.4).
+    @exclusivity(unchecked) var outcomes: OutcomeLog
     @exclusivity(unchecked) var shuttingDown = false
     @exclusivity(unchecked) var draining = false
     /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.
@@ -92,6 +99,7 @@ public final class Router {
         self.config = config
         self.hostOps = config.hostOps
         self.memory = MemoryBudget(limits: config.memory)
+        self.outcomes = OutcomeLog(capacity: config.maxOutcomes, window: config.outcomeWindow)
         self.welcomeLimits = Router.limitsJSON(config)
     }
 
@@ -283,7 +291,7 @@ public final class Router {
                 }
                 return hello(peer, request, &out)
             }
-            guard let op = Op.received(name), !op.isHostOperation || hostOps.contains(op) else {
+            guard let op = Op.received(name), !op.isHostOperation || hostOps.contains(op) || op == .history || op == .stateAt else {
                 return fail(peer, .unknownOp, "unknown op \"\(name)\"", &out)
             }
             try receive(op, from: peer, role: role, env, now: now, &out)
@@ -321,8 +329,14 @@ public final class Router {
         case .bye: close(peer, &out)
         case .hello: fail(peer, .badMessage, "hello was already received", &out)
         case .workers, .restartWorker, .stopWorker: out.append(.host(peer.id, try HostRequest(env, op: op)))
+        case .recover:
+            if permitted(peer, role.mayDispatch, op, &out) { recover(peer, try RecoverRequest(env), &out) }
+        case .history, .stateAt:
+            let request = try HostRequest(env, op: op)
+            if hostOps.contains(op) { out.append(.host(peer.id, request)) }
+            else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
-             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker:
+             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered:
             fail(peer, .unknownOp, "unknown op \"\(op.rawValue)\"", &out)  // (not received: `Op.received` is nil)
         }
     }

@@ -10,6 +10,8 @@ final class Peer {
     let connectedAt: Millis
     @exclusivity(unchecked) var role: Role?
     @exclusivity(unchecked) var name = ""
+    /// `hello.session` (the raw JSON string), under which its settlements can be recovered (SPEC §15.4).
+    @exclusivity(unchecked) var session: ArraySlice<UInt8>?
     @exclusivity(unchecked) var closing = false
     @exclusivity(unchecked) var owned: Set<String> = []
     @exclusivity(unchecked) var subscriptions: Set<String> = []
@@ -203,8 +205,11 @@ final class ActionRecord {
     let origin: PeerID
     let cause: Int64?
     let payload: ArraySlice<UInt8>
-    /// The peer that dispatched it (kept while the action is unsettled, even if that peer has gone).
-    let dispatcher: Peer
+    /// The peer that dispatched it (kept while the action is unsettled, even if that peer has gone), or the one
+    /// that recovered it (`recover`, SPEC §15.4); after a restart, a stand-in that is gone.
+    @exclusivity(unchecked) var dispatcher: Peer
+    /// The dispatcher's session (`hello.session`) when it gave one and asked for settlement.
+    let session: ArraySlice<UInt8>?
     /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
     let id: ArraySlice<UInt8>?
     /// The stores it goes to, sorted by name.
@@ -221,8 +226,10 @@ final class ActionRecord {
     }
 
     init(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
-         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
+         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry],
+         session: ArraySlice<UInt8>? = nil) {
         self.seq = seq
+        self.session = session
         self.typeJSON = typeJSON
         self.origin = origin
         self.cause = cause

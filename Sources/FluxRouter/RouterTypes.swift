@@ -84,8 +84,21 @@ public struct RouterConfig: Sendable {
     /// Host operations (SPEC §8.11) the router hands to its host (e.g. fluxd's worker supervisor) as a `.host`
     /// effect once validated; the others get `unknown-op`. `DaemonCore` fills this from its registered handlers.
     public var hostOps: Set<Op> = []
+    /// The history this run's seqs and versions belong to (`welcome.epoch`, SPEC §15.1): the journal's for a
+    /// durable fluxd, a new one per run for an ephemeral one.
+    public var epoch: String = ""
+    /// `welcome.durability`: "always", "batch", "none" or "ephemeral" (SPEC §15.2).
+    public var durability: String = "ephemeral"
+    /// How long settled outcomes of sessions are kept for `recover` (SPEC §15.4), and at most how many.
+    public var outcomeWindow: Millis = 600_000
+    public var maxOutcomes = 100_000
+    /// Seqs reserved in the journal at a time (SPEC §15.1: persisted ahead of use).
+    public var seqBlock: UInt64 = 1 << 16
 
     public init() {}
+
+    /// Whether a journal keeps this router's state across restarts.
+    public var isDurable: Bool { durability != "ephemeral" }
 }
 
 /// Something that happened at the edge of the router: the transport turns socket and timer activity into these.
@@ -134,11 +147,17 @@ public enum HostRequest: Sendable, Equatable {
     case restartWorker(id: String, name: String)
     /// `stop-worker`: stop the worker `name` (it stays stopped until restarted).
     case stopWorker(id: String, name: String)
+    /// `history` (SPEC §8.12): up to `limit` journaled actions from seq `from` (nil: the oldest retained); `idRaw`
+    /// is the request's id token, echoed in the reply.
+    case history(idRaw: [UInt8]?, from: UInt64?, limit: Int)
+    /// `state-at` (SPEC §8.12): a store's state at a version, or after a seq.
+    case stateAt(idRaw: [UInt8]?, store: String, version: UInt64?, seq: UInt64?)
 
     /// The request's id (the `ref` of an error about it).
-    public var id: String {
+    public var id: String? {
         switch self {
         case .workers(let id), .restartWorker(let id, _), .stopWorker(let id, _): return id
+        case .history(let raw, _, _), .stateAt(let raw, _, _, _): return raw.map { decodeJSONString($0[...]) }
         }
     }
 
@@ -148,6 +167,8 @@ public enum HostRequest: Sendable, Equatable {
         case .workers: return .workers
         case .restartWorker: return .restartWorker
         case .stopWorker: return .stopWorker
+        case .history: return .history
+        case .stateAt: return .stateAt
         }
     }
 }

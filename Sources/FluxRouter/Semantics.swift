@@ -12,6 +12,9 @@ extension Router {
         if !peer.owned.contains(name) && peer.owned.count >= config.maxStoresPerConnection {
             return fail(peer, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out)
         }
+        if !(stores[name]?.wasRegistered ?? false), let refusal = journal?.refusal {
+            return failJournal(peer, refusal, &out)  // a new name must be journaled; a known one resumes
+        }
         let store = entry(name)
         if let owner = store.owner {
             return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out)
@@ -52,6 +55,9 @@ extension Router {
         expiringStores.remove(name)
         upStores.insert(name)
         if config.storeTimeout > 0 { scheduleSweep() }
+        if !store.wasRegistered || store.handles != handles || store.waitFor != waitFor {
+            journal?.register(store: name, handles: handles, waitFor: waitFor)
+        }
         store.handles = handles
         store.waitFor = waitFor
         store.wasRegistered = true
@@ -189,6 +195,7 @@ extension Router {
         if targets.isEmpty {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out)
         }
+        if let journal, let refusal = journal.refusal { return failJournal(peer, refusal, &out) }
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out)
         }
@@ -202,17 +209,30 @@ extension Router {
             return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out)
         }
         lastSeq += 1
+        let session = wantsSettlement ? peer.session : nil
         let action = ActionRecord(
             seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
             payload: payload,
-            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
+            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets, session: session)
+        if let journal {
+            if lastSeq > reservedSeq {
+                reservedSeq = lastSeq + config.seqBlock - 1
+                journal.reserveSeq(upTo: reservedSeq)
+            }
+            journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
+                           id: action.id, session: session, uid: peer.account.uid, payload: payload,
+                           targets: targets.map(\.name))
+        }
         pendingCount += 1
         peer.unsettled += 1
         out.traffic.actions += 1
         observeDispatch(action, type: type, from: peer, &out)
         for (i, store) in targets.enumerated() {
             if store.status == .down && store.queue.count >= config.queueLimit {
-                action.setResult(at: i, .unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))"))
+                let result = StoreResult.unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
+                journalResult(action, store: store, result, version: store.version)
+                action.setResult(at: i, result)
+                out.log(.notice, "action \(action.seq) given up for store \"\(store.name)\": it is down and its queue is full")
                 continue
             }
             if store.status == .down {
@@ -298,6 +318,7 @@ extension Router {
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
     func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
         guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
+        journalResult(action, store: store, result, version: store.version)
         action.setResult(at: i, result, version: store.version)
         if action.targets.count > 1 {
             for other in action.targets where other !== store && other.waitFor.contains(store.name) { pump(other, &out) }
@@ -310,6 +331,7 @@ extension Router {
         let dispatcher = action.dispatcher
         dispatcher.unsettled -= 1
         memory.release(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
+        if let session = action.session, let id = action.id { rememberOutcome(action, session: session, id: id) }
         let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
         guard toDispatcher || !monitors.isEmpty else { return }
         let results = resultsJSON(action)
@@ -348,6 +370,7 @@ extension Router {
         }
         store.retainedCost = cost
         store.version += 1
+        journal?.snapshot(store: store.name, version: store.version, seq: seq, state: state)
         var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
         b.raw("store", store.nameJSON)
         b.int("version", store.version)
@@ -390,6 +413,7 @@ extension Router {
             guard let store = stores[name] else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
+                out.log(.notice, "action \(head.action.seq) given up for store \"\(name)\": it stayed down for \(config.queueTimeout) ms (queueTimeout)")
                 record(head.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
             }
             if store.queue.isEmpty { expiringStores.remove(name) }
@@ -399,6 +423,27 @@ extension Router {
     func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
+        if journal != nil {
+            // A durable fluxd keeps what is not final: it continues after the restart (SPEC §15.1).
+            out.log(.notice, "stopping: \(pendingCount) actions stay accepted in the journal, saying goodbye to \(peers.count) peers")
+            let bye = byeFrame(reason: "restart")
+            for name in stores.keys.sorted() {
+                let store = stores[name]!
+                guard store.status == .up else { continue }
+                var b = FrameBuilder(op: "store-down")
+                b.string("store", name)
+                b.constant("reason", "shutdown")
+                let frame = b.finish(coalescing: .fence(key: store.key))
+                for sub in store.subscribers { out.send(sub, frame) }
+            }
+            for id in peers.sortedIDs {
+                let peer = peers[id]!
+                guard !peer.closing else { continue }
+                out.send(peer, bye)
+                close(peer, &out)
+            }
+            return
+        }
         out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
         for action in unsettledActions() {
             for i in action.targets.indices where action.result(at: i) == nil {

@@ -32,13 +32,14 @@ public final class EventLoop {
     public var onWake: (() -> Void)?
     /// Called on the loop thread before the next flush of the connections' queued frames (at the latest at the end
     /// of this loop iteration, after its I/O callbacks) once `requestBeforeFlush()` was called: the owner sends
-    /// what it deferred while handling a batch of reads. (A flag, not a call per flush: the hot path pays one
-    /// load.)
-    public var beforeFlush: (() -> Void)? {
+    /// what it deferred while handling a batch of reads, and writes its journal. (A flag, not a call per flush:
+    /// the hot path pays one load.) Returning false holds every connection's frames back (they stay queued, and
+    /// `beforeFlush` is asked again at the next flush): fluxd's journal could not write the records they reveal.
+    public var beforeFlush: (() -> Bool)? {
         get { storedBeforeFlush }
         set { storedBeforeFlush = newValue }
     }
-    @exclusivity(unchecked) private var storedBeforeFlush: (() -> Void)?
+    @exclusivity(unchecked) private var storedBeforeFlush: (() -> Bool)?
     @exclusivity(unchecked) private var beforeFlushRequested = false
 
     /// Has `beforeFlush` called before the next flush.
@@ -192,7 +193,10 @@ public final class EventLoop {
     func flushDirty() {
         if beforeFlushRequested {
             beforeFlushRequested = false
-            storedBeforeFlush?()
+            if let hook = storedBeforeFlush, !hook() {
+                beforeFlushRequested = true
+                return
+            }
         }
         guard !dirty.isEmpty else { return }
         swap(&dirty, &flushing)

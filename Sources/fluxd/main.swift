@@ -4,6 +4,7 @@ import CJemalloc  // not when built with FLUXBUS_NO_JEMALLOC=1 (Package.swift), 
 #endif
 import FluxCore
 import FluxDaemon
+import FluxJournal
 import FluxRouter
 import Glibc
 import Logging
@@ -37,8 +38,24 @@ struct Fluxd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Actions queued at most for a store that is down.", valueName: "n"))
     var queueLimit: Int = 1024
 
-    @Option(name: .long, help: ArgumentHelp("How long an action waits for a store that is down.", valueName: "ms"))
-    var queueTimeout: UInt64 = 5000
+    @Option(name: .long, help: ArgumentHelp(
+        "How long an action waits for a store that is down (default: 300000 when durable, 5000 with --ephemeral).",
+        valueName: "ms"))
+    var queueTimeout: UInt64?
+    @Option(name: .long, help: ArgumentHelp(
+        "Where the journal lives (default: $XDG_STATE_HOME/fluxbus/<bus>, else ~/.local/state/fluxbus/<bus>, <bus> derived from the socket path). Locked while fluxd runs.",
+        valueName: "dir"))
+    var dataDir: String?
+    @Flag(name: .long, help: "Keep everything in memory only: a restart loses all state (tests, throwaway buses).")
+    var ephemeral = false
+    @Option(name: .long, help: ArgumentHelp(
+        "When journal records are synced: always (before the frames that reveal them), batch (every --sync-interval ms), none (never by fluxd). See docs/journal.md.",
+        valueName: "mode"))
+    var durability: String = "batch"
+    @Option(name: .long, help: ArgumentHelp("batch: the longest time written records stay unsynced.", valueName: "ms"))
+    var syncInterval: UInt64 = 100
+    @Flag(name: .long, help: "Cut a corrupt journal back to its last good record (saying what is lost) instead of refusing to start.")
+    var repair = false
 
     @Option(name: .long, help: ArgumentHelp("Actions delivered to a store before it answers the first.", valueName: "n"))
     var storeWindow: Int = 64
@@ -141,6 +158,12 @@ struct Fluxd: ParsableCommand {
         guard parsedSocketMode != nil else {
             throw ValidationError("--socket-mode must be octal permission bits (e.g. 600), got '\(socketMode)'")
         }
+        guard Durability(rawValue: durability) != nil else {
+            throw ValidationError("--durability must be always, batch or none, got '\(durability)'")
+        }
+        guard !(ephemeral && dataDir != nil) else {
+            throw ValidationError("--ephemeral keeps no journal: it cannot be given with --data-dir")
+        }
         guard parsedLogLevel != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error")
         }
@@ -193,7 +216,7 @@ struct Fluxd: ParsableCommand {
         config.socketMode = parsedSocketMode ?? 0o600
         config.router.maxFrame = maxFrame
         config.router.queueLimit = queueLimit
-        config.router.queueTimeout = queueTimeout
+        config.router.queueTimeout = queueTimeout ?? (ephemeral ? 5000 : 300_000)
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
         config.router.maxBacklog = maxBacklog
@@ -216,9 +239,33 @@ struct Fluxd: ParsableCommand {
         config.router.storeTimeout = storeTimeout
         config.router.closeStalledStores = closeStalledStores
 
+        var journal: Journal?
+        if ephemeral {
+            config.router.epoch = randomEpoch()
+            config.router.durability = "ephemeral"
+        } else {
+            guard let dir = dataDir ?? defaultDataDirectory(socketPath: location.path) else {
+                writeAll(2, "fluxd: error: no data directory: set --data-dir (or XDG_STATE_HOME or HOME), or run --ephemeral\n")
+                throw ExitCode.failure
+            }
+            var options = Journal.Options(directory: dir)
+            options.durability = Durability(rawValue: durability) ?? .batch
+            options.syncInterval = syncInterval
+            options.repair = repair
+            options.outcomes = OutcomeLog(capacity: config.router.maxOutcomes, window: config.router.outcomeWindow)
+            do {
+                journal = try Journal(options: options)
+            } catch {
+                writeAll(2, "fluxd: error: \(error)\n")
+                throw ExitCode.failure
+            }
+            config.router.epoch = journal!.epoch
+            config.router.durability = options.durability.rawValue
+            logger.info("journal", metadata: ["dir": "\(dir)", "durability": "\(options.durability.rawValue)"])
+        }
         do {
             try runPluginHost(config: config, supervisorConfig: supervisorConfig,
-                              executableDirectory: executableDirectory(), logger: logger) { path in
+                              executableDirectory: executableDirectory(), journal: journal, logger: logger) { path in
                 writeAll(1, "fluxd ready on \(path)\n")
             }
         } catch {
@@ -226,6 +273,15 @@ struct Fluxd: ParsableCommand {
             throw ExitCode.failure
         }
     }
+}
+
+/// A new epoch for an ephemeral run (SPEC §15.1): 16 random bytes in hex.
+private func randomEpoch() -> String {
+    var g = SystemRandomNumberGenerator()
+    return (0..<2).map { _ in
+        let hex = String(g.next(), radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }.joined()
 }
 
 /// The version of jemalloc, fluxd's allocator (see Package.swift), as it reports it ("none" when fluxd was

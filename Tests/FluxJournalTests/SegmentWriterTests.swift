@@ -15,6 +15,7 @@ struct SegmentWriterTests {
         var failWrites: Int32?
         var partialBytes = 0
         var failSyncs: Int32?
+        var failReserves: Int32?
         var syncs = 0
 
         func append(_ raw: UnsafeRawBufferPointer) throws(StorageError) {
@@ -29,6 +30,9 @@ struct SegmentWriterTests {
             syncs += 1
         }
         func truncate(to length: Int) throws(StorageError) { bytes.removeLast(bytes.count - length) }
+        func reserve(from offset: Int, bytes: Int) throws(StorageError) {
+            if let e = failReserves { throw StorageError(operation: "fallocate", errno: e, path: path) }
+        }
         func length() throws(StorageError) -> Int { bytes.count }
         func close() {}
     }

@@ -111,7 +111,7 @@ struct DaemonCoreTests {
         h.core.handleHostOperation(.workers) { _, request in
             asked.append(request)
             var b = FrameBuilder(op: "workers")
-            b.string("id", request.id)
+            b.string("id", request.id ?? "")
             b.key("workers")
             b.rawBytes(Array(#"[]"#.utf8))
             return .reply(b.finish())

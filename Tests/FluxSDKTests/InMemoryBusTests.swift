@@ -22,7 +22,7 @@ struct InMemoryBusTests {
         }
         bus.handleHostOperation(.workers) { request in
             var b = FrameBuilder(op: "workers")
-            b.string("id", request.id)
+            b.string("id", request.id ?? "")
             b.raw("workers", Array(#"[{"name":"todo","state":"running","pid":7,"restarts":0,"uptime_ms":5,"last_exit":null,"stores":["todos"]}]"#.utf8))
             return .reply(b.finish())
         }

@@ -63,7 +63,7 @@ class Fluxd:
         self.socket_path = os.path.join(self.directory, "fluxd.sock")
         self.stderr_path = os.path.join(self.directory, "stderr.log")
         with open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen([executable, "--socket", self.socket_path, *arguments],
+            self.process = subprocess.Popen([executable, "--socket", self.socket_path, "--ephemeral", *arguments],
                                             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         line = b""

@@ -231,7 +231,7 @@ def test_every_frame_validates_against_its_schema(bus):
     real, proxy_path, report_path = (os.path.join(work, n) for n in ("fluxd.sock", "proxy.sock", "report.json"))
     # A short heartbeat interval, so that fluxd's ping (D->C) and the peers' pong (C->D) are seen: every peer that
     # asks for heartbeats (the Swift SDK does) is pinged after PING_INTERVAL ms of silence.
-    fluxd = start("fluxd", [FLUXD, "--socket", real, "--config", config, "--ping-interval", str(PING_INTERVAL)],
+    fluxd = start("fluxd", [FLUXD, "--socket", real, "--ephemeral", "--config", config, "--ping-interval", str(PING_INTERVAL)],
                   "ready")
     proxy = start("proxy", [sys.executable, os.path.join(HERE, "schema_proxy.py"), "--listen", proxy_path,
                             "--upstream", real, "--report", report_path, "--bad-input-peer", "bad-input*"],

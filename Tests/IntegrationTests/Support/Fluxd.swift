@@ -71,14 +71,18 @@ final class Fluxd: @unchecked Sendable {
     /// Starts fluxd with `arguments` (plus `--socket <socketPath>` unless `passSocket` is false). The default socket
     /// path lies in a fresh temp directory. Does not wait for the ready line. With a `launcher` (e.g.
     /// `["/usr/bin/setpriv", "--reuid", "4242", ...]`) fluxd's path and arguments are appended to it and it is run
-    /// instead (it must exec fluxd, so that the pid is fluxd's).
+    /// instead (it must exec fluxd, so that the pid is fluxd's). fluxd runs `--ephemeral` unless `dataDirectory`
+    /// is given (a durable fluxd journaling there) or the arguments choose: nothing is written outside the test's
+    /// temporary folders.
     init(arguments: [String] = [], socketPath: String? = nil, passSocket: Bool = true,
-         environment: [String: String]? = nil, launcher: [String] = []) throws {
+         environment: [String: String]? = nil, launcher: [String] = [], dataDirectory: String? = nil) throws {
         directory = try TempDirectory()
         self.socketPath = socketPath ?? directory.path + "/fluxd.sock"
         stderrPath = directory.path + "/stderr.log"
         do {
-            let fluxdArguments = (passSocket ? ["--socket", self.socketPath] : []) + arguments
+            let chosen = arguments.contains("--ephemeral") || arguments.contains("--data-dir")
+            let durability = chosen ? [] : dataDirectory.map { ["--data-dir", $0] } ?? ["--ephemeral"]
+            let fluxdArguments = (passSocket ? ["--socket", self.socketPath] : []) + durability + arguments
             if let program = launcher.first {
                 process.executableURL = URL(fileURLWithPath: program)
                 process.arguments = Array(launcher.dropFirst()) + [try BuiltProducts.path(of: "fluxd")] + fluxdArguments

@@ -1,0 +1,7 @@
+// Linux calls Swift's Glibc module does not export (they need _GNU_SOURCE).
+#pragma once
+#include <sys/types.h>
+
+/// fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length): allocates disk space without changing the file's length.
+/// Returns 0, or -1 with errno set.
+int cfluxsys_reserve(int fd, off_t offset, off_t length);

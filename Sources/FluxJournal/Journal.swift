@@ -1,0 +1,577 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// When the journal's records are made durable (SPEC §15.2). In every mode records are written to the operating
+/// system before any frame that reveals them leaves fluxd.
+public enum Durability: String, Sendable, CaseIterable {
+    /// Synced before the frames that reveal them are written (group commit: one `fdatasync` per loop iteration).
+    case always
+    /// Synced at most `syncInterval` ms after they were written.
+    case batch
+    /// Never synced by fluxd.
+    case none
+}
+
+/// What the router writes to the journal, and asks of it. `Journal` writes segment files; `MemoryJournal` keeps
+/// the records in memory for tests. The router calls these on its thread while it handles an event; the records
+/// are written by the host before it writes that event's frames.
+public protocol JournalWriting: AnyObject {
+    /// Nil while new work may be accepted; otherwise why not (the disk is full, a sync failed).
+    var refusal: JournalRefusal? { get }
+    /// Persists (durably, before any of them is revealed) that seqs up to `upTo` may be handed out.
+    func reserveSeq(upTo: UInt64)
+    func register(store: String, handles: [String], waitFor: [String])
+    func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
+                session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String])
+    func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
+    func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+}
+
+/// Why the journal accepts no new work.
+public enum JournalRefusal: Sendable, Equatable {
+    /// A write failed for lack of space: retried; accepted work finishes; new work waits for space.
+    case diskFull(String)
+    /// A sync (or another write) failed in a way that is never retried: fluxd must be restarted.
+    case failed(String)
+}
+
+/// Records kept in memory (the router's tests, and `--ephemeral` runs that want to see what would be journaled).
+public final class MemoryJournal: JournalWriting {
+    public private(set) var records: [[UInt8]] = []
+    public var refusal: JournalRefusal?
+
+    public init() {}
+
+    public func reserveSeq(upTo: UInt64) { add { RecordEncoder.seqReserve(upTo, into: &$0) } }
+    public func register(store: String, handles: [String], waitFor: [String]) {
+        add { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
+    }
+    public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
+                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+        add {
+            RecordEncoder.action(seq: seq, time: 0, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
+                                 session: session, uid: uid, payload: payload, targets: targets, into: &$0)
+        }
+    }
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
+        add { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+    }
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
+        add { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    }
+
+    private func add(_ encode: (inout [UInt8]) -> Void) {
+        var body: [UInt8] = []
+        encode(&body)
+        records.append(body)
+    }
+
+    /// The records decoded.
+    public func decoded() -> [JournalRecord] {
+        records.map { try! RecordDecoder.decode($0, 0..<$0.count) }
+    }
+
+    /// The state a fluxd restarted on these records would recover.
+    public func state(outcomes: OutcomeLog = OutcomeLog()) -> JournalState {
+        var s = JournalState(outcomes: outcomes)
+        for r in decoded() { s.apply(r) }
+        return s
+    }
+}
+
+/// Why a data directory cannot be used.
+public struct JournalError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// fluxd's journal in a data directory (docs/journal.md): a lock file, the epoch, and numbered segment files.
+///
+/// Opening it takes the directory's lock (a second fluxd is refused), reads every segment (a torn last record is
+/// dropped and the file cut back, corruption refuses the start with the file and offset unless `repair`), and
+/// leaves the recovered `JournalState` in `recovered`. Then the router stages records through `JournalWriting`,
+/// and the host calls `commit` once per loop iteration before it writes frames, and `syncIfDue` on a timer.
+/// Not thread-safe: fluxd's loop thread uses it.
+public final class Journal: JournalWriting {
+    /// How a journal is kept.
+    public struct Options: Sendable {
+        public var directory: String
+        public var durability: Durability = .batch
+        /// `batch`: the longest time written records stay unsynced, in ms.
+        public var syncInterval: UInt64 = 100
+        /// A segment is closed and a new one started once it holds this many bytes.
+        public var segmentBytes = 64 << 20
+        /// Disk space kept allocated ahead of the writes (SPEC §15.2: when it cannot be allocated, new work is
+        /// refused `disk-full` while what was accepted still finishes in the space reserved).
+        public var reserveBytes = 16 << 20
+        /// Seqs reserved at a time (each reservation is one synced record).
+        public var seqBlock: UInt64 = 1 << 16
+        /// Cut a corrupt journal back to its last good record instead of refusing to start.
+        public var repair = false
+        /// The outcome window (SPEC §15.4).
+        public var outcomes = OutcomeLog()
+
+        public init(directory: String) { self.directory = directory }
+    }
+
+    public let options: Options
+    /// The history's identity (`welcome.epoch`): made when the directory is first used.
+    public let epoch: String
+    /// What the segments said when the journal was opened (taken by the daemon to restore the router).
+    public var recovered: JournalState
+    /// What opening it did, for the log: torn records dropped, segments read, repairs.
+    public private(set) var openingNotes: [String] = []
+    public private(set) var refusal: JournalRefusal?
+    /// Records staged and not yet written.
+    public var hasStaged: Bool { writer.stagedCount > 0 }
+    /// Whether written records wait for a sync (`batch`).
+    public var hasUnsynced: Bool { writer.synced < writer.written }
+    /// Counters for `info` and benchmarks.
+    public private(set) var writes: UInt64 = 0
+    public private(set) var syncs: UInt64 = 0
+    public private(set) var bytesWritten: UInt64 = 0
+
+    private var lockFD: Int32
+    private var writer: SegmentWriter
+    private var segmentNumber: Int
+    private var body: [UInt8] = []
+    /// A reservation staged: the next commit syncs, whatever the mode.
+    private var mustSync = false
+    private var lastSync: UInt64 = 0
+    /// Where the disk space allocated ahead of the writes ends.
+    private var reservedEnd = 0
+    /// Called to read the wall clock (ms since the Unix epoch) for action records.
+    private let wallClock: () -> UInt64
+    private let makeFile: (String) throws(StorageError) -> any AppendFile
+
+    /// Opens (creating if needed) the journal in `options.directory`. `makeFile` opens a segment for appending
+    /// (tests pass one that fails chosen writes or syncs).
+    public init(options: Options, wallClock: @escaping () -> UInt64 = Journal.systemClock,
+                makeFile: @escaping (String) throws(StorageError) -> any AppendFile = { path throws(StorageError) in try PosixFile(path: path) })
+        throws(JournalError)
+    {
+        self.options = options
+        self.wallClock = wallClock
+        self.makeFile = makeFile
+        let dir = options.directory
+        try Self.makeDirectory(dir)
+        lockFD = try Self.lock(dir)
+        do {
+            epoch = try Self.readOrMakeEpoch(dir)
+            var state = JournalState(outcomes: options.outcomes)
+            var notes: [String] = []
+            let (number, length) = try Self.recover(dir, into: &state, repair: options.repair, notes: &notes)
+            recovered = state
+            openingNotes = notes
+            if let number, let length, length < options.segmentBytes {
+                segmentNumber = number
+                writer = try Self.open(dir, number, existingLength: length, makeFile)
+            } else {
+                segmentNumber = (number ?? 0) + 1
+                writer = try Self.open(dir, segmentNumber, existingLength: nil, makeFile)
+                try Self.syncDirectory(dir)
+            }
+            reserveSpace()
+        } catch {
+            Glibc.close(lockFD)
+            throw error
+        }
+    }
+
+    deinit {
+        writer.file.close()
+        Glibc.close(lockFD)
+    }
+
+    public static func systemClock() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &ts)
+        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+
+    // MARK: - JournalWriting
+
+    public func reserveSeq(upTo: UInt64) {
+        stage { RecordEncoder.seqReserve(upTo, into: &$0) }
+        mustSync = true
+    }
+
+    public func register(store: String, handles: [String], waitFor: [String]) {
+        stage { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
+    }
+
+    public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
+                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+        let time = wallClock()
+        stage {
+            RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
+                                 session: session, uid: uid, payload: payload, targets: targets, into: &$0)
+        }
+    }
+
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
+        stage { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+    }
+
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
+        stage { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    }
+
+    @inline(__always)
+    private func stage(_ encode: (inout [UInt8]) -> Void) {
+        body.removeAll(keepingCapacity: true)
+        encode(&body)
+        writer.append(body)
+    }
+
+    // MARK: - Committing
+
+    /// What a commit did.
+    public enum CommitResult: Equatable {
+        /// Everything staged is written (and synced where the mode or a reservation asks): frames may go.
+        case written
+        /// The disk is full: nothing staged was written; frames that reveal it must wait; retried at the next
+        /// commit.
+        case diskFull
+        /// Writing or syncing failed for good: fluxd must stop.
+        case failed
+    }
+
+    /// Writes what is staged in one write, and syncs it in `always` mode (or when a seq reservation is staged).
+    /// Call before writing the frames of this loop iteration; frames may be written only after `.written`.
+    public func commit(now: UInt64) -> CommitResult {
+        if case .failed = refusal { return .failed }
+        if writer.stagedCount > 0 {
+            let bytes = writer.staged.count
+            do {
+                try writer.write()
+            } catch {
+                if error.isDiskFull {
+                    if refusal == nil { refusal = .diskFull("the journal's disk is full (\(error)); retrying") }
+                    return .diskFull
+                }
+                refusal = .failed("the journal could not be written: \(error)")
+                return .failed
+            }
+            writes += 1
+            bytesWritten += UInt64(bytes)
+            if case .diskFull? = refusal { refusal = nil }
+        }
+        if mustSync || options.durability == .always {
+            guard sync(now: now) else { return .failed }
+            mustSync = false
+        }
+        if writer.written >= options.segmentBytes { rollOver(now: now) }
+        if reservedEnd - writer.written < options.reserveBytes / 2 { reserveSpace() }
+        return .written
+    }
+
+    /// Allocates `reserveBytes` ahead of the writes; a failure for lack of space refuses new work until a later
+    /// reservation succeeds (`retrySpace`).
+    private func reserveSpace() {
+        do {
+            try writer.file.reserve(from: writer.written, bytes: options.reserveBytes)
+            reservedEnd = writer.written + options.reserveBytes
+            if case .diskFull? = refusal { refusal = nil }
+        } catch {
+            if error.isDiskFull {
+                if refusal == nil { refusal = .diskFull("no space to reserve for the journal (\(error))") }
+            } else if refusal == nil {
+                refusal = .failed("the journal could not reserve space: \(error)")
+            }
+        }
+    }
+
+    /// While the disk is full: tries again to reserve space (and to write what waits); new work is accepted again
+    /// once it succeeds. Returns whether the journal accepts work now.
+    @discardableResult
+    public func retrySpace(now: UInt64) -> Bool {
+        guard case .diskFull? = refusal else { return refusal == nil }
+        if hasStaged, case .diskFull = commit(now: now) { return false }
+        reserveSpace()
+        return refusal == nil
+    }
+
+    /// `batch`: syncs what was written if the oldest unsynced write is `syncInterval` old (call from a timer).
+    /// Returns false if the sync failed (fluxd stops accepting).
+    @discardableResult
+    public func syncIfDue(now: UInt64) -> Bool {
+        guard options.durability == .batch, hasUnsynced, now >= lastSync + options.syncInterval else { return true }
+        return sync(now: now)
+    }
+
+    /// Syncs everything written. A failure is final (never retried: SPEC §15.2).
+    @discardableResult
+    public func sync(now: UInt64) -> Bool {
+        if case .failed = refusal { return false }
+        guard hasUnsynced else { lastSync = now; return true }
+        do {
+            try writer.sync()
+        } catch {
+            refusal = .failed("the journal could not be synced (\(error)); fluxd accepts nothing more and must be restarted")
+            return false
+        }
+        syncs += 1
+        lastSync = now
+        return true
+    }
+
+    /// Starts a new segment after syncing the full one.
+    private func rollOver(now: UInt64) {
+        guard sync(now: now) else { return }
+        do {
+            let next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
+            try Self.syncDirectory(options.directory)
+            writer.file.close()
+            writer = next
+            segmentNumber += 1
+            reservedEnd = 0
+            reserveSpace()
+        } catch {
+            // The full segment stays in use; the next commit tries again.
+            openingNotes.append("could not start a new segment: \(error)")
+        }
+    }
+
+    /// Syncs and closes (a clean stop).
+    public func close(now: UInt64) {
+        _ = commit(now: now)
+        _ = sync(now: now)
+        writer.file.close()
+    }
+
+    // MARK: - The directory
+
+    /// The file name of segment `n`.
+    public static func segmentName(_ n: Int) -> String {
+        let digits = String(n)
+        return "journal-" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".fjl"
+    }
+
+    /// The segments in `dir`, by number.
+    public static func segments(_ dir: String) -> [(number: Int, path: String)] {
+        guard let d = opendir(dir) else { return [] }
+        defer { closedir(d) }
+        var found: [(Int, String)] = []
+        while let entry = readdir(d) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard name.hasPrefix("journal-"), name.hasSuffix(".fjl"),
+                  let n = Int(name.dropFirst(8).dropLast(4)) else { continue }
+            found.append((n, dir + "/" + name))
+        }
+        return found.sorted { $0.0 < $1.0 }
+    }
+
+    static func makeDirectory(_ dir: String) throws(JournalError) {
+        var path = ""
+        for part in dir.split(separator: "/", omittingEmptySubsequences: false) {
+            path += (path.isEmpty && dir.hasPrefix("/") ? "" : (path.isEmpty ? "" : "/")) + part
+            if path.isEmpty { path = "/"; continue }
+            if mkdir(path, 0o700) != 0 && errno != EEXIST {
+                throw JournalError("cannot create the data directory \(dir): \(String(cString: strerror(errno)))")
+            }
+        }
+        var st = stat()
+        guard stat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw JournalError("the data directory \(dir) is not a directory")
+        }
+        guard st.st_uid == geteuid() else {
+            throw JournalError("the data directory \(dir) is owned by uid \(st.st_uid), not by fluxd's user (\(geteuid()))")
+        }
+        guard st.st_mode & 0o022 == 0 else {
+            throw JournalError("the data directory \(dir) is writable by group or others (mode \(String(st.st_mode & 0o777, radix: 8))); chmod go-w it")
+        }
+    }
+
+    /// Takes the directory's lock (held while the process lives; the kernel drops it when fluxd dies).
+    static func lock(_ dir: String) throws(JournalError) -> Int32 {
+        let path = dir + "/LOCK"
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw JournalError("cannot open \(path): \(String(cString: strerror(errno)))") }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let holder = readSmallFile(path).flatMap { Int32($0.trimmingCharacters(in: " \n")) }
+            Glibc.close(fd)
+            throw JournalError("the data directory \(dir) is in use by another fluxd\(holder.map { " (pid \($0))" } ?? ""); stop it, or give this one its own --data-dir (or --ephemeral)")
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        return fd
+    }
+
+    static func readOrMakeEpoch(_ dir: String) throws(JournalError) -> String {
+        let path = dir + "/EPOCH"
+        if let text = readSmallFile(path) {
+            let epoch = text.trimmingCharacters(in: " \n")
+            guard !epoch.isEmpty else { throw JournalError("\(path) is empty; restore it, or move the directory away to start a new history") }
+            return epoch
+        }
+        guard segments(dir).isEmpty else {
+            throw JournalError("\(path) is missing but the directory holds journal segments; restore it, or move the directory away to start a new history")
+        }
+        let epoch = randomHex(16)
+        try writeFileAtomically(path, Array((epoch + "\n").utf8), dir: dir)
+        return epoch
+    }
+
+    /// Reads every segment into `state`. Returns the last segment's number and valid length (nil: none).
+    static func recover(_ dir: String, into state: inout JournalState, repair: Bool, notes: inout [String])
+        throws(JournalError) -> (Int?, Int?)
+    {
+        let all = segments(dir)
+        var last: (Int, Int)?
+        for (index, segment) in all.enumerated() {
+            guard let bytes = readWholeFile(segment.path) else {
+                throw JournalError("cannot read \(segment.path): \(String(cString: strerror(errno)))")
+            }
+            let scan = JournalScan(bytes)
+            let isLast = index == all.count - 1
+            var cut: (offset: Int, why: String)?
+            switch scan.problem {
+            case .notASegment(let reason)?:
+                throw JournalError("\(segment.path) is not a journal segment this fluxd can read: \(reason)")
+            case .corrupt(let offset, let reason)?:
+                cut = (offset, reason)
+            case nil:
+                if scan.tornBytes > 0 && !isLast {
+                    cut = (scan.validEnd, "a record cut short in a segment that later segments follow")
+                }
+            }
+            var applied = 0
+            for range in scan.records {
+                if let c = cut, range.lowerBound >= c.offset { break }
+                do {
+                    let record = try RecordDecoder.decode(bytes, range)
+                    state.apply(record)
+                    applied += 1
+                } catch {
+                    cut = (range.lowerBound - recordHeaderSize, "a record that does not decode: \(error)")
+                    break
+                }
+            }
+            if let c = cut {
+                let later = all[(index + 1)...].map(\.path)
+                let lost = "the \(bytes.count - c.offset) bytes from offset \(c.offset) of \(segment.path)"
+                    + (later.isEmpty ? "" : " and the later segments \(later.joined(separator: ", "))")
+                guard repair else {
+                    throw JournalError("the journal is corrupt: \(segment.path) at offset \(c.offset): \(c.why). fluxd --repair cuts it there, losing \(lost); or move the data directory away to start a new history")
+                }
+                try truncateFile(segment.path, to: c.offset)
+                for path in later { unlink(path) }
+                notes.append("repaired the journal: cut \(segment.path) at offset \(c.offset) (\(c.why)); lost \(lost)")
+                return (segment.number, c.offset)
+            }
+            if scan.tornBytes > 0 {
+                try truncateFile(segment.path, to: scan.validEnd)
+                notes.append("dropped a torn last record (\(scan.tornBytes) bytes at offset \(scan.validEnd) of \(segment.path)): a crash while it was written; it was never revealed to a peer in a durable mode")
+            }
+            if scan.validEnd < SegmentHeader.size {
+                // A crash while the header was written: the segment is rewritten from its start.
+                unlink(segment.path)
+                last = nil
+                continue
+            }
+            last = (segment.number, scan.validEnd)
+            _ = applied
+        }
+        notes.append("read \(all.count) journal segment\(all.count == 1 ? "" : "s"): \(state.recordCount) records, \(state.actionCount) actions, \(state.stores.count) stores, \(state.pending.count) actions unsettled")
+        return (last?.0, last?.1)
+    }
+
+    static func open(_ dir: String, _ n: Int, existingLength: Int?,
+                     _ makeFile: (String) throws(StorageError) -> any AppendFile) throws(JournalError) -> SegmentWriter {
+        let path = dir + "/" + segmentName(n)
+        do {
+            let file = try makeFile(path)
+            return try SegmentWriter(file: file, existingLength: existingLength)
+        } catch {
+            throw JournalError("cannot open the journal segment \(path): \(error)")
+        }
+    }
+
+    static func syncDirectory(_ dir: String) throws(JournalError) {
+        let fd = Glibc.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw JournalError("cannot open \(dir): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(fd) }
+        guard fsync(fd) == 0 else { throw JournalError("cannot sync \(dir): \(String(cString: strerror(errno)))") }
+    }
+
+    static func truncateFile(_ path: String, to length: Int) throws(JournalError) {
+        guard Glibc.truncate(path, off_t(length)) == 0 else {
+            throw JournalError("cannot truncate \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, fsync of the directory.
+    public static func writeFileAtomically(_ path: String, _ bytes: [UInt8], dir: String) throws(JournalError) {
+        let temp = path + ".tmp"
+        let fd = Glibc.open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw JournalError("cannot create \(temp): \(String(cString: strerror(errno)))") }
+        var ok = bytes.withUnsafeBytes { raw in
+            var at = 0
+            while at < raw.count {
+                let n = write(fd, raw.baseAddress! + at, raw.count - at)
+                if n < 0 { if errno == EINTR { continue }; return false }
+                at += n
+            }
+            return true
+        }
+        ok = ok && fsync(fd) == 0
+        Glibc.close(fd)
+        guard ok, rename(temp, path) == 0 else {
+            let e = errno
+            unlink(temp)
+            throw JournalError("cannot write \(path): \(String(cString: strerror(e)))")
+        }
+        try syncDirectory(dir)
+    }
+}
+
+func readWholeFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { return nil }
+    var out = [UInt8](repeating: 0, count: Int(st.st_size))
+    var at = 0
+    let ok = out.withUnsafeMutableBytes { raw -> Bool in
+        while at < raw.count {
+            let n = read(fd, raw.baseAddress! + at, raw.count - at)
+            if n < 0 { if errno == EINTR { continue }; return false }
+            if n == 0 { break }
+            at += n
+        }
+        return true
+    }
+    guard ok else { return nil }
+    if at < out.count { out.removeSubrange(at...) }
+    return out
+}
+
+func readSmallFile(_ path: String) -> String? {
+    readWholeFile(path).map { String(decoding: $0, as: UTF8.self) }
+}
+
+func randomHex(_ bytes: Int) -> String {
+    var g = SystemRandomNumberGenerator()
+    return (0..<bytes).map { _ in
+        let b = UInt8.random(in: 0...255, using: &g)
+        let digits = Array("0123456789abcdef")
+        return String([digits[Int(b >> 4)], digits[Int(b & 15)]])
+    }.joined()
+}
+
+extension String {
+    func trimmingCharacters(in set: String) -> String {
+        let chars = Set(set)
+        var s = Substring(self)
+        while let f = s.first, chars.contains(f) { s = s.dropFirst() }
+        while let l = s.last, chars.contains(l) { s = s.dropLast() }
+        return String(s)
+    }
+}

@@ -1,0 +1,193 @@
+import DequeModule
+import FluxCore
+
+/// One store's final result for one action.
+public struct TargetResult: Sendable, Equatable {
+    public var store: String
+    public var outcome: ResultOutcome
+    /// The store's version after it answered (for `done`).
+    public var version: UInt64
+
+    public init(store: String, outcome: ResultOutcome, version: UInt64) {
+        self.store = store
+        self.outcome = outcome
+        self.version = version
+    }
+}
+
+/// Who asked for a settlement: a session (`hello.session`, raw JSON string bytes) of one uid, and the dispatch id
+/// (raw JSON string bytes) within it (SPEC §15.4).
+public struct SessionKey: Hashable, Sendable {
+    public let uid: UInt32
+    public let session: [UInt8]
+    public let id: [UInt8]
+
+    /// A key from the decoded texts of the session and the id.
+    public init(uid: UInt32, session: [UInt8], id: [UInt8]) {
+        self.uid = uid
+        self.session = session
+        self.id = id
+    }
+
+    /// A key from the raw JSON strings of the session and the id as a peer wrote them (so `"c-1"` and
+    /// `"c\u002d1"` are the same id).
+    public init(uid: UInt32, sessionJSON: ArraySlice<UInt8>, idJSON: ArraySlice<UInt8>) {
+        self.init(uid: uid, session: Self.text(sessionJSON), id: Self.text(idJSON))
+    }
+
+    /// The decoded bytes of a JSON string token (quotes included): the bytes between the quotes when it has no
+    /// escape, which is the common case.
+    public static func text(_ token: ArraySlice<UInt8>) -> [UInt8] {
+        guard token.count >= 2 else { return [] }
+        let inner = token.dropFirst().dropLast()
+        if !inner.contains(UInt8(ascii: "\\")) { return Array(inner) }
+        return Array(decodeJSONString(token).utf8)
+    }
+}
+
+/// The outcomes of settled dispatches made under a session, kept for the outcome window (SPEC §15.4): at most
+/// `capacity` of them, each for at least `window` ms after it settled unless the capacity pushes it out first.
+public struct OutcomeLog: Sendable {
+    public struct Entry: Sendable, Equatable {
+        public var seq: UInt64
+        public var results: [TargetResult]
+    }
+
+    public let capacity: Int
+    public let window: UInt64
+    private var entries: [SessionKey: Entry] = [:]
+    private var order = Deque<(key: SessionKey, at: UInt64, seq: UInt64)>()
+
+    public init(capacity: Int = 100_000, window: UInt64 = 600_000) {
+        self.capacity = capacity
+        self.window = window
+    }
+
+    public var count: Int { entries.count }
+
+    /// Remembers the outcome of the dispatch `key` (settled at `at`, in ms on the caller's clock).
+    public mutating func insert(_ key: SessionKey, seq: UInt64, results: [TargetResult], at: UInt64) {
+        entries[key] = Entry(seq: seq, results: results)
+        order.append((key, at, seq))
+        while order.count > capacity { dropOldest() }
+    }
+
+    public func outcome(_ key: SessionKey) -> Entry? { entries[key] }
+
+    /// Forgets outcomes older than the window.
+    public mutating func expire(now: UInt64) {
+        while let first = order.first, first.at + window < now { dropOldest() }
+    }
+
+    private mutating func dropOldest() {
+        let first = order.removeFirst()
+        // The same key may have been reused later: only its latest entry counts.
+        if let e = entries[first.key], e.seq == first.seq { entries.removeValue(forKey: first.key) }
+    }
+
+    /// Every outcome, oldest first (for a checkpoint).
+    public var all: [(key: SessionKey, entry: Entry)] {
+        order.compactMap { o in entries[o.key].flatMap { $0.seq == o.seq ? (o.key, $0) : nil } }
+    }
+}
+
+/// What the journal says fluxd's durable state is: built by applying records in order (`apply`), on start from
+/// the segments on disk. Pure: no I/O.
+public struct JournalState: Sendable {
+    /// A store as journaled.
+    public struct Store: Sendable, Equatable {
+        public var name: String
+        public var handles: [String] = []
+        public var waitFor: [String] = []
+        /// Whether a registration was journaled (a store only ever named in a snapshot is not).
+        public var registered = false
+        /// The last version published (0: none), and the seq of the last action it answered.
+        public var version: UInt64 = 0
+        public var seq: UInt64 = 0
+        /// The retained snapshot: its version, the seq it was published with, and the state bytes.
+        public var snapshot: (version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)?
+
+        public init(name: String) { self.name = name }
+
+        public static func == (a: Store, b: Store) -> Bool {
+            a.name == b.name && a.handles == b.handles && a.waitFor == b.waitFor && a.registered == b.registered
+                && a.version == b.version && a.seq == b.seq && a.snapshot?.version == b.snapshot?.version
+                && a.snapshot?.seq == b.snapshot?.seq && a.snapshot?.state.elementsEqual(b.snapshot?.state ?? []) ?? (b.snapshot == nil)
+        }
+    }
+
+    /// An accepted action that is not final for every target yet.
+    public struct Pending: Sendable, Equatable {
+        public var action: ActionEntry
+        /// Results so far, by target store.
+        public var results: [String: TargetResult] = [:]
+    }
+
+    /// The highest seq ever handed out (the greater of the last action's and, after a power loss, the reserved
+    /// high-water mark: `nextSeq` is above both).
+    public private(set) var lastSeq: UInt64 = 0
+    /// The seq high-water mark: seqs up to it may have been revealed.
+    public private(set) var reservedSeq: UInt64 = 0
+    public private(set) var stores: [String: Store] = [:]
+    public private(set) var pending: [UInt64: Pending] = [:]
+    /// Settled dispatches made under a session, for `recover` (their order is journal order).
+    public private(set) var outcomes: OutcomeLog
+    /// How many records and actions were applied.
+    public private(set) var recordCount = 0
+    public private(set) var actionCount = 0
+    /// Results that named no pending action or target (a journal written by a fluxd with a bug, or cut by a
+    /// repair): counted, not fatal.
+    public private(set) var strayResults = 0
+
+    public init(outcomes: OutcomeLog = OutcomeLog()) {
+        self.outcomes = outcomes
+    }
+
+    /// The seq the next accepted action gets: above every seq that may have been revealed.
+    public var nextSeq: UInt64 { max(lastSeq, reservedSeq) + 1 }
+
+    /// Applies one record. `at` is the time outcomes are remembered at (the caller's clock).
+    public mutating func apply(_ record: JournalRecord, at: UInt64 = 0) {
+        recordCount += 1
+        switch record {
+        case .seqReserve(let upTo):
+            reservedSeq = max(reservedSeq, upTo)
+        case .register(let name, let handles, let waitFor):
+            var s = stores[name] ?? Store(name: name)
+            s.handles = handles
+            s.waitFor = waitFor
+            s.registered = true
+            stores[name] = s
+        case .action(let a):
+            actionCount += 1
+            lastSeq = max(lastSeq, a.seq)
+            for t in a.targets where stores[t] == nil { stores[t] = Store(name: t) }
+            pending[a.seq] = Pending(action: a)
+        case .result(let seq, let store, let outcome, let version):
+            guard var p = pending[seq], p.action.targets.contains(store), p.results[store] == nil else {
+                strayResults += 1
+                return
+            }
+            p.results[store] = TargetResult(store: store, outcome: outcome, version: version)
+            if case .unavailable = outcome {} else if var s = stores[store] {
+                s.seq = max(s.seq, seq)
+                stores[store] = s
+            }
+            if p.results.count == p.action.targets.count {
+                pending.removeValue(forKey: seq)
+                if let session = p.action.session, let id = p.action.id {
+                    let results = p.action.targets.map { p.results[$0]! }
+                    outcomes.insert(SessionKey(uid: p.action.uid, sessionJSON: session, idJSON: id), seq: seq,
+                                    results: results, at: at)
+                }
+            } else {
+                pending[seq] = p
+            }
+        case .snapshot(let name, let version, let seq, let state):
+            var s = stores[name] ?? Store(name: name)
+            s.version = max(s.version, version)
+            s.snapshot = (version, seq, state)
+            stores[name] = s
+        }
+    }
+}

@@ -1,0 +1,305 @@
+// The bodies of journal records (format version 1, docs/journal.md "Record bodies"): one kind byte, then the
+// record's fields. Integers are unsigned LEB128 varints; byte strings (names, JSON texts, states) are a varint
+// length and the bytes. JSON texts (action types, payloads, states, store errors) are kept as the exact bytes
+// fluxd forwarded, never re-encoded.
+
+/// What a record is.
+public enum RecordKind: UInt8, Sendable {
+    /// `seq`s up to this one may be handed out: persisted (and synced) before any of them is revealed, so a `seq`
+    /// is never reused even after a power loss.
+    case seqReserve = 1
+    /// A store's registration: name, patterns, waitFor.
+    case register = 2
+    /// An accepted action.
+    case action = 3
+    /// One store's final result for one action.
+    case result = 4
+    /// A new retained snapshot of a store.
+    case snapshot = 5
+}
+
+/// An accepted action as journaled.
+public struct ActionEntry: Sendable, Equatable {
+    public var seq: UInt64
+    /// Milliseconds since the Unix epoch when it was accepted.
+    public var time: UInt64
+    /// The type as the dispatcher wrote it (a JSON string, quotes included).
+    public var typeJSON: ArraySlice<UInt8>
+    public var origin: UInt64
+    public var cause: UInt64?
+    /// The dispatch id (a JSON string, quotes included) when settlement was asked for.
+    public var id: ArraySlice<UInt8>?
+    /// The dispatcher's session (`hello.session`, the raw JSON string) and uid, when it gave one.
+    public var session: ArraySlice<UInt8>?
+    public var uid: UInt32
+    public var payload: ArraySlice<UInt8>
+    /// Target store names, sorted.
+    public var targets: [String]
+
+    public init(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?,
+                id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>,
+                targets: [String]) {
+        self.seq = seq
+        self.time = time
+        self.typeJSON = typeJSON
+        self.origin = origin
+        self.cause = cause
+        self.id = id
+        self.session = session
+        self.uid = uid
+        self.payload = payload
+        self.targets = targets
+    }
+}
+
+/// A store's final result for an action, as journaled.
+public enum ResultOutcome: Sendable, Equatable {
+    case done
+    /// The store's error object (JSON, as it sent it).
+    case rejected(ArraySlice<UInt8>)
+    /// Given up by fluxd: the code (e.g. `store-unavailable`) and message.
+    case unavailable(code: String, message: String)
+}
+
+/// One decoded record.
+public enum JournalRecord: Sendable, Equatable {
+    case seqReserve(UInt64)
+    case register(store: String, handles: [String], waitFor: [String])
+    case action(ActionEntry)
+    case result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
+    case snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+}
+
+/// Why a record body could not be decoded (corruption the checksum did not catch, or a newer record kind).
+public struct RecordDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: String
+    public var description: String { reason }
+}
+
+// MARK: - Encoding
+
+/// Appends record bodies to a byte buffer (no framing: `SegmentWriter.append` frames them).
+public enum RecordEncoder {
+    public static func seqReserve(_ upTo: UInt64, into out: inout [UInt8]) {
+        out.append(RecordKind.seqReserve.rawValue)
+        varint(upTo, &out)
+    }
+
+    public static func register(store: String, handles: [String], waitFor: [String], into out: inout [UInt8]) {
+        out.append(RecordKind.register.rawValue)
+        string(store, &out)
+        varint(UInt64(handles.count), &out)
+        for h in handles { string(h, &out) }
+        varint(UInt64(waitFor.count), &out)
+        for w in waitFor { string(w, &out) }
+    }
+
+    /// Flags of an action record: which optional fields follow.
+    static let hasCause: UInt8 = 1, hasID: UInt8 = 2, hasSession: UInt8 = 4
+
+    public static func action(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64,
+                              cause: UInt64?, id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32,
+                              payload: ArraySlice<UInt8>, targets: [String], into out: inout [UInt8]) {
+        out.append(RecordKind.action.rawValue)
+        varint(seq, &out)
+        varint(time, &out)
+        bytes(typeJSON, &out)
+        varint(origin, &out)
+        var flags: UInt8 = 0
+        if cause != nil { flags |= hasCause }
+        if id != nil { flags |= hasID }
+        if session != nil { flags |= hasSession }
+        out.append(flags)
+        if let cause { varint(cause, &out) }
+        if let id { bytes(id, &out) }
+        if let session {
+            bytes(session, &out)
+            varint(UInt64(uid), &out)
+        }
+        bytes(payload, &out)
+        varint(UInt64(targets.count), &out)
+        for t in targets { string(t, &out) }
+    }
+
+    public static func action(_ a: ActionEntry, into out: inout [UInt8]) {
+        action(seq: a.seq, time: a.time, typeJSON: a.typeJSON, origin: a.origin, cause: a.cause, id: a.id,
+               session: a.session, uid: a.uid, payload: a.payload, targets: a.targets, into: &out)
+    }
+
+    public static func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64,
+                              into out: inout [UInt8]) {
+        out.append(RecordKind.result.rawValue)
+        varint(seq, &out)
+        string(store, &out)
+        varint(version, &out)
+        switch outcome {
+        case .done:
+            out.append(0)
+        case .rejected(let error):
+            out.append(1)
+            bytes(error, &out)
+        case .unavailable(let code, let message):
+            out.append(2)
+            string(code, &out)
+            string(message, &out)
+        }
+    }
+
+    public static func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>,
+                                into out: inout [UInt8]) {
+        out.append(RecordKind.snapshot.rawValue)
+        string(store, &out)
+        varint(version, &out)
+        varint(seq, &out)
+        bytes(state, &out)
+    }
+
+    public static func record(_ r: JournalRecord, into out: inout [UInt8]) {
+        switch r {
+        case .seqReserve(let n): seqReserve(n, into: &out)
+        case .register(let s, let h, let w): register(store: s, handles: h, waitFor: w, into: &out)
+        case .action(let a): action(a, into: &out)
+        case .result(let seq, let store, let outcome, let version):
+            result(seq: seq, store: store, outcome: outcome, version: version, into: &out)
+        case .snapshot(let store, let version, let seq, let state):
+            snapshot(store: store, version: version, seq: seq, state: state, into: &out)
+        }
+    }
+
+    @inline(__always)
+    static func varint(_ value: UInt64, _ out: inout [UInt8]) {
+        var v = value
+        while v >= 0x80 {
+            out.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        out.append(UInt8(v))
+    }
+
+    @inline(__always)
+    static func bytes<C: Collection>(_ b: C, _ out: inout [UInt8]) where C.Element == UInt8 {
+        varint(UInt64(b.count), &out)
+        out.append(contentsOf: b)
+    }
+
+    @inline(__always)
+    static func string(_ s: String, _ out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { bytes($0, &out) }
+    }
+}
+
+// MARK: - Decoding
+
+/// Reads one record body.
+public struct RecordDecoder {
+    let buffer: [UInt8]
+    var at: Int
+    let end: Int
+
+    /// Decodes the body at `range` of `buffer` (slices of the result share `buffer`'s storage).
+    public static func decode(_ buffer: [UInt8], _ range: Range<Int>) throws(RecordDecodingError) -> JournalRecord {
+        var d = RecordDecoder(buffer: buffer, at: range.lowerBound, end: range.upperBound)
+        let r = try d.record()
+        guard d.at == d.end else { throw RecordDecodingError(reason: "\(d.end - d.at) bytes left after a record") }
+        return r
+    }
+
+    /// The kind and, for an action or result, the seq of the body at `range`, without decoding the rest.
+    public static func peekSeq(_ buffer: [UInt8], _ range: Range<Int>) -> (RecordKind?, UInt64?) {
+        var d = RecordDecoder(buffer: buffer, at: range.lowerBound, end: range.upperBound)
+        guard let kindByte = try? d.byte(), let kind = RecordKind(rawValue: kindByte) else { return (nil, nil) }
+        switch kind {
+        case .action, .result: return (kind, try? d.varint())
+        default: return (kind, nil)
+        }
+    }
+
+    mutating func record() throws(RecordDecodingError) -> JournalRecord {
+        let kindByte = try byte()
+        guard let kind = RecordKind(rawValue: kindByte) else {
+            throw RecordDecodingError(reason: "unknown record kind \(kindByte)")
+        }
+        switch kind {
+        case .seqReserve:
+            return .seqReserve(try varint())
+        case .register:
+            let store = try string()
+            let handles = try strings()
+            let waitFor = try strings()
+            return .register(store: store, handles: handles, waitFor: waitFor)
+        case .action:
+            let seq = try varint(), time = try varint()
+            let type = try bytes()
+            let origin = try varint()
+            let flags = try byte()
+            let cause = flags & RecordEncoder.hasCause != 0 ? try varint() : nil
+            let id = flags & RecordEncoder.hasID != 0 ? try bytes() : nil
+            var session: ArraySlice<UInt8>?
+            var uid: UInt32 = 0
+            if flags & RecordEncoder.hasSession != 0 {
+                session = try bytes()
+                uid = UInt32(truncatingIfNeeded: try varint())
+            }
+            let payload = try bytes()
+            let targets = try strings()
+            return .action(ActionEntry(seq: seq, time: time, typeJSON: type, origin: origin, cause: cause, id: id,
+                                       session: session, uid: uid, payload: payload, targets: targets))
+        case .result:
+            let seq = try varint()
+            let store = try string()
+            let version = try varint()
+            let outcome: ResultOutcome
+            switch try byte() {
+            case 0: outcome = .done
+            case 1: outcome = .rejected(try bytes())
+            case 2: outcome = .unavailable(code: try string(), message: try string())
+            case let other: throw RecordDecodingError(reason: "unknown result kind \(other)")
+            }
+            return .result(seq: seq, store: store, outcome: outcome, version: version)
+        case .snapshot:
+            let store = try string()
+            let version = try varint(), seq = try varint()
+            return .snapshot(store: store, version: version, seq: seq, state: try bytes())
+        }
+    }
+
+    mutating func byte() throws(RecordDecodingError) -> UInt8 {
+        guard at < end else { throw RecordDecodingError(reason: "record ends early") }
+        defer { at += 1 }
+        return buffer[at]
+    }
+
+    mutating func varint() throws(RecordDecodingError) -> UInt64 {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            guard shift < 64 else { throw RecordDecodingError(reason: "varint too long") }
+            value |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return value }
+            shift += 7
+        }
+    }
+
+    mutating func bytes() throws(RecordDecodingError) -> ArraySlice<UInt8> {
+        let n = try varint()
+        guard n <= UInt64(end - at) else { throw RecordDecodingError(reason: "a field runs past its record") }
+        defer { at += Int(n) }
+        return buffer[at..<(at + Int(n))]
+    }
+
+    mutating func string() throws(RecordDecodingError) -> String {
+        let b = try bytes()
+        return String(decoding: b, as: UTF8.self)
+    }
+
+    mutating func strings() throws(RecordDecodingError) -> [String] {
+        let n = try varint()
+        guard n <= UInt64(end - at) else { throw RecordDecodingError(reason: "a list runs past its record") }
+        var out: [String] = []
+        out.reserveCapacity(Int(n))
+        for _ in 0..<n { out.append(try string()) }
+        return out
+    }
+}

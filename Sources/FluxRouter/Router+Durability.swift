@@ -1,0 +1,234 @@
+import DequeModule
+import FluxCore
+import FluxJournal
+
+// Durability (SPEC §15): what the router journals, how it restores what a journal recovered, and how a peer
+// recovers its settlements (`recover`). The journal itself (`JournalWriting`) only records; the semantics stay
+// here and in Semantics.swift, which call these helpers at each point where a record is made:
+// - `register` journals a new or changed registration; `dispatch` journals the accepted action (after reserving
+//   seqs ahead, SPEC §15.1); `record` and a full down queue journal a result; `publish` journals a snapshot
+//   (before the result it belongs to: SPEC §15.3);
+// - the host writes every record staged while handling an event before it writes that event's frames (SPEC
+//   §15.2), so no frame reveals a record the operating system does not have.
+
+extension Router {
+    /// Refuses a request the journal cannot take now (SPEC §15.2): `disk-full` while space is short,
+    /// `journal-failed` after a sync failed.
+    func failJournal(_ peer: Peer, _ refusal: JournalRefusal, _ out: inout Output) {
+        switch refusal {
+        case .diskFull(let why): fail(peer, .diskFull, "fluxd's journal cannot take new work: \(why)", &out)
+        case .failed(let why): fail(peer, .journalFailed, "fluxd's journal failed: \(why)", &out)
+        }
+    }
+
+    func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
+        guard let journal else { return }
+        journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version)
+    }
+
+    /// Keeps the outcome of a settled dispatch made under a session, for `recover` (SPEC §15.4).
+    func rememberOutcome(_ action: ActionRecord, session: ArraySlice<UInt8>, id: ArraySlice<UInt8>) {
+        var results: [TargetResult] = []
+        results.reserveCapacity(action.targets.count)
+        for (i, store) in action.targets.enumerated() {
+            results.append(TargetResult(store: store.name, outcome: action.result(at: i)!.journaled,
+                                        version: action.version(at: i)))
+        }
+        outcomes.expire(now: now)
+        outcomes.insert(SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id),
+                        seq: action.seq, results: results, at: now)
+    }
+
+    // MARK: - recover (SPEC §8.12)
+
+    func recover(_ peer: Peer, _ request: RecoverRequest, _ out: inout Output) {
+        guard let session = peer.session else {
+            return fail(peer, .badMessage, "recover needs a session: say hello with \"session\" (SPEC §15.4)", &out)
+        }
+        let uid = peer.account.uid
+        let sessionText = SessionKey.text(session)
+        outcomes.expire(now: now)
+        // Unsettled actions of this session, by id (recover is rare: one pass over what is unsettled).
+        var pending: [SessionKey: ActionRecord] = [:]
+        for action in unsettledActions() {
+            guard let s = action.session, let id = action.id, action.dispatcher.account.uid == uid,
+                  SessionKey.text(s) == sessionText else { continue }
+            pending[SessionKey(uid: uid, session: sessionText, id: SessionKey.text(id))] = action
+        }
+        var j = JSONBuilder(capacity: 64 * request.ids.count)
+        var attached = 0
+        j.array { list in
+            for id in request.ids {
+                let key = SessionKey(uid: uid, session: sessionText, id: Array(id.utf8))
+                list.object { o in
+                    o.field("id", id)
+                    if let action = pending[key] {
+                        o.field("status", "pending")
+                        o.field("seq", action.seq)
+                        if action.dispatcher !== peer { reattach(action, to: peer); attached += 1 }
+                    } else if let done = outcomes.outcome(key) {
+                        o.field("status", "settled")
+                        o.field("seq", done.seq)
+                        o.rawField("results", resultsJSON(done.results))
+                    } else {
+                        o.field("status", "unknown")
+                    }
+                }
+            }
+        }
+        var b = FrameBuilder(op: "recovered", capacity: j.bytes.count + 64)
+        if let id = request.idRaw { b.raw("id", id) }
+        b.raw("outcomes", j.bytes)
+        out.send(peer, b.finish())
+        out.log(.debug, "peer \(peer.id) recovered \(request.ids.count) dispatches (\(attached) pending ones now settle to it)")
+    }
+
+    /// The settlement of an unsettled action goes to `peer` from now on (it recovered it).
+    private func reattach(_ action: ActionRecord, to peer: Peer) {
+        let old = action.dispatcher
+        let cost = Router.actionCost(action.payload.count, action.typeJSON.count)
+        old.unsettled -= 1
+        memory.release(old.account, cost)
+        memory.force(peer.account, cost)
+        peer.unsettled += 1
+        action.dispatcher = peer
+    }
+
+    func resultsJSON(_ results: [TargetResult]) -> [UInt8] {
+        var j = JSONBuilder(capacity: 48 * results.count)
+        j.array { list in
+            for r in results {
+                list.object { o in
+                    o.field("store", r.store)
+                    switch r.outcome {
+                    case .done:
+                        o.field("status", "done")
+                        o.field("version", r.version)
+                    case .rejected(let error):
+                        o.field("status", "rejected")
+                        o.rawField("error", error)
+                    case .unavailable(let code, let message):
+                        o.field("status", "unavailable")
+                        o.object("error") { e in
+                            e.field("code", code)
+                            e.field("message", message)
+                        }
+                    }
+                }
+            }
+        }
+        return j.bytes
+    }
+
+    // MARK: - Restoring (SPEC §15.1)
+
+    /// Takes over what a journal recovered, before any peer connects: seqs continue above every seq that may have
+    /// been revealed; stores are known again (registered ones down, with their patterns, waitFor, versions and
+    /// retained snapshots); every action not final for some target is queued again for it, marked redelivered,
+    /// its `queueTimeout` counted from now; the outcomes of settled session dispatches are kept for `recover`.
+    public func restore(from state: JournalState, now: Millis) {
+        precondition(peers.isEmpty && lastSeq == 0, "restore runs before anything else")
+        self.now = now
+        lastSeq = state.nextSeq - 1
+        reservedSeq = lastSeq  // the next dispatch reserves a new block above it
+        let owner = memory.userAccount(uid: UInt32.max)  // restored state is charged to no connection
+        for name in state.stores.keys.sorted() {
+            let s = state.stores[name]!
+            let store = entry(name)
+            store.handles = s.handles
+            store.waitFor = s.waitFor
+            store.wasRegistered = s.registered
+            store.status = s.registered ? .down : .unknown
+            store.version = s.version
+            store.seq = s.seq
+            if let snap = s.snapshot {
+                var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + snap.state.count)
+                b.raw("store", store.nameJSON)
+                b.int("version", snap.version)
+                b.int("seq", snap.seq)
+                b.key("state")
+                let stateStart = b.byteCount
+                b.rawBytes(snap.state)
+                store.snapshot = b.finish(coalescing: .newestWins(key: store.key))
+                store.stateRange = stateStart..<(stateStart + snap.state.count)
+                store.snapshotSeq = snap.seq
+                store.retainedBy = owner
+                store.retainedCost = 96 + store.nameJSON.count + snap.state.count
+                memory.force(owner, store.retainedCost)
+            }
+        }
+        routes.invalidate()
+        let stand = Peer(id: 0, creds: PeerCredentials(), connectedAt: now, account: owner)
+        stand.closing = true
+        for seq in state.pending.keys.sorted() {
+            let p = state.pending[seq]!
+            let a = p.action
+            let targets = a.targets.compactMap { stores[$0] }
+            guard targets.count == a.targets.count else { continue }
+            let action = ActionRecord(
+                seq: a.seq, typeJSON: ArraySlice(Array(a.typeJSON)), origin: a.origin,
+                cause: a.cause.map { Int64($0) }, payload: ArraySlice(Array(a.payload)), dispatcher: stand,
+                id: a.id.map { ArraySlice(Array($0)) }, targets: targets, session: a.session.map { ArraySlice(Array($0)) })
+            let dispatcher = a.session == nil ? stand : Peer(id: 0, creds: PeerCredentials(uid: a.uid), connectedAt: now,
+                                                            account: memory.userAccount(uid: a.uid))
+            dispatcher.closing = true
+            action.dispatcher = dispatcher
+            pendingCount += 1
+            dispatcher.unsettled += 1
+            memory.force(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
+            for (i, store) in targets.enumerated() {
+                if let r = p.results[store.name] {
+                    action.setResult(at: i, StoreResult(r.outcome), version: r.version)
+                } else {
+                    var d = Delivery(action: action, deadline: now + config.queueTimeout)
+                    d.redelivered = true
+                    store.queue.append(d)
+                    expiringStores.insert(store.name)
+                }
+            }
+        }
+        for (key, entry) in state.outcomes.all {
+            outcomes.insert(key, seq: entry.seq, results: entry.results, at: now)
+        }
+    }
+}
+
+extension StoreResult {
+    /// As the journal keeps it.
+    var journaled: ResultOutcome {
+        switch self {
+        case .done: return .done
+        case .rejected(let error): return .rejected(error)
+        case .unavailable(let code, let message): return .unavailable(code: code.rawValue, message: message)
+        }
+    }
+
+    init(_ outcome: ResultOutcome) {
+        switch outcome {
+        case .done: self = .done
+        case .rejected(let error): self = .rejected(ArraySlice(Array(error)))
+        case .unavailable(let code, let message):
+            self = .unavailable(ErrorCode(rawValue: code) ?? .storeUnavailable, message)
+        }
+    }
+}
+
+/// `recover` (SPEC §8.12).
+struct RecoverRequest {
+    var idRaw: ArraySlice<UInt8>?
+    var ids: [String]
+
+    static let maxIDs = 4096
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "recover")
+        idRaw = try fields.id(required: false)?.raw
+        guard let ids = try fields.names("ids", ref: nil, what: "dispatch ids (strings of 1 to \(Names.maxIDBytes) bytes)", Names.isValidID) else {
+            throw .badMessage("recover needs \"ids\": an array of dispatch ids")
+        }
+        guard ids.count <= Self.maxIDs else {
+            throw .badMessage("\"ids\" names \(ids.count) dispatches (at most \(Self.maxIDs) per recover)")
+        }
+        self.ids = ids
+    }
+}

@@ -126,7 +126,7 @@ let package = Package(
         .executableTarget(name: "readme-counter-store", dependencies: ["FluxStore"], path: "examples/readme/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "readme-counter-view", dependencies: ["FluxClient"], path: "examples/readme/View", swiftSettings: swiftSettings),
         .testTarget(name: "FluxCoreTests", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
-        .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxRouterTests", dependencies: ["FluxCore", "FluxRouter", "FluxJournal"], swiftSettings: swiftSettings),
         .testTarget(
             name: "FluxTransportTests",
             dependencies: ["FluxTransport", "FluxCore", "CLibUV", .product(name: "Logging", package: "swift-log")],

@@ -113,6 +113,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             core.router.restore(from: journal.recovered, now: loop.now)
             journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
             core.router.journal = journal
+            let router = core.router
+            journal.checkpointSource = { emit in router.checkpointRecords(emit) }
+            let operations = JournalOperations(journal: journal, lastSeq: { router.lastAcceptedSeq })
+            for op in [Op.history, .stateAt] {
+                core.handleHostOperation(op) { _, request in operations.answer(request) }
+            }
         }
     }
 

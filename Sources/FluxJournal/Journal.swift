@@ -112,6 +112,10 @@ public final class Journal: JournalWriting {
         public var repair = false
         /// The outcome window (SPEC §15.4).
         public var outcomes = OutcomeLog()
+        /// History kept (SPEC §15.6): a segment behind a checkpoint is deleted once every action in it is older
+        /// than the newest `retainActions` actions or than `retainAge` ms.
+        public var retainActions: UInt64 = 1_000_000
+        public var retainAge: UInt64 = 7 * 24 * 3600 * 1000
 
         public init(directory: String) { self.directory = directory }
     }
@@ -133,8 +137,25 @@ public final class Journal: JournalWriting {
     public private(set) var syncs: UInt64 = 0
     public private(set) var bytesWritten: UInt64 = 0
 
+    /// What each segment holds (for retention and `history`): its first and last action's seq and the last
+    /// one's time; nil seqs: no action in it.
+    public struct SegmentInfo: Sendable, Equatable {
+        public var number: Int
+        public var firstSeq: UInt64?
+        public var lastSeq: UInt64?
+        public var lastTime: UInt64 = 0
+    }
+    public private(set) var segmentInfos: [SegmentInfo] = []
+    /// Checkpoints written (and segments deleted by retention) since the journal was opened.
+    public private(set) var checkpoints = 0
+    public private(set) var segmentsDeleted = 0
+    /// Produces a checkpoint's records (the router's `checkpointRecords`): set by the host; without it no
+    /// checkpoint is written and no segment deleted.
+    public var checkpointSource: (((JournalRecord) -> Void) -> Void)?
+
     private var lockFD: Int32
     private var writer: SegmentWriter
+    var writerForReads: SegmentWriter { writer }
     private var segmentNumber: Int
     private var body: [UInt8] = []
     /// A reservation staged: the next commit syncs, whatever the mode.
@@ -162,16 +183,20 @@ public final class Journal: JournalWriting {
             epoch = try Self.readOrMakeEpoch(dir)
             var state = JournalState(outcomes: options.outcomes)
             var notes: [String] = []
-            let (number, length) = try Self.recover(dir, into: &state, repair: options.repair, notes: &notes)
+            var infos: [SegmentInfo] = []
+            let (number, length) = try Self.recover(dir, into: &state, repair: options.repair, notes: &notes,
+                                                    infos: &infos)
             recovered = state
             openingNotes = notes
+            segmentInfos = infos
             if let number, let length, length < options.segmentBytes {
                 segmentNumber = number
                 writer = try Self.open(dir, number, existingLength: length, makeFile)
             } else {
-                segmentNumber = (number ?? 0) + 1
+                segmentNumber = (number ?? Self.checkpoints(dir).last?.number ?? 0) + 1
                 writer = try Self.open(dir, segmentNumber, existingLength: nil, makeFile)
                 try Self.syncDirectory(dir)
+                segmentInfos.append(SegmentInfo(number: segmentNumber))
             }
             reserveSpace()
         } catch {
@@ -205,6 +230,11 @@ public final class Journal: JournalWriting {
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
                        session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
         let time = wallClock()
+        if segmentInfos.isEmpty { segmentInfos.append(SegmentInfo(number: segmentNumber)) }
+        let last = segmentInfos.count - 1
+        if segmentInfos[last].firstSeq == nil { segmentInfos[last].firstSeq = seq }
+        segmentInfos[last].lastSeq = seq
+        segmentInfos[last].lastTime = time
         stage {
             RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
                                  session: session, uid: uid, payload: payload, targets: targets, into: &$0)
@@ -327,18 +357,65 @@ public final class Journal: JournalWriting {
             writer.file.close()
             writer = next
             segmentNumber += 1
+            segmentInfos.append(SegmentInfo(number: segmentNumber))
             reservedEnd = 0
             reserveSpace()
         } catch {
             // The full segment stays in use; the next commit tries again.
             openingNotes.append("could not start a new segment: \(error)")
+            return
+        }
+        checkpoint(through: segmentNumber - 1, now: now)
+    }
+
+    /// Writes the checkpoint of everything through segment `n` (the state right now: nothing is staged), then
+    /// deletes what it makes unneeded: older checkpoints but the previous one, and segments it covers whose
+    /// actions are all beyond the retention window.
+    public func checkpoint(through n: Int, now: UInt64) {
+        guard let checkpointSource else { return }
+        var file = SegmentHeader.bytes()
+        var body: [UInt8] = []
+        checkpointSource { record in
+            body.removeAll(keepingCapacity: true)
+            RecordEncoder.record(record, into: &body)
+            appendRecord(body, to: &file)
+        }
+        let dir = options.directory
+        do {
+            try Self.writeFileAtomically(dir + "/" + Self.checkpointName(n), file, dir: dir)
+        } catch {
+            openingNotes.append("could not write a checkpoint: \(error)")
+            return
+        }
+        checkpoints += 1
+        for old in Self.checkpoints(dir).dropLast(2) { unlink(old.path) }
+        applyRetention(coveredThrough: n)
+    }
+
+    /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
+    /// retention window, oldest first (history stays contiguous).
+    private func applyRetention(coveredThrough covered: Int) {
+        let newest = segmentInfos.compactMap(\.lastSeq).max() ?? 0
+        let keepFromSeq = newest > options.retainActions ? newest - options.retainActions : 0
+        let wall = wallClock()
+        let keepFromTime = wall > options.retainAge ? wall - options.retainAge : 0
+        while let first = segmentInfos.first, first.number <= covered, first.number < segmentNumber {
+            let beyondCount = (first.lastSeq ?? 0) < keepFromSeq
+            let beyondAge = first.lastTime < keepFromTime
+            guard beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1 else { break }
+            unlink(options.directory + "/" + Self.segmentName(first.number))
+            segmentInfos.removeFirst()
+            segmentsDeleted += 1
         }
     }
 
-    /// Syncs and closes (a clean stop).
+    /// Syncs, writes a checkpoint of everything (so the next start reads just that), and closes: a clean stop.
     public func close(now: UInt64) {
-        _ = commit(now: now)
-        _ = sync(now: now)
+        guard commit(now: now) == .written, sync(now: now) else {
+            writer.file.close()
+            return
+        }
+        checkpoint(through: segmentNumber, now: now)
         writer.file.close()
     }
 
@@ -350,8 +427,23 @@ public final class Journal: JournalWriting {
         return "journal-" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".fjl"
     }
 
+    /// The file name of the checkpoint of everything through segment `n`.
+    public static func checkpointName(_ n: Int) -> String {
+        let digits = String(n)
+        return "checkpoint-" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".fjc"
+    }
+
+    /// The checkpoints in `dir`, by number.
+    public static func checkpoints(_ dir: String) -> [(number: Int, path: String)] {
+        files(dir, prefix: "checkpoint-", suffix: ".fjc")
+    }
+
     /// The segments in `dir`, by number.
     public static func segments(_ dir: String) -> [(number: Int, path: String)] {
+        files(dir, prefix: "journal-", suffix: ".fjl")
+    }
+
+    static func files(_ dir: String, prefix: String, suffix: String) -> [(number: Int, path: String)] {
         guard let d = opendir(dir) else { return [] }
         defer { closedir(d) }
         var found: [(Int, String)] = []
@@ -359,8 +451,8 @@ public final class Journal: JournalWriting {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
             }
-            guard name.hasPrefix("journal-"), name.hasSuffix(".fjl"),
-                  let n = Int(name.dropFirst(8).dropLast(4)) else { continue }
+            guard name.hasPrefix(prefix), name.hasSuffix(suffix),
+                  let n = Int(name.dropFirst(prefix.count).dropLast(suffix.count)) else { continue }
             found.append((n, dir + "/" + name))
         }
         return found.sorted { $0.0 < $1.0 }
@@ -419,10 +511,44 @@ public final class Journal: JournalWriting {
     }
 
     /// Reads every segment into `state`. Returns the last segment's number and valid length (nil: none).
-    static func recover(_ dir: String, into state: inout JournalState, repair: Bool, notes: inout [String])
+    static func recover(_ dir: String, into state: inout JournalState, repair: Bool, notes: inout [String],
+                        infos: inout [SegmentInfo])
         throws(JournalError) -> (Int?, Int?)
     {
-        let all = segments(dir)
+        var all = segments(dir)
+        // The newest checkpoint that reads whole (they are written atomically; an older one is the fallback),
+        // then the segments after it.
+        var covered = 0
+        for candidate in checkpoints(dir).reversed() {
+            guard let bytes = readWholeFile(candidate.path) else { continue }
+            let scan = JournalScan(bytes)
+            guard scan.problem == nil, scan.tornBytes == 0, !scan.records.isEmpty else {
+                notes.append("skipped the checkpoint \(candidate.path): it does not read whole")
+                continue
+            }
+            var loaded = JournalState(outcomes: state.outcomes)
+            var ok = true
+            for range in scan.records {
+                guard let record = try? RecordDecoder.decode(bytes, range) else { ok = false; break }
+                loaded.apply(record)
+            }
+            guard ok else {
+                notes.append("skipped the checkpoint \(candidate.path): a record does not decode")
+                continue
+            }
+            state = loaded
+            covered = candidate.number
+            notes.append("loaded the checkpoint \(candidate.path) (\(scan.records.count) records)")
+            break
+        }
+        // Segments the checkpoint covers are history only (kept for `history` until retention deletes them).
+        for segment in all where segment.number <= covered {
+            infos.append(scanInfo(segment))
+        }
+        all.removeAll { $0.number <= covered }
+        if let first = all.first, first.number != covered + 1 {
+            throw JournalError("the journal is missing segments \(covered + 1) to \(first.number - 1) (before \(first.path)); restore them, or move the data directory away to start a new history")
+        }
         var last: (Int, Int)?
         for (index, segment) in all.enumerated() {
             guard let bytes = readWholeFile(segment.path) else {
@@ -442,10 +568,16 @@ public final class Journal: JournalWriting {
                 }
             }
             var applied = 0
+            var info = SegmentInfo(number: segment.number)
             for range in scan.records {
                 if let c = cut, range.lowerBound >= c.offset { break }
                 do {
                     let record = try RecordDecoder.decode(bytes, range)
+                    if case .action(let a) = record {
+                        if info.firstSeq == nil { info.firstSeq = a.seq }
+                        info.lastSeq = a.seq
+                        info.lastTime = a.time
+                    }
                     state.apply(record)
                     applied += 1
                 } catch {
@@ -463,6 +595,7 @@ public final class Journal: JournalWriting {
                 try truncateFile(segment.path, to: c.offset)
                 for path in later { unlink(path) }
                 notes.append("repaired the journal: cut \(segment.path) at offset \(c.offset) (\(c.why)); lost \(lost)")
+                infos.append(info)
                 return (segment.number, c.offset)
             }
             if scan.tornBytes > 0 {
@@ -476,10 +609,25 @@ public final class Journal: JournalWriting {
                 continue
             }
             last = (segment.number, scan.validEnd)
+            infos.append(info)
             _ = applied
         }
         notes.append("read \(all.count) journal segment\(all.count == 1 ? "" : "s"): \(state.recordCount) records, \(state.actionCount) actions, \(state.stores.count) stores, \(state.pending.count) actions unsettled")
         return (last?.0, last?.1)
+    }
+
+    /// The actions' seqs and times of a segment, read without applying it (a segment behind a checkpoint).
+    static func scanInfo(_ segment: (number: Int, path: String)) -> SegmentInfo {
+        var info = SegmentInfo(number: segment.number)
+        guard let bytes = readWholeFile(segment.path) else { return info }
+        for range in JournalScan(bytes).records {
+            if case .action(let a)? = try? RecordDecoder.decode(bytes, range) {
+                if info.firstSeq == nil { info.firstSeq = a.seq }
+                info.lastSeq = a.seq
+                info.lastTime = a.time
+            }
+        }
+        return info
     }
 
     static func open(_ dir: String, _ n: Int, existingLength: Int?,

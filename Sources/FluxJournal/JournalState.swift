@@ -188,6 +188,14 @@ public struct JournalState: Sendable {
             s.version = max(s.version, version)
             s.snapshot = (version, seq, state)
             stores[name] = s
+        case .storePosition(let name, let version, let seq):
+            var s = stores[name] ?? Store(name: name)
+            s.version = max(s.version, version)
+            s.seq = max(s.seq, seq)
+            stores[name] = s
+        case .outcome(let uid, let session, let id, let seq, let results):
+            outcomes.insert(SessionKey(uid: uid, session: session, id: id), seq: seq, results: results, at: at)
+            lastSeq = max(lastSeq, seq)
         }
     }
 }

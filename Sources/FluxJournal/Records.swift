@@ -16,6 +16,10 @@ public enum RecordKind: UInt8, Sendable {
     case result = 4
     /// A new retained snapshot of a store.
     case snapshot = 5
+    /// A store's position (checkpoints only): its version and the seq of the last action it answered.
+    case storePosition = 6
+    /// The outcome of a settled dispatch made under a session (checkpoints only, SPEC §15.4).
+    case outcome = 7
 }
 
 /// An accepted action as journaled.
@@ -68,6 +72,8 @@ public enum JournalRecord: Sendable, Equatable {
     case action(ActionEntry)
     case result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
     case snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+    case storePosition(store: String, version: UInt64, seq: UInt64)
+    case outcome(uid: UInt32, session: [UInt8], id: [UInt8], seq: UInt64, results: [TargetResult])
 }
 
 /// Why a record body could not be decoded (corruption the checksum did not catch, or a newer record kind).
@@ -132,6 +138,41 @@ public enum RecordEncoder {
         varint(seq, &out)
         string(store, &out)
         varint(version, &out)
+        outcomeBody(outcome, &out)
+    }
+
+    public static func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>,
+                                into out: inout [UInt8]) {
+        out.append(RecordKind.snapshot.rawValue)
+        string(store, &out)
+        varint(version, &out)
+        varint(seq, &out)
+        bytes(state, &out)
+    }
+
+    public static func storePosition(store: String, version: UInt64, seq: UInt64, into out: inout [UInt8]) {
+        out.append(RecordKind.storePosition.rawValue)
+        string(store, &out)
+        varint(version, &out)
+        varint(seq, &out)
+    }
+
+    public static func outcome(uid: UInt32, session: [UInt8], id: [UInt8], seq: UInt64, results: [TargetResult],
+                               into out: inout [UInt8]) {
+        out.append(RecordKind.outcome.rawValue)
+        varint(UInt64(uid), &out)
+        bytes(session, &out)
+        bytes(id, &out)
+        varint(seq, &out)
+        varint(UInt64(results.count), &out)
+        for r in results {
+            string(r.store, &out)
+            varint(r.version, &out)
+            outcomeBody(r.outcome, &out)
+        }
+    }
+
+    static func outcomeBody(_ outcome: ResultOutcome, _ out: inout [UInt8]) {
         switch outcome {
         case .done:
             out.append(0)
@@ -145,15 +186,6 @@ public enum RecordEncoder {
         }
     }
 
-    public static func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>,
-                                into out: inout [UInt8]) {
-        out.append(RecordKind.snapshot.rawValue)
-        string(store, &out)
-        varint(version, &out)
-        varint(seq, &out)
-        bytes(state, &out)
-    }
-
     public static func record(_ r: JournalRecord, into out: inout [UInt8]) {
         switch r {
         case .seqReserve(let n): seqReserve(n, into: &out)
@@ -163,6 +195,10 @@ public enum RecordEncoder {
             result(seq: seq, store: store, outcome: outcome, version: version, into: &out)
         case .snapshot(let store, let version, let seq, let state):
             snapshot(store: store, version: version, seq: seq, state: state, into: &out)
+        case .storePosition(let store, let version, let seq):
+            storePosition(store: store, version: version, seq: seq, into: &out)
+        case .outcome(let uid, let session, let id, let seq, let results):
+            outcome(uid: uid, session: session, id: id, seq: seq, results: results, into: &out)
         }
     }
 
@@ -249,18 +285,37 @@ public struct RecordDecoder {
             let seq = try varint()
             let store = try string()
             let version = try varint()
-            let outcome: ResultOutcome
-            switch try byte() {
-            case 0: outcome = .done
-            case 1: outcome = .rejected(try bytes())
-            case 2: outcome = .unavailable(code: try string(), message: try string())
-            case let other: throw RecordDecodingError(reason: "unknown result kind \(other)")
-            }
-            return .result(seq: seq, store: store, outcome: outcome, version: version)
+            return .result(seq: seq, store: store, outcome: try outcomeBody(), version: version)
         case .snapshot:
             let store = try string()
             let version = try varint(), seq = try varint()
             return .snapshot(store: store, version: version, seq: seq, state: try bytes())
+        case .storePosition:
+            let store = try string()
+            let version = try varint(), seq = try varint()
+            return .storePosition(store: store, version: version, seq: seq)
+        case .outcome:
+            let uid = UInt32(truncatingIfNeeded: try varint())
+            let session = Array(try bytes()), id = Array(try bytes())
+            let seq = try varint()
+            let n = try varint()
+            guard n <= UInt64(end - at) else { throw RecordDecodingError(reason: "a list runs past its record") }
+            var results: [TargetResult] = []
+            for _ in 0..<n {
+                let store = try string()
+                let version = try varint()
+                results.append(TargetResult(store: store, outcome: try outcomeBody(), version: version))
+            }
+            return .outcome(uid: uid, session: session, id: id, seq: seq, results: results)
+        }
+    }
+
+    mutating func outcomeBody() throws(RecordDecodingError) -> ResultOutcome {
+        switch try byte() {
+        case 0: return .done
+        case 1: return .rejected(try bytes())
+        case 2: return .unavailable(code: try string(), message: try string())
+        case let other: throw RecordDecodingError(reason: "unknown result kind \(other)")
         }
     }
 

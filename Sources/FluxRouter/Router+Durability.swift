@@ -120,6 +120,46 @@ extension Router {
         return j.bytes
     }
 
+    /// The seq of the newest accepted action (0: none yet; after a restart, the newest journaled one until the
+    /// next is accepted: `lastSeq` then stands at the reserved high-water mark).
+    public var lastAcceptedSeq: UInt64 { lastSeq == restoredSeqMark ? restoredNewestSeq : lastSeq }
+
+    // MARK: - Checkpoints
+
+    /// The records of a checkpoint: everything a restart needs, as if the journal so far were these records
+    /// alone (the seq high-water mark; each registered store's registration, retained snapshot and position; the
+    /// unsettled actions with the results they have; the outcomes kept for `recover`). Read in this order by
+    /// `JournalState.apply`.
+    public func checkpointRecords(_ emit: (JournalRecord) -> Void) {
+        emit(.seqReserve(max(lastSeq, reservedSeq)))
+        for name in stores.keys.sorted() {
+            let store = stores[name]!
+            guard store.wasRegistered || store.snapshot != nil else { continue }
+            if store.wasRegistered { emit(.register(store: name, handles: store.handles, waitFor: store.waitFor)) }
+            if let snapshot = store.snapshot {
+                let state = withExtendedLifetime(snapshot) { ArraySlice(Array(snapshot.bytes[store.stateRange])) }
+                emit(.snapshot(store: name, version: store.version, seq: store.snapshotSeq, state: state))
+            }
+            emit(.storePosition(store: name, version: store.version, seq: store.seq))
+        }
+        for action in unsettledActions() {
+            emit(.action(ActionEntry(
+                seq: action.seq, time: 0, typeJSON: action.typeJSON, origin: action.origin,
+                cause: action.cause.map { UInt64($0) }, id: action.id, session: action.session,
+                uid: action.session == nil ? 0 : action.dispatcher.account.uid, payload: action.payload,
+                targets: action.targets.map(\.name))))
+            for (i, store) in action.targets.enumerated() {
+                if let result = action.result(at: i) {
+                    emit(.result(seq: action.seq, store: store.name, outcome: result.journaled, version: action.version(at: i)))
+                }
+            }
+        }
+        outcomes.expire(now: now)
+        for (key, entry) in outcomes.all {
+            emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results))
+        }
+    }
+
     // MARK: - Restoring (SPEC §15.1)
 
     /// Takes over what a journal recovered, before any peer connects: seqs continue above every seq that may have
@@ -131,6 +171,8 @@ extension Router {
         self.now = now
         lastSeq = state.nextSeq - 1
         reservedSeq = lastSeq  // the next dispatch reserves a new block above it
+        restoredSeqMark = lastSeq
+        restoredNewestSeq = state.lastSeq
         let owner = memory.userAccount(uid: UInt32.max)  // restored state is charged to no connection
         for name in state.stores.keys.sorted() {
             let s = state.stores[name]!

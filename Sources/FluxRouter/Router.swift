@@ -49,6 +49,9 @@ public final class Router {
     @exclusivity(unchecked) public var journal: (any JournalWriting)?
     /// The seq high-water mark journaled: seqs up to it may be handed out (SPEC §15.1).
     @exclusivity(unchecked) var reservedSeq: UInt64 = 0
+    /// Where `lastSeq` stood after a restore, and the newest seq the journal held then.
+    @exclusivity(unchecked) var restoredSeqMark: UInt64 = 0
+    @exclusivity(unchecked) var restoredNewestSeq: UInt64 = 0
     /// Outcomes of settled dispatches made under a session, for `recover` (SPEC §15.4).
     @exclusivity(unchecked) var outcomes: OutcomeLog
     @exclusivity(unchecked) var shuttingDown = false

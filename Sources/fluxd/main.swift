@@ -56,6 +56,12 @@ struct Fluxd: ParsableCommand {
     var syncInterval: UInt64 = 100
     @Flag(name: .long, help: "Cut a corrupt journal back to its last good record (saying what is lost) instead of refusing to start.")
     var repair = false
+    @Option(name: .long, help: ArgumentHelp("A journal segment is closed (and a checkpoint written) once it holds this many bytes.", valueName: "bytes"))
+    var segmentBytes: Int = 64 << 20
+    @Option(name: .long, help: ArgumentHelp("History kept: at least the newest this many actions (older segments behind a checkpoint are deleted).", valueName: "n"))
+    var retainActions: UInt64 = 1_000_000
+    @Option(name: .long, help: ArgumentHelp("History kept: actions younger than this many hours.", valueName: "hours"))
+    var retainHours: UInt64 = 7 * 24
 
     @Option(name: .long, help: ArgumentHelp("Actions delivered to a store before it answers the first.", valueName: "n"))
     var storeWindow: Int = 64
@@ -252,6 +258,9 @@ struct Fluxd: ParsableCommand {
             options.durability = Durability(rawValue: durability) ?? .batch
             options.syncInterval = syncInterval
             options.repair = repair
+            options.segmentBytes = max(4096, segmentBytes)
+            options.retainActions = retainActions
+            options.retainAge = retainHours * 3600 * 1000
             options.outcomes = OutcomeLog(capacity: config.router.maxOutcomes, window: config.router.outcomeWindow)
             do {
                 journal = try Journal(options: options)

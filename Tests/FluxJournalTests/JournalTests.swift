@@ -1,0 +1,237 @@
+import Foundation
+import Testing
+@testable import FluxJournal
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The journal in a data directory: records round-trip, recovery, the lock, torn and corrupt segments,
+/// checkpoints and retention, history, and a disk that fails (through the `AppendFile` seam).
+struct JournalTests {
+    /// A fresh directory under the system's temp folder, removed by `remove()`.
+    final class Dir {
+        let path: String
+        init() {
+            var template = Array((NSTemporaryDirectory() + "/fluxjournal.XXXXXX").utf8CString)
+            path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        }
+        func remove() { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static func action(_ seq: UInt64, targets: [String] = ["todos"], session: String? = nil, id: String? = nil) -> ActionEntry {
+        ActionEntry(seq: seq, time: 1000 + seq, typeJSON: ArraySlice(#""todo/add""#.utf8), origin: 7, cause: seq > 1 ? seq - 1 : nil,
+                    id: id.map { ArraySlice("\"\($0)\"".utf8) }, session: session.map { ArraySlice("\"\($0)\"".utf8) },
+                    uid: session == nil ? 0 : 1000, payload: ArraySlice(#"{"n":\#(seq)}"#.utf8), targets: targets)
+    }
+
+    @Test("every record kind encodes and decodes to itself")
+    func recordsRoundTrip() throws {
+        let records: [JournalRecord] = [
+            .seqReserve(65536),
+            .register(store: "todos", handles: ["todo/*", "x"], waitFor: ["auth"]),
+            .action(Self.action(3, targets: ["a", "b"], session: "s", id: "c-1")),
+            .action(Self.action(1)),
+            .result(seq: 3, store: "a", outcome: .done, version: 9),
+            .result(seq: 3, store: "b", outcome: .rejected(ArraySlice(#"{"code":"x"}"#.utf8)), version: 2),
+            .result(seq: 4, store: "b", outcome: .unavailable(code: "store-unavailable", message: "down ✗"), version: 0),
+            .snapshot(store: "todos", version: 4, seq: 3, state: ArraySlice(#"{"items":[]}"#.utf8)),
+            .storePosition(store: "todos", version: 4, seq: 300),
+            .outcome(uid: 1000, session: Array("s".utf8), id: Array("c-1".utf8), seq: 3,
+                     results: [TargetResult(store: "a", outcome: .done, version: 9)]),
+        ]
+        for r in records {
+            var body: [UInt8] = []
+            RecordEncoder.record(r, into: &body)
+            #expect(try RecordDecoder.decode(body, 0..<body.count) == r)
+            // Cut short anywhere, a body never decodes into something else silently.
+            for cut in 0..<body.count {
+                #expect((try? RecordDecoder.decode(body, 0..<cut)) == nil || cut == body.count, "\(r) cut at \(cut)")
+            }
+        }
+    }
+
+    static func fill(_ journal: some JournalWriting, actions: ClosedRange<UInt64>) {
+        journal.register(store: "todos", handles: ["todo/*"], waitFor: [])
+        for seq in actions {
+            journal.action(seq: seq, typeJSON: ArraySlice(#""todo/add""#.utf8), origin: 1, cause: nil,
+                           id: ArraySlice("\"c-\(seq)\"".utf8), session: ArraySlice(#""s""#.utf8), uid: 1000,
+                           payload: ArraySlice(#"{"n":\#(seq)}"#.utf8), targets: ["todos"])
+            if seq != actions.upperBound {
+                journal.snapshot(store: "todos", version: seq, seq: seq, state: ArraySlice("[\(seq)]".utf8))
+                journal.result(seq: seq, store: "todos", outcome: .done, version: seq)
+            }
+        }
+    }
+
+    @Test("what was committed is recovered after a restart; the directory is locked while open")
+    func recoverAndLock() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path + "/data")
+        options.durability = .always
+        var journal: Journal? = try Journal(options: options)
+        let epoch = journal!.epoch
+        Self.fill(journal!, actions: 1...5)
+        #expect(journal!.commit(now: 0) == .written)
+        #expect(journal!.syncs >= 1)
+        #expect(throws: JournalError.self) { try Journal(options: options) }  // locked
+        journal = nil  // a crash: no clean close, no checkpoint
+        let again = try Journal(options: options)
+        #expect(again.epoch == epoch)
+        let s = again.recovered
+        #expect(s.stores["todos"]?.version == 4 && s.stores["todos"]?.seq == 4 && s.stores["todos"]?.registered == true)
+        #expect(s.pending.keys.sorted() == [5])
+        #expect(s.outcomes.count == 4)
+        #expect(s.nextSeq == 6)
+    }
+
+    @Test("a torn last record is dropped (and the file cut back); a corrupt one refuses the start with file and offset, and --repair cuts there")
+    func tornAndCorrupt() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        let options = Journal.Options(directory: dir.path)
+        do {
+            let journal = try Journal(options: options)
+            Self.fill(journal, actions: 1...3)
+            #expect(journal.commit(now: 0) == .written)
+        }
+        let segment = Journal.segments(dir.path)[0].path
+        let whole = try [UInt8](Data(contentsOf: URL(fileURLWithPath: segment)))
+        // Torn: cut the last record short.
+        try Data(whole.dropLast(3)).write(to: URL(fileURLWithPath: segment))
+        do {
+            let journal = try Journal(options: options)
+            #expect(journal.openingNotes.contains { $0.contains("dropped a torn last record") })
+            // The last record was action 3 (1 and 2 were answered): gone whole.
+            #expect(journal.recovered.pending.isEmpty && journal.recovered.actionCount == 2)
+        }
+        // Corrupt: flip a byte inside the first record after the header.
+        var damaged = whole
+        damaged[SegmentHeader.size + recordHeaderSize + 2] ^= 0x20
+        try Data(damaged).write(to: URL(fileURLWithPath: segment))
+        do {
+            _ = try Journal(options: options)
+            Issue.record("a corrupt journal was opened")
+        } catch {
+            #expect(error.message.contains(segment) && error.message.contains("offset \(SegmentHeader.size)"))
+            #expect(error.message.contains("--repair"))
+        }
+        var repairing = options
+        repairing.repair = true
+        let repaired = try Journal(options: repairing)
+        #expect(repaired.openingNotes.contains { $0.contains("repaired the journal") })
+        #expect(repaired.recovered.actionCount == 0)
+    }
+
+    @Test("segments roll over with a checkpoint; a restart reads the checkpoint and what follows; retention deletes covered history beyond the window")
+    func checkpointsAndRetention() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 4096
+        options.retainActions = 50
+        var reference = JournalState()
+        do {
+            let journal = try Journal(options: options)
+            // The checkpoint source replays what was journaled so far (what the router's state would be).
+            let mirror = MemoryJournal()
+            journal.checkpointSource = { emit in
+                var s = JournalState()
+                for r in mirror.decoded() { s.apply(r) }
+                emit(.seqReserve(s.nextSeq - 1))
+                for (name, store) in s.stores {
+                    emit(.register(store: name, handles: store.handles, waitFor: store.waitFor))
+                    if let snap = store.snapshot { emit(.snapshot(store: name, version: snap.version, seq: snap.seq, state: snap.state)) }
+                    emit(.storePosition(store: name, version: store.version, seq: store.seq))
+                }
+                for (_, p) in s.pending.sorted(by: { $0.key < $1.key }) { emit(.action(p.action)) }
+            }
+            for batch in 0..<20 {
+                let seqs = UInt64(batch * 10 + 1)...UInt64(batch * 10 + 10)
+                Self.fill(journal, actions: seqs)
+                Self.fill(mirror, actions: seqs)
+                _ = journal.commit(now: 0)
+            }
+            #expect(journal.checkpoints > 0)
+            #expect(journal.segmentsDeleted > 0)
+            let page = journal.history(from: nil, limit: 5)
+            #expect(page.first > 1 && page.first == page.entries.first?.action.seq)
+            #expect(page.entries.count == 5)
+            reference = mirror.state()
+        }
+        let again = try Journal(options: options)
+        #expect(again.openingNotes.contains { $0.contains("loaded the checkpoint") })
+        #expect(again.recovered.stores == reference.stores)
+        #expect(again.recovered.nextSeq == reference.nextSeq)
+        #expect(again.recovered.pending.keys.sorted() == reference.pending.keys.sorted())
+        #expect(again.stateAt(store: "todos", version: 199, seq: nil)?.state == Array("[199]".utf8))
+    }
+
+    /// Space and sync failures, through a file whose reservations, writes or syncs fail.
+    final class FailingFile: AppendFile {
+        let inner: PosixFile
+        var path: String { inner.path }
+        var failReserve = false, failWrite = false, failSync = false
+        init(path: String) throws(StorageError) { inner = try PosixFile(path: path) }
+        func append(_ bytes: UnsafeRawBufferPointer) throws(StorageError) {
+            if failWrite { throw StorageError(operation: "write", errno: ENOSPC, path: path) }
+            try inner.append(bytes)
+        }
+        func sync() throws(StorageError) {
+            if failSync { throw StorageError(operation: "fdatasync", errno: EIO, path: path) }
+            try inner.sync()
+        }
+        func reserve(from offset: Int, bytes: Int) throws(StorageError) {
+            if failReserve { throw StorageError(operation: "fallocate", errno: ENOSPC, path: path) }
+        }
+        func truncate(to length: Int) throws(StorageError) { try inner.truncate(to: length) }
+        func length() throws(StorageError) -> Int { try inner.length() }
+        func close() { inner.close() }
+    }
+
+    @Test("disk full: new work is refused while the reserve lasts, writes that fail hold their records, and both recover when space returns; a failed sync is final")
+    func failingDisk() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var file: FailingFile?
+        var options = Journal.Options(directory: dir.path)
+        options.durability = .always
+        options.reserveBytes = 8  // every commit reserves again
+        let journal = try Journal(options: options, makeFile: { path throws(StorageError) in
+            let f = try FailingFile(path: path)
+            file = f
+            return f
+        })
+        #expect(journal.refusal == nil)
+        file!.failReserve = true
+        journal.register(store: "a", handles: [], waitFor: [])
+        #expect(journal.commit(now: 0) == .written)
+        #expect(journal.retrySpace(now: 0) == false)
+        if case .diskFull? = journal.refusal {} else { Issue.record("no disk-full refusal: \(String(describing: journal.refusal))") }
+        file!.failWrite = true
+        journal.register(store: "b", handles: [], waitFor: [])
+        #expect(journal.commit(now: 0) == .diskFull)
+        #expect(journal.hasStaged)
+        file!.failWrite = false
+        file!.failReserve = false
+        #expect(journal.retrySpace(now: 1))
+        #expect(!journal.hasStaged && journal.refusal == nil)
+        file!.failSync = true
+        journal.register(store: "c", handles: [], waitFor: [])
+        #expect(journal.commit(now: 2) == .failed)
+        file!.failSync = false
+        journal.register(store: "d", handles: [], waitFor: [])
+        #expect(journal.commit(now: 3) == .failed)  // never retried
+        if case .failed? = journal.refusal {} else { Issue.record("a failed sync did not stop the journal") }
+    }
+
+    @Test("the default data directory is per socket, under XDG_STATE_HOME or ~/.local/state")
+    func defaultDirectory() {
+        let a = defaultDataDirectory(socketPath: "/run/user/1000/fluxbus/fluxd.sock", environment: ["XDG_STATE_HOME": "/s", "HOME": "/h"])
+        let b = defaultDataDirectory(socketPath: "/tmp/other.sock", environment: ["HOME": "/h"])
+        #expect(a?.hasPrefix("/s/fluxbus/run-user-1000-fluxbus-fluxd.sock-") == true)
+        #expect(b?.hasPrefix("/h/.local/state/fluxbus/tmp-other.sock-") == true)
+        #expect(defaultDataDirectory(socketPath: "/x.sock", environment: [:]) == nil)
+        #expect(busName(socketPath: "/a/b.sock") != busName(socketPath: "/a-b.sock"))
+    }
+}

@@ -1,0 +1,170 @@
+import FluxCore
+import FluxJournal
+import Testing
+@testable import FluxRouter
+
+/// SPEC §15 on the router alone: what it journals, and what a router restored from those records does. A
+/// `MemoryJournal` stands in for the files; "restarting" is a new router restored from the records.
+struct DurabilityTests {
+    /// A bus whose router journals to `journal`, restored first from `from` (a previous run's records).
+    static func durableBus(_ journal: MemoryJournal, from: MemoryJournal? = nil,
+                           configure: (inout RouterConfig) -> Void = { _ in }) -> TestBus {
+        let bus = TestBus {
+            $0.durability = "batch"
+            $0.epoch = "e1"
+            $0.seqBlock = 100
+            configure(&$0)
+        }
+        if let from { bus.router.restore(from: from.state(), now: bus.now) }
+        bus.router.journal = journal
+        return bus
+    }
+
+    /// A run: store "todos" registered, one action answered with a new state, one delivered and unanswered.
+    static func firstRun(_ journal: MemoryJournal) -> TestBus {
+        let bus = durableBus(journal)
+        bus.store(1, "todos", handles: ["todo/*"], state: #"{"items":[]}"#)
+        bus.join(2, role: "client")
+        _ = bus.take(1)
+        bus.send(2, #"{"op":"dispatch","id":"c-1","type":"todo/add","payload":{"t":"milk"},"settle":true}"#)
+        #expect(bus.take(1).map(\.op) == ["action"])
+        bus.send(1, #"{"op":"done","store":"todos","seq":1,"state":{"items":["milk"]}}"#)
+        bus.send(2, #"{"op":"dispatch","id":"c-2","type":"todo/add","payload":{"t":"eggs"},"settle":true}"#)
+        #expect(bus.take(1).map { $0.num("seq") } == [2])
+        return bus
+    }
+
+    @Test("each record is journaled where it is made: a seq block before the first seq, then actions, snapshots before their results")
+    func whatIsJournaled() {
+        let journal = MemoryJournal()
+        _ = Self.firstRun(journal)
+        let kinds = journal.decoded().map { record -> String in
+            switch record {
+            case .seqReserve(let n): return "reserve \(n)"
+            case .register(let s, _, _): return "register \(s)"
+            case .action(let a): return "action \(a.seq)"
+            case .result(let seq, let s, _, let v): return "result \(seq) \(s) v\(v)"
+            case .snapshot(let s, let v, let seq, _): return "snapshot \(s) v\(v) seq \(seq)"
+            case .storePosition, .outcome: return "checkpoint-only"
+            }
+        }
+        #expect(kinds == ["register todos", "snapshot todos v1 seq 0", "reserve 100", "action 1",
+                          "snapshot todos v2 seq 1", "result 1 todos v2", "action 2"])
+    }
+
+    @Test("after a restart: seq continues above the reserved block, the snapshot is retained, the store is down with its queue, the unanswered action is redelivered")
+    func restartRestores() {
+        let before = MemoryJournal()
+        _ = Self.firstRun(before)
+        let after = MemoryJournal()
+        let bus = Self.durableBus(after, from: before)
+        bus.join(3, role: "monitor")
+        bus.send(3, #"{"op":"subscribe","store":"todos"}"#)
+        let sub = bus.take(3)
+        #expect(sub.map(\.op) == ["subscribed", "snapshot"])
+        #expect(sub[0].str("status") == "down")
+        #expect(sub[1].num("version") == 2 && sub[1].rawText("state") == #"{"items":["milk"]}"#)
+        // The store comes back: it adopts the snapshot and gets the unanswered action, marked redelivered.
+        bus.store(1, "todos", handles: ["todo/*"])
+        let back = bus.take(1)
+        #expect(back.map(\.op) == ["registered", "snapshot", "queries", "action"])
+        #expect(back[0].num("version") == 2 && back[0].num("seq") == 1)
+        #expect(back[0].string("resumed").value == nil)  // (a boolean)
+        #expect(back[3].num("seq") == 2)
+        #expect(back[3].rawText("redelivered") == "true")
+        // A new action gets a seq above everything the first run may have revealed (its block ended at 100).
+        bus.join(4, role: "client")
+        bus.send(4, #"{"op":"dispatch","id":"d-1","type":"todo/add","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":2}"#)
+        let more = bus.take(1)
+        #expect(more.map { $0.num("seq") } == [101])
+    }
+
+    @Test("recover: a session's settled outcome survives the restart, a pending one settles to the recovering connection, an unknown id is unknown")
+    func recoverAcrossRestart() {
+        let before = MemoryJournal()
+        let bus1 = Self.durableBus(before)
+        bus1.store(1, "todos", handles: ["todo/*"])
+        bus1.connect(2)
+        bus1.send(2, #"{"op":"hello","protocol":1,"role":"client","session":"s-7"}"#)
+        _ = bus1.take(2)
+        _ = bus1.take(1)
+        bus1.send(2, #"{"op":"dispatch","id":"c-1","type":"todo/add","settle":true}"#)
+        bus1.send(1, #"{"op":"done","store":"todos","seq":1}"#)
+        bus1.send(2, #"{"op":"dispatch","id":"c-2","type":"todo/add","settle":true}"#)
+        #expect(bus1.take(2).map(\.op) == ["settled"])
+        let bus = Self.durableBus(MemoryJournal(), from: before)
+        bus.connect(5)
+        bus.send(5, #"{"op":"hello","protocol":1,"role":"client","session":"s-7"}"#)
+        _ = bus.take(5)
+        bus.send(5, #"{"op":"recover","id":"r","ids":["c-1","c-2","c-3"]}"#)
+        let got = bus.take(5)
+        #expect(got.map(\.op) == ["recovered"])
+        #expect(got[0].rawText("outcomes") == #"[{"id":"c-1","status":"settled","seq":1,"results":[{"store":"todos","status":"done","version":0}]},{"id":"c-2","status":"pending","seq":2},{"id":"c-3","status":"unknown"}]"#)
+        bus.store(1, "todos", handles: ["todo/*"])
+        _ = bus.take(1)
+        bus.send(1, #"{"op":"done","store":"todos","seq":2}"#)
+        let settled = bus.take(5)
+        #expect(settled.map(\.op) == ["settled"])
+        #expect(settled[0].str("id") == "c-2")
+        // Another user's connection with the same session name sees nothing of it.
+        bus.feed(.connected(9, PeerCredentials(pid: 9, uid: 4242)))
+        bus.send(9, #"{"op":"hello","protocol":1,"role":"client","session":"s-7"}"#)
+        _ = bus.take(9)
+        bus.send(9, #"{"op":"recover","ids":["c-1"]}"#)
+        #expect(bus.take(9)[0].rawText("outcomes") == #"[{"id":"c-1","status":"unknown"}]"#)
+    }
+
+    @Test("recover needs a session; a full or failed journal refuses new work with its own code")
+    func refusals() {
+        let journal = MemoryJournal()
+        let bus = Self.durableBus(journal)
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"recover","ids":["x"]}"#)
+        #expect(bus.take(2)[0].str("code") == "bad-message")
+        journal.refusal = .diskFull("test")
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"todo/x"}"#)
+        #expect(bus.take(2)[0].str("code") == "disk-full")
+        journal.refusal = .failed("test")
+        bus.send(2, #"{"op":"dispatch","id":"b","type":"todo/x"}"#)
+        #expect(bus.take(2)[0].str("code") == "journal-failed")
+        journal.refusal = nil
+        bus.send(2, #"{"op":"dispatch","id":"c","type":"todo/x"}"#)
+        #expect(bus.take(2).isEmpty)
+    }
+
+    @Test("a durable router's shutdown keeps unsettled actions (bye restart) instead of settling them shutting-down")
+    func durableShutdownKeepsWork() {
+        let journal = MemoryJournal()
+        let bus = Self.firstRun(journal)
+        #expect(bus.take(2).map(\.op) == ["settled"])
+        bus.feed(.shutdown)
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["bye"])
+        #expect(got[0].str("reason") == "restart")
+        #expect(journal.state().pending.keys.sorted() == [2])
+    }
+
+    @Test("a checkpoint restores what the whole journal restores")
+    func checkpointEqualsJournal() {
+        let journal = MemoryJournal()
+        let bus = Self.firstRun(journal)
+        var checkpoint = JournalState()
+        bus.router.checkpointRecords { checkpoint.apply($0) }
+        let full = journal.state()
+        #expect(checkpoint.stores == full.stores)
+        #expect(checkpoint.pending == full.pending)
+        #expect(checkpoint.nextSeq == full.nextSeq)
+    }
+
+    @Test("welcome announces the epoch, the durability and the outcome window")
+    func welcome() {
+        let bus = Self.durableBus(MemoryJournal())
+        bus.connect(1)
+        bus.send(1, #"{"op":"hello","protocol":1,"role":"client"}"#)
+        let w = bus.take(1)[0]
+        #expect(w.str("epoch") == "e1" && w.str("durability") == "batch")
+        #expect(try! Envelope(body: Array(w.raw("limits")!)).num("outcomeWindow") == 600_000)
+    }
+}

@@ -97,6 +97,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings + (useJemalloc ? [.define("FLUXBUS_JEMALLOC")] : [])
         ),
+        // How fluxd starts supervised workers so that they die with it (PR_SET_PDEATHSIG, then exec).
+        .executableTarget(name: "fluxd-exec"),
         // The benchmark's Swift SDK store (scripts/bench.sh, workload 7): not a product.
         .executableTarget(
             name: "flux-bench-store",

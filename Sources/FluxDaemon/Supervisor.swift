@@ -61,7 +61,7 @@ public final class Supervisor {
     public convenience init(loop: EventLoop, daemon: Daemon, config: SupervisorConfig, socketPath: String,
                             executableDirectory: String?, logger: Logger) {
         self.init(config: config, socketPath: socketPath, executableDirectory: executableDirectory, logger: logger,
-                  spawner: ChildProcessSpawner(loop: loop), clock: LoopClock(loop: loop),
+                  spawner: ChildProcessSpawner(loop: loop, executableDirectory: executableDirectory), clock: LoopClock(loop: loop),
                   storeStatus: { [unowned daemon] store in daemon.storeStatus(store) })
     }
 

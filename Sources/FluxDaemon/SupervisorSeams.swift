@@ -1,5 +1,6 @@
 import FluxRouter
 import FluxTransport
+import Glibc
 
 // What the `Supervisor` needs from the world, as small interfaces: processes (`WorkerSpawner`), time
 // (`SupervisorClock`) and the stores' status (a closure, `Supervisor.StoreStatusLookup`). fluxd passes the libuv
@@ -54,17 +55,47 @@ public protocol SupervisorClock: AnyObject {
 
 // MARK: - The libuv implementations (fluxd)
 
-/// Starts workers with `ChildProcess.spawn` on the daemon's loop.
+/// Starts workers with `ChildProcess.spawn` on the daemon's loop. With `fluxd-exec` beside fluxd, each worker
+/// is started through it, so that it dies with fluxd (PR_SET_PDEATHSIG: a worker must not outlive a killed fluxd
+/// and hold its store names against the next one's workers; see Sources/fluxd-exec/main.c). The spawn happens
+/// on the loop thread, which lives as long as fluxd, as the death signal follows the spawning thread.
 public final class ChildProcessSpawner: WorkerSpawner {
     private let loop: EventLoop
+    private let trampoline: String?
 
-    public init(loop: EventLoop) {
+    public init(loop: EventLoop, executableDirectory: String? = nil) {
         self.loop = loop
+        let candidate = executableDirectory.map { $0 + "/fluxd-exec" }
+        trampoline = candidate.flatMap { access($0, X_OK) == 0 ? $0 : nil }
     }
 
     public func spawn(_ options: SpawnOptions,
                       observer: any WorkerProcessObserver) throws(TransportError) -> any WorkerProcess {
-        try ChildProcess.spawn(loop: loop, options: options, delegate: ChildProcessForwarder(observer))
+        var options = options
+        if let trampoline {
+            // A command that cannot run fails here, as `uv_spawn` would fail it (a permanent failure, not a
+            // worker that exits 127 and is restarted).
+            try Self.checkRunnable(options)
+            options.arguments = [String(getpid()), options.executable] + options.arguments
+            options.executable = trampoline
+        }
+        return try ChildProcess.spawn(loop: loop, options: options, delegate: ChildProcessForwarder(observer))
+    }
+
+    /// Fails like `uv_spawn` (ENOENT, EACCES) when `options.executable` cannot be run: a path must be executable;
+    /// a bare name must be found in the child's PATH.
+    static func checkRunnable(_ options: SpawnOptions) throws(TransportError) {
+        func fail(_ code: Int32) -> TransportError {
+            .uv(UVError(code: -code, operation: "uv_spawn \(options.executable)"))
+        }
+        if options.executable.contains("/") {
+            guard access(options.executable, X_OK) == 0 else { throw fail(errno == ENOENT ? ENOENT : EACCES) }
+            return
+        }
+        let path = options.environment.first { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) }
+            ?? "/usr/local/bin:/usr/bin:/bin"
+        for dir in path.split(separator: ":") where access("\(dir)/\(options.executable)", X_OK) == 0 { return }
+        throw fail(ENOENT)
     }
 }
 

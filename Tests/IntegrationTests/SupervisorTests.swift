@@ -375,3 +375,65 @@ func runFluxctl(_ arguments: [String]) throws -> (status: Int32, stdout: String,
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
 }
+
+/// fluxd's journal across a crash of fluxd itself, with supervised workers (issue 15).
+@Suite("a durable fluxd with workers", .onDedicatedThreads)
+struct DurableSupervisorTests {
+    static let config = """
+        [workers.todo]
+        command = "todo-store"
+        stores = ["todos"]
+
+        [workers.lingerer]
+        command = "./linger.sh"
+        stores = ["never"]
+        restart = "never"
+        start_timeout = 60
+        stop_timeout = 0.3
+
+        """
+    /// A worker that would outlive fluxd: it ignores SIGTERM and SIGHUP and never looks at its connection.
+    static let linger = "#!/bin/sh\ntrap '' TERM HUP\nwhile :; do sleep 0.05; done\n"
+
+    @Test("fluxd SIGKILLed: its worker dies with it (PR_SET_PDEATHSIG via fluxd-exec); the next fluxd on the same data directory starts it again and the todo is still there")
+    func workersDieWithFluxdAndResumeFromTheJournal() throws {
+        let data = try TempDirectory(prefix: "fluxdata")
+        defer { data.remove() }
+        var oldPID: Int32 = 0
+        try withSupervisedFluxd(config: Self.config, files: ["linger.sh": Self.linger],
+                                arguments: ["--data-dir", data.path]) { host in
+            let workers = try host.waitForWorkers("todo running, lingerer started") {
+                $0.state("todo") == "running" && $0.pid("lingerer") != nil
+            }
+            oldPID = try #require(workers.pid("todo"))
+            let lingerer = try #require(workers.pid("lingerer"))
+            let view = try RawPeer.ready(host.socketPath, name: "view")
+            try view.send(frame: #"{"op":"dispatch","id":"milk","type":"todo/create","payload":{"title":"milk"},"settle":true}"#)
+            let settled = try view.expect("settled")
+            #expect(settled.results["todos"]?["status"] as? String == "done", "\(settled)")
+            host.fluxd.send(signal: SIGKILL)
+            _ = host.fluxd.waitForExit(timeout: .seconds(10))
+            let deadline = ContinuousClock.now + .seconds(10)
+            while (processExists(oldPID) || processExists(lingerer)) && ContinuousClock.now < deadline { usleep(10_000) }
+            #expect(!processExists(oldPID), "the todo worker outlived the fluxd that was SIGKILLed")
+            #expect(!processExists(lingerer), "a worker that ignores its connection outlived the fluxd that was SIGKILLed")
+        }
+        try withSupervisedFluxd(config: Self.config, files: ["linger.sh": Self.linger],
+                                arguments: ["--data-dir", data.path]) { host in
+            let log = try host.waitForLog("journal: read")
+            #expect(log.contains("1 stores"), "\(log)")
+            let peer = try RawPeer.ready(host.socketPath, name: "get")
+            // The retained snapshot is there before the worker registers again, and after.
+            try peer.send(frame: #"{"op":"get","store":"todos"}"#)
+            let got = try peer.expect("got")
+            #expect(got.text.contains("milk"), "\(got)")
+            let workers = try host.waitForWorkers("todo running again") { $0.state("todo") == "running" }
+            #expect(workers.pid("todo") != oldPID)
+            try peer.send(frame: #"{"op":"dispatch","id":"eggs","type":"todo/create","payload":{"title":"eggs"},"settle":true}"#)
+            #expect(try peer.expect("settled").results["todos"]?["status"] as? String == "done")
+            try peer.send(frame: #"{"op":"get","store":"todos"}"#)
+            let after = try peer.expect("got")
+            #expect(after.text.contains("milk") && after.text.contains("eggs"), "\(after)")
+        }
+    }
+}

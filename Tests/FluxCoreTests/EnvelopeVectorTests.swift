@@ -224,6 +224,8 @@ struct EnvelopeVectorTests {
             "slow-consumer": true,  // since fluxd 0.1.1
             // since fluxd 0.2.0 (isolation limits, heartbeats)
             "limit-exceeded": false, "too-many-connections": true, "memory-budget": false, "unresponsive": true,
+            // since fluxd 0.3.0 (durability, SPEC §15)
+            "disk-full": false, "journal-failed": false, "not-retained": false,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

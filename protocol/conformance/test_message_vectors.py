@@ -187,7 +187,8 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
 }
 # The ops each role may send on a ready connection (§7; the host operations of §8.11: any role; of §8.12's,
 # `recover` every role but monitor, `history` and `state-at` any role).
-CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong", "bye"} | RECOVERY_OPS
+CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong",
+              "bye"} | RECOVERY_OPS
 ROLE_OPS = {
     "client": CLIENT_OPS | HOST_OPS,
     "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state"},

@@ -34,7 +34,8 @@ DEFAULT_TIMEOUT = 10.0
 # the runner: e.g. a later fluxd may send new ops to monitors.
 KNOWN_D2C_OPS = frozenset([
     "welcome", "registered", "action", "settled", "snapshot", "subscribed", "unsubscribed", "store-down",
-    "store-up", "query-ok", "unquery-ok", "queries", "info", "got", "pong", "bye", "error"])
+    "store-up", "query-ok", "unquery-ok", "queries", "info", "got", "pong", "bye", "error",
+    "recovered", "history", "state-at"])  # (the last three: replies to §8.12's requests, since fluxd 0.3.0)
 PLACEHOLDER = re.compile(r"^\$[A-Za-z_][A-Za-z0-9_.:-]*$")
 
 

@@ -21,6 +21,15 @@ what another one gets:
   action delivered with the example's type, payload and cause; a settlement of the answered action; a snapshot).
   The one valid example with a semantic error is a ``register`` whose ``waitFor`` names the store itself:
   ``cycle`` (SPEC §8.2).
+- The requests of §8.12 (since fluxd 0.3.0): ``recover`` is sent on a connection whose hello had a ``session``,
+  after a first connection of that session dispatched the example's first id (settled) and its second (left
+  pending) and went away: the reply must give one outcome per id (``settled``, ``pending``, ``unknown``), and the
+  pending one's ``settled`` must follow on the recovering connection. ``history`` and ``state-at`` are sent after
+  three settled actions, or a store's three versions: answered ``not-retained`` when ``welcome.durability`` is
+  ``ephemeral``; else (a durable fluxd, on a fresh data directory like every fluxd here) with the page or the
+  version asked for, ``not-retained`` for a version the store never had. A few more tests check who may recover
+  what. While fluxd does not speak §8.12 (its welcome has neither ``epoch`` nor ``durability``), a failure of
+  these tests (and of the ``hello`` examples with a ``session``) is an xfail: "fluxd implements §8.12 in issue 15".
 - Every frame fluxd sends in these tests must pass the schema of its op (``*.d2c.schema.json``), when the
   ``jsonschema`` package is installed.
 
@@ -55,6 +64,11 @@ SCHEMAS = os.path.join(run.REPO, "protocol", "schemas")
 DEADLINE = 5.0
 MAX_INT = 2 ** 53 - 1
 HOST_OPS = {"workers", "restart-worker", "stop-worker"}
+# The requests of SPEC §8.12 (since fluxd 0.3.0): recovered settlements and the journal's history.
+RECOVERY_OPS = {"recover", "history", "state-at"}
+MAX_RECOVER_IDS = 4096
+SESSION = "vector-session"
+NOT_YET = "fluxd implements §8.12 in issue 15"
 KINDS = ("valid", "invalid", "invalidBySpecOnly")
 
 # --------------------------------------------------------------------------------------------------------------
@@ -132,11 +146,21 @@ def array_of(item: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, list) and all(item(x) for x in v)
 
 
+def is_recover_ids(v: Any) -> bool:
+    """recover.ids (§8.12): an array of at most 4096 dispatch ids."""
+    return array_of(is_id)(v) and len(v) <= MAX_RECOVER_IDS
+
+
+def is_history_limit(v: Any) -> bool:
+    """history.limit (§8.12): an integer 1-1000."""
+    return is_int(v) and 1 <= v <= 1000
+
+
 REQ, OPT = True, False
 # op -> field -> (required, check). `op` itself is checked before.
 FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
     "hello": {"protocol": (REQ, is_int), "role": (REQ, is_role), "name": (OPT, is_peer_name),
-              "heartbeat": (OPT, is_bool)},
+              "heartbeat": (OPT, is_bool), "session": (OPT, is_id)},
     "bye": {},
     "dispatch": {"type": (REQ, is_type), "payload": (OPT, is_json), "id": (OPT, is_id), "settle": (OPT, is_bool),
                  "cause": (OPT, is_seq)},
@@ -157,13 +181,18 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
     "done": {"store": (REQ, is_store), "seq": (REQ, is_seq), "state": (OPT, is_json)},
     "reject": {"store": (REQ, is_store), "seq": (REQ, is_seq), "error": (REQ, is_store_error)},
     "state": {"store": (REQ, is_store), "state": (REQ, is_json)},
+    "recover": {"id": (OPT, is_id), "ids": (REQ, is_recover_ids)},
+    "history": {"id": (OPT, is_id), "from": (OPT, is_seq), "limit": (OPT, is_history_limit)},
+    "state-at": {"id": (OPT, is_id), "store": (REQ, is_store), "version": (OPT, is_seq), "seq": (OPT, is_int)},
 }
-# The ops each role may send on a ready connection (§7; the host operations of §8.11: any role).
-CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong", "bye"}
+# The ops each role may send on a ready connection (§7; the host operations of §8.11: any role; of §8.12's,
+# `recover` every role but monitor, `history` and `state-at` any role).
+CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong",
+              "bye"} | RECOVERY_OPS
 ROLE_OPS = {
     "client": CLIENT_OPS | HOST_OPS,
     "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state"},
-    "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye"} | HOST_OPS,
+    "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye", "history", "state-at"} | HOST_OPS,
 }
 KNOWN_OPS = set().union(*ROLE_OPS.values())
 
@@ -194,11 +223,14 @@ def field_problem(msg: Dict[str, Any], op: str) -> Optional[str]:
             return f"field {field!r} = {short(msg[field], 60)} breaks its rule"
     if op == "dispatch" and msg.get("settle") is True and "id" not in msg:
         return "settle: true without id"
+    if op == "state-at" and ("version" in msg) == ("seq" in msg):
+        return "state-at needs exactly one of version and seq (§8.12)"
     return None
 
 
-def spec_verdict(msg: Dict[str, Any], role: Optional[str]) -> Optional[Verdict]:
-    """The error SPEC.md gives for `msg` (None: a valid message). `role` None: the first frame of a connection."""
+def spec_verdict(msg: Dict[str, Any], role: Optional[str], session: bool = True) -> Optional[Verdict]:
+    """The error SPEC.md gives for `msg` (None: a valid message). `role` None: the first frame of a connection;
+    `session`: whether the connection's hello had a `session` (which `recover` needs, §8.12)."""
     op = msg.get("op")
     if role is None:  # §6
         if op != "hello":
@@ -216,6 +248,8 @@ def spec_verdict(msg: Dict[str, Any], role: Optional[str]) -> Optional[Verdict]:
     if op not in ROLE_OPS[role]:
         return Verdict("forbidden", spec_ref(msg), False, f"a {role} may not send {op} (§7)")
     problem = field_problem(msg, op)
+    if problem is None and op == "recover" and not session:
+        problem = "recover on a connection whose hello had no session (§8.12)"
     return Verdict("bad-message", spec_ref(msg), False, problem) if problem else None
 
 
@@ -362,6 +396,7 @@ class Conn:
         self.problems = problems
         self.pings = 0
         self.peer_id: Optional[int] = None
+        self.welcome: Dict[str, Any] = {}
 
     def send(self, msg: Any) -> None:
         self.peer.send_body(encode(msg))
@@ -384,11 +419,15 @@ class Conn:
                                      f"({error.message}): {short(frame)}")
         return frame
 
-    def hello(self, role: str) -> Dict[str, Any]:
-        self.send({"op": "hello", "protocol": 1, "role": role, "name": self.label})
+    def hello(self, role: str, session: Optional[str] = None) -> Dict[str, Any]:
+        hello = {"op": "hello", "protocol": 1, "role": role, "name": self.label}
+        if session is not None:
+            hello["session"] = session
+        self.send(hello)
         welcome = self.read()
         assert welcome and welcome.get("op") == "welcome", f"{self.label}: hello answered {welcome}"
         self.peer_id = welcome["peer"]
+        self.welcome = welcome
         return welcome
 
     def barrier(self) -> Tuple[List[Dict[str, Any]], bool]:
@@ -447,11 +486,11 @@ class Run:
         elif same_op:
             assert self.verdict is not None, "invalid example that this test's reading of SPEC finds valid"
 
-    def conn(self, label: str, role: Optional[str]) -> Conn:
+    def conn(self, label: str, role: Optional[str], session: Optional[str] = None) -> Conn:
         c = Conn(self.fluxd, label, self.problems)
         self.conns.append(c)
         if role:
-            c.hello(role)
+            c.hello(role, session)
         return c
 
     def store(self, label: str, name: str, handles: List[str], state: Any = None, with_state: bool = False) -> Conn:
@@ -742,15 +781,239 @@ def run_state(case: Case, start_fluxd) -> None:
     r.finish()
 
 
+# --------------------------------------------------------------------------------------------------------------
+# §8.12: recover, history, state-at (since fluxd 0.3.0). A fluxd that does not speak §8.12 yet (its welcome has no
+# `epoch` or `durability`, §8.12) cannot pass these; their tests are then xfailed (NOT_YET), and run for real as soon
+# as fluxd announces them.
+
+_SPEAKS_8_12: Dict[str, bool] = {}
+
+
+def fluxd_speaks_8_12() -> bool:
+    """Whether the fluxd under test announces §8.12's welcome fields (checked once, on a fluxd of its own)."""
+    if "answer" not in _SPEAKS_8_12:
+        fluxd = Fluxd(run.fluxd_path(), [])
+        try:
+            c = Conn(fluxd, "probe", [])
+            welcome = c.hello("client")
+            c.close()
+            _SPEAKS_8_12["answer"] = "epoch" in welcome or "durability" in welcome
+        finally:
+            fluxd.stop()
+    return _SPEAKS_8_12["answer"]
+
+
+def about_8_12(case: Case) -> bool:
+    """Examples whose answer needs §8.12: the requests of §8.12, and hellos with a `session`."""
+    return case.file_op in RECOVERY_OPS or (case.file_op == "hello" and "session" in case.msg)
+
+
+def until_8_12(test: Callable[[], None]) -> None:
+    """Runs `test`; a failure is an xfail (NOT_YET) while fluxd does not speak §8.12, a failure otherwise."""
+    try:
+        test()
+    except (Exception, pytest.fail.Exception):
+        if not fluxd_speaks_8_12():
+            pytest.xfail(NOT_YET)
+        raise
+
+
+def durability(c: Conn, d: str) -> str:
+    """`welcome.durability` of the connection (§8.12, §15): ephemeral, or a durable fluxd's mode."""
+    mode = c.welcome.get("durability")
+    assert mode in ("always", "batch", "none", "ephemeral"), \
+        f"welcome.durability is {mode!r}: a fluxd that answers §8.12's requests announces it (§8.12)\n  {d}"
+    return mode
+
+
+def expect_not_retained(r: Run, frames: List[Dict[str, Any]], alive: bool, why: str) -> None:
+    r.verdict = Verdict("not-retained", spec_ref(r.msg), False, why)
+    r.expect_refused(frames, alive)
+
+
+DONE_CATCH_ALL = [{"store": "catch-all", "status": "done", "version": 0}]
+
+
+def dispatch_settled(c: Conn, store: Conn, ident: str, type_: str, payload: Any, store_state: Any = None,
+                     cause: Optional[int] = None) -> int:
+    """Dispatches with settle from `c`, has `store` answer it (done, with `store_state` if given), waits for the
+    settlement; returns the action's seq."""
+    msg = {"op": "dispatch", "id": ident, "type": type_, "payload": payload, "settle": True}
+    if cause is not None:
+        msg["cause"] = cause
+    c.send(msg)
+    action, _ = store.until("the action", lambda f: f.get("op") == "action")
+    done = {"op": "done", "store": action["store"], "seq": action["seq"]}
+    if store_state is not None:
+        done["state"] = store_state
+    store.send(done)
+    settled, _ = c.until("settled", lambda f: f.get("op") in ("settled", "error"))
+    assert settled.get("op") == "settled" and settled.get("id") == ident, f"set-up: {ident} settled, got {short(settled)}"
+    return action["seq"]
+
+
+def run_recover(case: Case, start_fluxd) -> None:
+    """recover (§8.12, §15.4), on a connection whose hello had a session. For a valid example, a first connection
+    of the same session dispatched the example's first id (settled) and its second (accepted, left unanswered) and
+    went away; the request must then find the first `settled`, the second `pending` (its `settled` then comes to
+    this connection) and every other id `unknown`, one outcome per requested id, in request order."""
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    if r.verdict:
+        c = r.conn("recoverer", case.role, SESSION)
+        c.send(msg)
+        frames, alive = c.barrier()
+        r.expect_refused(frames, alive)
+        return r.finish()
+    ids = msg["ids"]
+    distinct = list(dict.fromkeys(ids))
+    store = r.store("catch-all", "catch-all", ["*"])
+    first = r.conn("dispatcher", "client", SESSION)
+    seqs: Dict[str, int] = {}
+    if distinct:
+        seqs[distinct[0]] = dispatch_settled(first, store, distinct[0], "vector/recover", {"n": 0})
+    pending = None
+    if len(distinct) > 1:
+        first.send({"op": "dispatch", "id": distinct[1], "type": "vector/recover", "payload": {"n": 1}, "settle": True})
+        pending, _ = store.until("the pending action", lambda f: f.get("op") == "action")
+        seqs[distinct[1]] = pending["seq"]
+    first.close()
+    c = r.conn("recoverer", case.role, SESSION)
+    c.send(msg)
+    frames, alive = c.barrier()
+    d = r.describe(frames)
+    r.expect_no_error(frames)
+    assert alive, f"the connection must stay open\n  {d}"
+    reply = only(frames, "recovered", d)
+    assert len(frames) == 1, f"one reply\n  {d}"
+    assert reply.get("id") == msg.get("id") and ("id" in reply) == ("id" in msg), f"recovered echoes the id, if any\n  {d}"
+    outcomes = reply.get("outcomes")
+    assert isinstance(outcomes, list) and len(outcomes) == len(ids), f"one outcome per requested id\n  {d}"
+    for ident, outcome in zip(ids, outcomes):
+        if distinct and ident == distinct[0]:
+            want = {"id": ident, "status": "settled", "seq": seqs[ident], "results": DONE_CATCH_ALL}
+        elif len(distinct) > 1 and ident == distinct[1]:
+            want = {"id": ident, "status": "pending", "seq": seqs[ident]}
+        else:
+            want = {"id": ident, "status": "unknown"}
+        got = {k: outcome.get(k) for k in want}
+        assert got == want, f"outcome of {short(ident, 40)}: expected {want}, got {short(outcome)} (§15.4)\n  {d}"
+    if pending is not None:
+        store.send({"op": "done", "store": "catch-all", "seq": pending["seq"]})
+        settled, _ = c.until("settled", lambda f: f.get("op") in ("settled", "error"))
+        assert (settled.get("op"), settled.get("id"), settled.get("seq"), settled.get("results")) == \
+            ("settled", distinct[1], pending["seq"], DONE_CATCH_ALL), \
+            f"a pending outcome's settled comes to the connection that recovered it (§15.4): got {short(settled)}"
+    r.finish()
+
+
+def run_history(case: Case, start_fluxd) -> None:
+    """history (§8.12, §15.6). For a valid example, three actions were dispatched and settled first (the third
+    caused by the first): an ephemeral fluxd answers `not-retained`; a durable one (on a fresh data directory, as
+    every test here assumes a fresh fluxd) the page of them the example asks for."""
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    c = r.conn("reader", case.role)
+    if r.verdict:
+        c.send(msg)
+        frames, alive = c.barrier()
+        r.expect_refused(frames, alive)
+        return r.finish()
+    store = r.store("catch-all", "catch-all", ["*"])
+    t0 = int(time.time() * 1000)
+    seqs: List[int] = []
+    for n in range(3):
+        seqs.append(dispatch_settled(c, store, f"vector-h{n}", f"vector/history-{n}", {"n": n},
+                                     cause=seqs[0] if n == 2 else None))
+    c.send(msg)
+    frames, alive = c.barrier()
+    t1 = int(time.time() * 1000)
+    d = r.describe(frames)
+    if durability(c, d) == "ephemeral":
+        expect_not_retained(r, frames, alive, "an ephemeral fluxd keeps no history (§8.12)")
+        return r.finish()
+    r.expect_no_error(frames)
+    assert alive, f"the connection must stay open\n  {d}"
+    reply = only(frames, "history", d)
+    assert len(frames) == 1, f"one reply\n  {d}"
+    assert reply.get("id") == msg.get("id") and ("id" in reply) == ("id" in msg), f"history echoes the id, if any\n  {d}"
+    assert (reply.get("first"), reply.get("last")) == (seqs[0], seqs[-1]), \
+        f"first and last: the oldest retained and the newest accepted seq, {seqs[0]} and {seqs[-1]}\n  {d}"
+    want = [s for s in seqs if s >= msg.get("from", seqs[0])][: msg.get("limit", 100)]
+    entries = reply.get("entries")
+    assert [e.get("seq") for e in entries] == want, f"entries: seqs {want}, from {msg.get('from')}, limit {msg.get('limit')}\n  {d}"
+    for entry in entries:
+        n = seqs.index(entry["seq"])
+        expected = {"type": f"vector/history-{n}", "origin": c.peer_id, "payload": {"n": n}, "targets": ["catch-all"],
+                    "results": DONE_CATCH_ALL}
+        assert {k: entry.get(k) for k in expected} == expected, f"entry {entry['seq']}: expected {expected}\n  {d}"
+        assert entry.get("cause") == (seqs[0] if n == 2 else None), f"entry {entry['seq']}: cause only if any\n  {d}"
+        assert isinstance(entry.get("time"), int) and t0 - 1000 <= entry["time"] <= t1 + 1000, \
+            f"entry {entry['seq']}: time, ms since the Unix epoch when accepted\n  {d}"
+    if want and want[-1] < seqs[-1]:
+        assert reply.get("next") == want[-1] + 1, f"next: the seq to ask from for the following page\n  {d}"
+    else:
+        assert "next" not in reply, f"no next when the entries reached last\n  {d}"
+    r.finish()
+
+
+def run_state_at(case: Case, start_fluxd) -> None:
+    """state-at (§8.12). For a valid example, the example's store registered with an initial state (version 1,
+    seq 0) and then answered two actions with new states (versions 2 and 3): an ephemeral fluxd answers
+    `not-retained`; a durable one the version asked for (or the newest whose seq is at most the one asked for),
+    and `not-retained` for a version the store never had."""
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    c = r.conn("reader", case.role)
+    if r.verdict:
+        c.send(msg)
+        frames, alive = c.barrier()
+        r.expect_refused(frames, alive)
+        return r.finish()
+    name = msg["store"]
+    owner = r.store("owner", name, ["vector/state-at"], {"n": 0}, with_state=True)
+    versions = [(1, 0, {"n": 0})]
+    for n in (1, 2):
+        seq = dispatch_settled(c, owner, f"vector-s{n}", "vector/state-at", None, store_state={"n": n})
+        versions.append((n + 1, seq, {"n": n}))
+    c.send(msg)
+    frames, alive = c.barrier()
+    d = r.describe(frames)
+    if durability(c, d) == "ephemeral":
+        expect_not_retained(r, frames, alive, "an ephemeral fluxd keeps no history (§8.12)")
+        return r.finish()
+    if "version" in msg:
+        match = [v for v in versions if v[0] == msg["version"]]
+    else:
+        match = [v for v in versions if v[1] <= msg["seq"]][-1:]
+    if not match:
+        expect_not_retained(r, frames, alive, "the store never had that version (§8.12)")
+        return r.finish()
+    version, seq, state = match[0]
+    r.expect_no_error(frames)
+    assert alive, f"the connection must stay open\n  {d}"
+    reply = only(frames, "state-at", d)
+    assert len(frames) == 1, f"one reply\n  {d}"
+    assert reply.get("id") == msg.get("id") and ("id" in reply) == ("id" in msg), f"state-at echoes the id, if any\n  {d}"
+    assert (reply.get("store"), reply.get("version"), reply.get("seq"), reply.get("state")) == (name, version, seq, state), \
+        f"state-at: {name} version {version} (seq {seq}) with state {state}\n  {d}"
+    r.finish()
+
+
 RUNNERS = {
     "hello": run_hello, "dispatch": run_dispatch, "register": run_register, "unregister": run_unregister,
     "done": run_answer, "reject": run_answer, "state": run_state,
+    "recover": run_recover, "history": run_history, "state-at": run_state_at,
 }
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_example(case: Case, start_fluxd) -> None:
-    RUNNERS.get(case.file_op, run_request)(case, start_fluxd)
+    runner = RUNNERS.get(case.file_op, run_request)
+    if about_8_12(case):
+        until_8_12(lambda: runner(case, start_fluxd))
+    else:
+        runner(case, start_fluxd)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -790,3 +1053,81 @@ def test_every_peer_sent_schema_has_examples() -> None:
     for stem in sent:
         kinds = {c.kind for c in CASES if c.stem == stem}
         assert {"valid", "invalid"} <= kinds, (stem, kinds)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# §8.12: who may recover what
+
+
+def recover_refused(start_fluxd, role: str, session: Optional[str], code: str) -> None:
+    fluxd = start_fluxd()
+    problems: List[str] = []
+    c = Conn(fluxd, role, problems)
+    c.hello(role, session)
+    c.send({"op": "recover", "id": "vector-recover", "ids": ["c-1"]})
+    frames, alive = c.barrier()
+    assert alive and [(f.get("op"), f.get("code"), f.get("ref"), f.get("fatal")) for f in frames] == \
+        [("error", code, "vector-recover", False)], f"expected error {code} (ref the request's id), got {short(frames)}"
+    c.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_recover_needs_a_session(start_fluxd) -> None:
+    """`recover` on a connection whose hello had no `session` is `bad-message` (§8.12)."""
+    until_8_12(lambda: recover_refused(start_fluxd, "client", None, "bad-message"))
+
+
+def test_recover_is_forbidden_to_monitors(start_fluxd) -> None:
+    """A monitor may not send `recover` (§7, §8.12), session or not."""
+    until_8_12(lambda: recover_refused(start_fluxd, "monitor", SESSION, "forbidden"))
+
+
+def test_recover_sees_only_its_own_session(start_fluxd) -> None:
+    """Outcomes are remembered per (uid, session, id) (§15.4): another session of the same uid finds the id
+    `unknown`, a later connection of the same session finds it `settled`."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        store = Conn(fluxd, "store", problems)
+        store.hello("store")
+        store.send({"op": "register", "store": "catch-all", "handles": ["*"]})
+        store.until("queries", lambda f: f.get("op") == "queries")
+        a = Conn(fluxd, "session-a", problems)
+        a.hello("client", "vector-a")
+        seq = dispatch_settled(a, store, "c-1", "vector/recover", None)
+        a.close()
+        for session, want in (("vector-b", {"id": "c-1", "status": "unknown"}),
+                              ("vector-a", {"id": "c-1", "status": "settled", "seq": seq, "results": DONE_CATCH_ALL})):
+            c = Conn(fluxd, session, problems)
+            c.hello("client", session)
+            c.send({"op": "recover", "ids": ["c-1"]})
+            reply, before = c.until("recovered", lambda f: f.get("op") in ("recovered", "error"))
+            outcomes = reply.get("outcomes") or [{}]
+            assert reply.get("op") == "recovered" and {k: outcomes[0].get(k) for k in want} == want, \
+                f"session {session}: expected {want}, got {short(reply)}"
+            c.close()
+        store.close()
+        assert not problems, "\n".join(problems)
+    until_8_12(check)
+
+
+@pytest.mark.parametrize("op", ["history", "state-at"])
+def test_monitors_may_read_history(op: str, start_fluxd) -> None:
+    """A monitor may send `history` and `state-at` (§8.12: any role): answered, or `not-retained`, never
+    `forbidden`."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        c = Conn(fluxd, "monitor", problems)
+        c.hello("monitor")
+        msg = {"op": op, "id": "vector-read"} if op == "history" else \
+            {"op": op, "id": "vector-read", "store": "never-registered", "version": 1}
+        c.send(msg)
+        frames, alive = c.barrier()
+        d = f"sent {short(msg)}, got {short(frames)}"
+        durable = durability(c, d) != "ephemeral"
+        want = [("history", None)] if durable and op == "history" else [("error", "not-retained")]
+        assert alive and [(f.get("op"), f.get("code")) for f in frames] == want, f"expected {want}\n  {d}"
+        c.close()
+        assert not problems, "\n".join(problems)
+    until_8_12(check)

@@ -40,6 +40,7 @@ struct FluxCtl: AsyncParsableCommand {
             Monitor.self,
             Ping.self,
             Workers.self, Restart.self, Stop.self,
+            Journal.self, Replay.self,
         ]
     )
 }

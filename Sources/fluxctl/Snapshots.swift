@@ -7,11 +7,21 @@ import Foundation
 /// `fluxctl state STORE [--path /json/pointer]`: prints a store's retained snapshot.
 struct State: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print a store's current state, pretty-printed.",
-        discussion: "--path takes an RFC 6901 JSON pointer (/todos/0/title) and prints only that part of the state.")
+        abstract: "Print a store's current state (or a past one), pretty-printed.",
+        discussion: """
+            --path takes an RFC 6901 JSON pointer (/todos/0/title) and prints only that part of the state. --at             VERSION or --seq N print the state as it was (from a durable fluxd's journal, within its retention window).
+            """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The store's name.") var store: String
     @Option(name: .long, help: ArgumentHelp("A JSON pointer into the state, e.g. /todos/0.", valueName: "pointer")) var path: String?
+    @Option(name: .long, help: ArgumentHelp("The state at this version.", valueName: "version")) var at: Int?
+    @Option(name: .long, help: ArgumentHelp("The state after every action up to this seq was answered.", valueName: "seq")) var seq: Int?
+
+    func validate() throws {
+        if at != nil && seq != nil { throw ValidationError("give --at or --seq, not both") }
+        if let at, at < 1 { throw ValidationError("--at must be a version (at least 1)") }
+        if let seq, seq < 0 { throw ValidationError("--seq must not be negative") }
+    }
 
     func run() async throws {
         try checkStoreName(store)
@@ -26,7 +36,13 @@ struct State: AsyncParsableCommand {
         let socket = options.socketPath
         let got: Snapshot<RawJSON>
         do {
-            got = try await client.getJSON(store: store)
+            if at != nil || seq != nil {
+                got = try await client.stateAt(store: store, version: at, seq: seq)
+            } else {
+                got = try await client.getJSON(store: store)
+            }
+        } catch where error.code == .notRetained {
+            throw fail(Exit.refused, "fluxd has no such state of \(store): \(error)")
         } catch where error.code == .unknownStore {
             throw fail(Exit.refused, await unknownStoreMessage(store, client: client, timeout: options.requestDuration))
         } catch {

@@ -29,6 +29,25 @@ public struct HistoryPage: Sendable, Equatable {
 }
 
 extension FluxClient {
+    /// Dispatches an action of a recorded session again with the seq it had (`dispatch.seq`, accepted only by a
+    /// fluxd started with `--replay`, SPEC §8.3) and waits for its settlement: stores that keep seqs in their
+    /// state then end in the same state as when it was recorded.
+    public func replayDispatch(type: String, payloadJSON: [UInt8]?, seq: Int, cause: Int? = nil,
+                               timeout: Duration? = nil) async throws(FluxError) -> Settlement {
+        guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
+        if let payloadJSON { try FluxJSON.validate(payloadJSON) }
+        let id = nextID("s")
+        var b = FrameBuilder(op: "dispatch", capacity: 80 + (payloadJSON?.count ?? 0))
+        b.string("id", id)
+        b.string("type", type)
+        if let payloadJSON { b.raw("payload", payloadJSON) }
+        b.bool("settle", true)
+        if let cause { b.int("cause", cause) }
+        b.int("seq", seq)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "the settlement of \(type)")
+        return try Self.parseSettlement(reply, id: id)
+    }
+
     /// Reads accepted actions and their outcomes from fluxd's journal, from seq `from` (nil: the oldest retained),
     /// at most `limit` (1-1000). An ephemeral fluxd refuses with `not-retained`.
     public func history(from: Int? = nil, limit: Int = 100, timeout: Duration? = nil) async throws(FluxError) -> HistoryPage {

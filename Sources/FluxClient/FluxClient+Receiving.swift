@@ -30,7 +30,7 @@ extension FluxClient {
             complete(Self.helloKey, .success(env))
         case "error":
             handleError(env)
-        case "settled", "info", "got", "pong", "query-ok", "unquery-ok", "workers", "worker":
+        case "settled", "info", "got", "pong", "query-ok", "unquery-ok", "workers", "worker", "history", "state-at":
             if let id = env.fluxString("id") { complete(id, .success(env)) }
         case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up":
             handleSubscriptionMessage(op, env)

@@ -153,7 +153,8 @@ public final class Journal: JournalWriting {
     /// checkpoint is written and no segment deleted.
     public var checkpointSource: (((JournalRecord) -> Void) -> Void)?
 
-    private var lockFD: Int32
+    /// The data directory's lock: held while this object lives (closed once, by its deinit).
+    private let lock: LockFile
     private var writer: SegmentWriter
     var writerForReads: SegmentWriter { writer }
     private var segmentNumber: Int
@@ -178,7 +179,7 @@ public final class Journal: JournalWriting {
         self.makeFile = makeFile
         let dir = options.directory
         try Self.makeDirectory(dir)
-        lockFD = try Self.lock(dir)
+        lock = LockFile(fd: try Self.lock(dir))
         do {
             epoch = try Self.readOrMakeEpoch(dir)
             var state = JournalState(outcomes: options.outcomes)
@@ -199,15 +200,11 @@ public final class Journal: JournalWriting {
                 segmentInfos.append(SegmentInfo(number: segmentNumber))
             }
             reserveSpace()
-        } catch {
-            Glibc.close(lockFD)
-            throw error
         }
     }
 
     deinit {
         writer.file.close()
-        Glibc.close(lockFD)
     }
 
     public static func systemClock() -> UInt64 {
@@ -677,6 +674,13 @@ public final class Journal: JournalWriting {
         }
         try syncDirectory(dir)
     }
+}
+
+/// An open file descriptor holding a `flock`, closed (and so unlocked) exactly once, when the object goes.
+final class LockFile {
+    let fd: Int32
+    init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
 }
 
 func readWholeFile(_ path: String) -> [UInt8]? {

@@ -169,6 +169,8 @@ struct DispatchRequest {
     var settle: Bool
     var cause: Int64?
     var payload: JSONSpan?
+    /// `seq` (since 0.3.0, SPEC §8.3): the seq a replayed action must get (a fluxd started with `--replay`).
+    var seq: Int64?
 
     @inline(__always)
     init(_ env: borrowing Envelope, knownTypeJSON: [UInt8]) throws(Refusal) {
@@ -203,6 +205,11 @@ struct DispatchRequest {
         case .absent: cause = nil
         case .value(let c) where Names.isValidInteger(c, positive: true): cause = c
         default: throw .badMessage("\"cause\" must be the seq of an action: an integer from 1 to 2^53-1", ref: ref)
+        }
+        switch env.int(.seq) {
+        case .absent: seq = nil
+        case .value(let s) where Names.isValidInteger(s, positive: true): seq = s
+        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref)
         }
         payload = env.span(.payload)
     }

@@ -92,6 +92,8 @@ public struct RouterConfig: Sendable {
     /// How long settled outcomes of sessions are kept for `recover` (SPEC §15.4), and at most how many.
     public var outcomeWindow: Millis = 600_000
     public var maxOutcomes = 100_000
+    /// Whether `dispatch.seq` is accepted (`fluxd --replay`, for `fluxctl replay`; SPEC §8.3).
+    public var replay = false
     /// Seqs reserved in the journal at a time (SPEC §15.1: persisted ahead of use).
     public var seqBlock: UInt64 = 1 << 16
 

@@ -208,6 +208,15 @@ extension Router {
         guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
             return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out)
         }
+        if let wanted = request.seq {
+            guard config.replay else {
+                return fail(peer, .forbidden, "\"seq\" is accepted only by a fluxd started with --replay", &out)
+            }
+            guard UInt64(wanted) > lastSeq else {
+                return fail(peer, .badMessage, "\"seq\" \(wanted) is not above the last seq given (\(lastSeq))", &out)
+            }
+            lastSeq = UInt64(wanted) - 1
+        }
         lastSeq += 1
         let session = wantsSettlement ? peer.session : nil
         let action = ActionRecord(

@@ -103,11 +103,12 @@ struct Replay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Replay an exported journal (fluxctl journal --json) into a bus, e.g. fresh stores on an ephemeral fluxd.",
         discussion: """
-            Actions are dispatched in seq order, one at a time, each awaiting its settlement. An action that fluxd \
-            gave up for every target when it was journaled (unavailable: the store was down) had no effect then \
-            and is skipped, so later actions see the same states; each result is compared with the journaled one \
-            (done or rejected, store by store). Exit 1 if any differs or an action was given up for some targets \
-            only (it cannot be replayed exactly).
+            Actions are dispatched in seq order, one at a time, each awaiting its settlement, with the seq and \
+            cause they had (the bus must run fluxd --replay: stores that keep seqs in their state then end the \
+            same). An action that fluxd gave up for every target when it was journaled (unavailable: the store was \
+            down) had no effect then and is skipped, so later actions see the same states; each result is \
+            compared with the journaled one (done or rejected, store by store). Exit 1 if any differs or an action \
+            was given up for some targets only (it cannot be replayed exactly).
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: ArgumentHelp("The exported journal (- for stdin).", valueName: "file")) var file: String
@@ -147,9 +148,12 @@ struct Replay: AsyncParsableCommand {
             }
             let settlement: Settlement
             do {
-                settlement = try await client.dispatchAndSettle(type: type, payloadJSON: Array(payload.compact.utf8),
-                                                                timeout: options.requestDuration)
+                settlement = try await client.replayDispatch(type: type, payloadJSON: Array(payload.compact.utf8), seq: seq,
+                                                             cause: entry["cause"]?.intValue, timeout: options.requestDuration)
             } catch {
+                if case .server(let e) = error, e.code == .forbidden {
+                    throw fail(Exit.refused, "fluxd refused a replayed seq (\(e.message)): replay into a fluxd started with --replay")
+                }
                 throw failure(error, socket: socket)
             }
             replayed += 1

@@ -54,6 +54,8 @@ struct Fluxd: ParsableCommand {
     var durability: String = "batch"
     @Option(name: .long, help: ArgumentHelp("batch: the longest time written records stay unsynced.", valueName: "ms"))
     var syncInterval: UInt64 = 100
+    @Flag(name: .long, help: "Accept dispatch.seq: actions replayed with the seqs they had (fluxctl replay into fresh stores).")
+    var replay = false
     @Flag(name: .long, help: "Cut a corrupt journal back to its last good record (saying what is lost) instead of refusing to start.")
     var repair = false
     @Option(name: .long, help: ArgumentHelp("A journal segment is closed (and a checkpoint written) once it holds this many bytes.", valueName: "bytes"))
@@ -244,6 +246,7 @@ struct Fluxd: ParsableCommand {
         config.router.maxPingsOut = maxPingsOut
         config.router.storeTimeout = storeTimeout
         config.router.closeStalledStores = closeStalledStores
+        config.router.replay = replay
 
         var journal: Journal?
         if ephemeral {

@@ -158,6 +158,26 @@ struct DurabilityTests {
         #expect(checkpoint.nextSeq == full.nextSeq)
     }
 
+    @Test("dispatch.seq: forbidden unless fluxd replays; a replaying fluxd gives exactly that seq, only above the last")
+    func replayedSeqs() {
+        let normal = TestBus()
+        normal.store(1, "todos", handles: ["todo/*"])
+        normal.join(2, role: "client")
+        normal.send(2, #"{"op":"dispatch","id":"a","type":"todo/x","seq":7}"#)
+        #expect(normal.take(2)[0].str("code") == "forbidden")
+        let bus = TestBus { $0.replay = true }
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.join(2, role: "client")
+        _ = bus.take(1)
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"todo/x","seq":7}"#)
+        #expect(bus.take(1).map { $0.num("seq") } == [7])
+        bus.send(2, #"{"op":"dispatch","id":"b","type":"todo/x","seq":7}"#)
+        #expect(bus.take(2)[0].str("code") == "bad-message")
+        bus.send(2, #"{"op":"dispatch","id":"c","type":"todo/x"}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":7}"#)
+        #expect(bus.take(1).map { $0.num("seq") } == [8])
+    }
+
     @Test("welcome announces the epoch, the durability and the outcome window")
     func welcome() {
         let bus = Self.durableBus(MemoryJournal())

@@ -119,8 +119,9 @@ struct Dispatch: AsyncParsableCommand {
                 } catch {
                     guard case .server(let e) = error, !e.fatal else {
                         if case .timedOut = error {
+                            let waiting = await waitingFor(action.type, client: client)
                             throw fail(Exit.timedOut, "timed out after \(formatSeconds(options.requestTimeout)) s waiting for the settlement of \(action.type)"
-                                       + (action.line.map { " (line \($0))" } ?? ""))
+                                       + (action.line.map { " (line \($0))" } ?? "") + waiting)
                         }
                         throw error
                     }
@@ -147,6 +148,22 @@ struct Dispatch: AsyncParsableCommand {
         }
         if refusedOther { throw ExitCode(Exit.refused) }
         if failed > 0 { throw ExitCode(Exit.failed) }
+    }
+
+    /// Which stores a settlement of `type` is still waiting for, as far as `info` tells: the stores handling it
+    /// that are down (fluxd queues the action until they come back or `queueTimeout` ends), stalled, or busy.
+    private func waitingFor(_ type: String, client: FluxClient) async -> String {
+        guard let info = try? await client.info(timeout: .seconds(2)) else { return "" }
+        let targets = info.stores.filter { s in (s.handles ?? []).contains { Names.matches(pattern: $0, type: type) } }
+        let notes = targets.compactMap { s -> String? in
+            if s.status == "down" {
+                return "store \"\(s.name)\" is down (\(s.queued ?? 0) actions queued for it; fluxd keeps it queued until the store is back or its queue timeout ends)"
+            }
+            if s.stalled == true { return "store \"\(s.name)\" is stalled (an action unanswered for \((s.stalledFor ?? 0) / 1000) s)" }
+            if (s.queued ?? 0) + (s.inflight ?? 0) > 0 { return "store \"\(s.name)\" has \((s.queued ?? 0) + (s.inflight ?? 0)) actions before it answers" }
+            return nil
+        }
+        return notes.isEmpty ? "" : "; still waiting for " + notes.joined(separator: "; ")
     }
 
     private func refusalExit(code: String, outcome: ActionOutcome, type: String) -> ExitCode {

@@ -6,6 +6,33 @@ import Testing
 /// past states, and a replay of an export into fresh stores on an ephemeral bus that ends in the same state.
 @Suite("fluxctl journal and replay", .onDedicatedThreads)
 struct JournalReplayTests {
+    @Test("a durable fluxd waits for a store that is down at human speed (queueTimeout 300 s, announced); fluxctl dispatch --wait names the store it still waits for when its own timeout ends first, and the action is applied when the store is back")
+    func waitingForAStoreThatIsDown() async throws {
+        let data = try TempDirectory(prefix: "fluxdata")
+        defer { data.remove() }
+        let bus = try await Bus.started(fluxdArguments: ["--data-dir", data.path])
+        defer { Task { await bus.shutDown() } }
+        let todo = try await bus.start("todo-store")
+        let client = try await bus.connect("limits")
+        #expect(client.welcome.limits.queueTimeout == 300_000)
+        await client.close()
+        try await todo.crash()
+        let timedOut = try await fluxctl(["dispatch", "todo/create", #"{"title":"tea"}"#, "--wait", "--timeout", "1"],
+                                         socket: bus.socketPath)
+        #expect(timedOut.status == 4, "\(timedOut)")
+        #expect(timedOut.stderr.contains(#"still waiting for store "todos" is down (1 actions queued"#), "\(timedOut)")
+        _ = try await bus.start("todo-store")
+        // The queued action reaches the store after it registers: wait (with a deadline) for the state that has it.
+        var state = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !state.stdout.contains("tea") && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))  // polling interval; the state decides
+            state = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)
+        }
+        #expect(state.stdout.contains("tea"), "\(state)\n\(bus.fluxd.stderr)")
+        await bus.shutDown()
+    }
+
     @Test("an exported journal replayed into a fresh todo-store on an ephemeral bus reproduces the final state, though one action was given up (store down) when journaled")
     func replayReproducesTheSession() async throws {
         let data = try TempDirectory(prefix: "fluxdata")

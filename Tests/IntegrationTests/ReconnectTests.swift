@@ -99,7 +99,7 @@ struct ReconnectIntegrationTests {
     @Test("fluxd restarts under a live todo-store and a subscribed client: both resume, versions go on with no repeat")
     func restartUnderALiveStoreAndClient() async throws {
         try await withRestartableBus { bus in
-            _ = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let store = try await bus.start("todo-store", readyLine: "todo-store ready")
             let client = try await bus.connect("view")
             let events = EventLog(client.connectivityEvents())
             let sub = EventLog(client.subscribeJSON(store: "todos"))
@@ -126,6 +126,8 @@ struct ReconnectIntegrationTests {
             #expect(seen.compactMap { $0.snapshot?.version } == [1, 2, 3], "each version once, in order")
             let state = String(decoding: try #require(seen.last?.snapshot).state.bytes, as: UTF8.self)
             #expect(state.contains("milk") && state.contains("eggs"), "the store resumed from its retained state: \(state)")
+            #expect(store.process.isRunning, "todo-store waited for fluxd instead of exiting")
+            #expect(store.stderr.contains("fluxd went away"), "\(store.stderr)")
             let all = events.items
             #expect(all.first.map { if case .disconnected = $0 { return true } else { return false } } == true)
             await client.close()

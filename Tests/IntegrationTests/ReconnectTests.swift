@@ -62,6 +62,19 @@ final class RestartableBus: @unchecked Sendable {
         try await next.waitForReady()
     }
 
+    /// Kills fluxd (SIGKILL: a crash), lets `edit` change the data directory (e.g. cut the journal as a crash at
+    /// another moment would have), then starts fluxd again on the same socket and data directory.
+    func crashAndRestart(editing edit: (String) throws -> Void) async throws {
+        let old = fluxd
+        old.send(signal: SIGKILL)
+        _ = await old.waitForExit(timeout: .seconds(20))
+        await old.shutDown()
+        try edit(dataDirectory)
+        let next = try Fluxd(socketPath: socketPath, dataDirectory: dataDirectory)
+        lock.withLock { current = next }
+        try await next.waitForReady()
+    }
+
     /// What fluxd and the example processes logged (for failure messages).
     var logs: String {
         let (children, daemon) = lock.withLock { (processes, current) }
@@ -93,6 +106,39 @@ func withRestartableBus<T>(_ body: (RestartableBus) async throws -> T) async thr
 }
 
 private struct Create: Encodable { var title: String }
+
+/// The journal's newest segment under `dataDirectory` (`journal-NNNNNNNN.fjl`, docs/journal.md).
+private func newestSegment(in dataDirectory: String) throws -> String {
+    let files = FileManager.default.enumerator(atPath: dataDirectory)?.compactMap { $0 as? String } ?? []
+    let segments = files.filter { ($0 as NSString).lastPathComponent.hasPrefix("journal-") && $0.hasSuffix(".fjl") }.sorted {
+        ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent
+    }
+    guard let last = segments.last else { throw HarnessError.unexpectedOutput("no journal segment in \(dataDirectory): \(files)") }
+    return dataDirectory + "/" + last
+}
+
+/// Zeroes the last record of the segment at `path` (as if fluxd had crashed before writing it: what follows the
+/// records is zeros, blocks allocated ahead) and returns its kind, the first byte of its body (4: a result).
+/// Segment format: a 12-byte header, then records of a 12-byte header (length u32 BE, two CRC-32C) and a body.
+private func zeroLastRecord(of path: String) throws -> UInt8 {
+    let data = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+    var at = 12
+    var last: (start: Int, end: Int)?
+    while at + 12 <= data.count, !data[at..<(at + 12)].allSatisfy({ $0 == 0 }) {
+        let length = data[at..<(at + 4)].reduce(0) { $0 << 8 | Int($1) }
+        let end = at + 12 + length
+        guard end <= data.count else { break }
+        last = (at, end)
+        at = end
+    }
+    guard let last else { throw HarnessError.unexpectedOutput("no record in \(path)") }
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    defer { try? handle.close() }
+    try handle.seek(toOffset: UInt64(last.start))
+    try handle.write(contentsOf: Data(count: last.end - last.start))
+    try handle.synchronize()
+    return data[last.start + 12]
+}
 
 @Suite("Reconnecting clients and stores across a restart of a durable fluxd")
 struct ReconnectIntegrationTests {
@@ -154,6 +200,41 @@ struct ReconnectIntegrationTests {
             #expect(try settlement.requireDone().seq >= 1)
             let got = try await client.getJSON(store: "todos")
             #expect(String(decoding: got.state.bytes, as: UTF8.self).contains("bread"))
+            await client.close()
+        }
+    }
+
+    @Test("rule 2 on a real fluxd: an action redelivered after a crash between its state and its result is skipped by the live store")
+    func redeliveredActionAlreadyInTheSnapshotIsSkipped() async throws {
+        try await withRestartableBus { bus in
+            let store = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let client = try await bus.connect("view")
+            let events = EventLog(client.connectivityEvents())
+            let sub = EventLog(client.subscribeJSON(store: "todos"))
+            let milk = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "milk")).requireDone()
+            try await sub.wait("version 2") { $0.contains { $0.snapshot?.version == 2 } }
+
+            // fluxd journals the state (version 2, seq of milk) before the result: crash between the two.
+            var kind: UInt8 = 0
+            try await bus.crashAndRestart { data in kind = try zeroLastRecord(of: newestSegment(in: data)) }
+            #expect(kind == 4, "the last record was the result of todo/create")
+            try await events.wait("the client reconnected") { $0.contains(.reconnected(epochChanged: false)) }
+
+            // The store adopts version 2 (seq of milk) and is sent milk again, marked redelivered: it answers done
+            // without its handler. Then eggs: version 3, the list holds milk once.
+            let eggs = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "eggs")).requireDone()
+            #expect(eggs.seq > milk.seq)
+            #expect(eggs.results.first?.status == .done(version: 3), "milk made no new version when it came again")
+            let got = try await client.getJSON(store: "todos")
+            let state = String(decoding: got.state.bytes, as: UTF8.self)
+            #expect(state.components(separatedBy: "milk").count == 2, "milk once: \(state)")
+            #expect(state.contains("eggs"))
+            #expect(!store.stderr.contains("(redelivered)"), "the handler did not run again:\n\(store.stderr)")
+            let seen = try await sub.wait("version 3") { $0.contains { $0.snapshot?.version == 3 } }
+            // Version 1 may have been replaced by 2 before it was read (newest wins); none comes twice.
+            let versions = seen.compactMap { $0.snapshot?.version }
+            #expect(versions.suffix(2) == [2, 3] && versions == versions.sorted() && Set(versions).count == versions.count,
+                    "\(versions)")
             await client.close()
         }
     }

@@ -163,7 +163,10 @@ extension FluxClient {
     }
 
     private func handleClosed(_ error: FluxError?) {
-        enum Plan { case end(local: Bool, terminal: FluxError), handshakeFailed(FluxError), reconnect(FluxError) }
+        enum Plan {
+            case end(local: Bool, terminal: FluxError), handshakeFailed(FluxError)
+            case reconnect(FluxError, failing: [String], sinks: [@Sendable (StoreInbound) -> Void])
+        }
         let plan = state.withLock { s -> Plan in
             if s.phase == .reconnecting {
                 // A reconnection attempt's connection ended before `welcome`: that attempt failed.
@@ -182,16 +185,23 @@ extension FluxClient {
             guard !local, s.phase == .ready, connector != nil, reconnect.enabled else {
                 return .end(local: local, terminal: reason)
             }
+            // In the same step as the phase change: a call made from now on is held for the next connection.
             s.phase = .reconnecting
-            return .reconnect(reason)
+            s.outbox = []
+            s.draining = [:]
+            s.recovering = [:]
+            // Settled dispatches are recovered after reconnecting; other requests cannot be (their answers were
+            // for the lost connection): they fail.
+            let failing = s.pending.keys.filter { $0 != Self.helloKey && !s.settles.contains($0) }
+            return .reconnect(reason, failing: failing, sinks: Array(s.sinks.values))
         }
         switch plan {
         case .end(let local, let terminal):
             finish(local: local, terminal: terminal)
         case .handshakeFailed(let error):
             complete(Self.helloKey, .failure(error))
-        case .reconnect(let reason):
-            lost(reason)
+        case .reconnect(let reason, let failing, let sinks):
+            lost(reason, failing: failing, sinks: sinks)
         }
     }
 

@@ -129,18 +129,10 @@ func makeSessionID() -> String {
 // `.reconnecting` and calls `lost`; the task it starts makes attempts with backoff until one says hello and is
 // welcomed (`resume`), the client is closed, or the policy gives up (`finish`).
 extension FluxClient {
-    /// The connection was lost and the client reconnects: calls in flight that cannot be recovered fail, stores
-    /// hear they are interrupted, the UI hears `disconnected`, and the reconnection task starts.
-    func lost(_ reason: FluxError) {
-        let (failing, sinks) = state.withLock { s -> ([String], [@Sendable (StoreInbound) -> Void]) in
-            s.outbox = []
-            s.draining = [:]
-            s.recovering = [:]
-            // Settled dispatches are recovered after reconnecting; other requests cannot be (their answers were
-            // for the lost connection): they fail now.
-            let failing = s.pending.keys.filter { $0 != Self.helloKey && !s.settles.contains($0) }
-            return (failing, Array(s.sinks.values))
-        }
+    /// The connection was lost and the client reconnects (`handleClosed` moved it to `.reconnecting`): the calls
+    /// in flight that cannot be recovered (`failing`) fail, stores hear they are interrupted, the UI hears
+    /// `disconnected`, and the reconnection task starts.
+    func lost(_ reason: FluxError, failing: [String], sinks: [@Sendable (StoreInbound) -> Void]) {
         logger.notice("connection to fluxd lost (\(reason)); reconnecting")
         for key in failing {
             complete(key, .failure(.disconnected("\(reason.description.dropPrefix("disconnected: ")) while waiting for the answer")))

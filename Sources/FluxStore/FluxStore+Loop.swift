@@ -36,7 +36,7 @@ extension FluxStore {
 
         /// Sends `register` on the client's current connection.
         mutating func register() throws(FluxError) {
-            let frame = try store.registerFrame()
+            let frame = try store.registerFrame(state: generation == nil ? store.initial : state)
             let current = client.generation
             try client.send(frame: frame, generation: current)
             generation = current

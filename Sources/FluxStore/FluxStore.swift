@@ -465,9 +465,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         for w in waiters { w.resume(returning: .failure(error)) }
     }
 
-    /// `register`, with the initial state (used when fluxd retains none).
-    func registerFrame() throws(FluxError) -> Frame {
-        let initialJSON = try FluxJSON.encode(initial)
+    /// `register`, with `state` (used only when fluxd retains none): the initial state, or, registering again after
+    /// a reconnection, the state in memory (an ephemeral fluxd that restarted retains nothing: the store keeps what
+    /// it had; a durable one sends its retained snapshot, which the store adopts).
+    func registerFrame(state: State) throws(FluxError) -> Frame {
+        let initialJSON = try FluxJSON.encode(state)
         var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
         b.string("store", name)
         b.strings("handles", handles)

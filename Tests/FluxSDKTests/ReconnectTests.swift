@@ -327,6 +327,8 @@ struct StoreReconnectTests {
         let second = try await welcomeAgain(fluxd, 1, session: session)
         let register = try await second.nextSent(op: "register")
         #expect(register.str("store") == "todos")
+        // Its state in memory goes with it, for a fluxd that retains none (an ephemeral one that restarted).
+        #expect(register.rawText("state")?.contains(#""title":"b""#) == true)
         second.reply(#"{"op":"registered","store":"todos","version":2,"seq":5,"resumed":true}"#)
         second.reply(#"{"op":"snapshot","store":"todos","version":2,"seq":5,"state":{"todos":[{"id":1,"title":"a","done":false}],"nextID":2}}"#)
         second.reply(#"{"op":"queries","store":"todos","queries":[]}"#)

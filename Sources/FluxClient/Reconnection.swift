@@ -23,6 +23,7 @@ public struct ReconnectPolicy: Sendable, Equatable {
     /// Give up once this long has passed since the connection was lost (nil: never).
     public var giveUpAfter: Duration?
 
+    /// A policy; the defaults are `ReconnectPolicy.default`'s (`jitter` is clamped to 0 … 1).
     public init(enabled: Bool = true, initialDelay: Duration = .milliseconds(50), maxDelay: Duration = .seconds(2),
                 jitter: Double = 0.25, maxAttempts: Int? = nil, giveUpAfter: Duration? = nil) {
         self.enabled = enabled

@@ -8,7 +8,8 @@ extension FluxClient {
 
     /// Dispatches an action without waiting for its settlement. Returns the id it was sent with: a `no-handler`
     /// (or other) error for it arrives on `errors` with that `ref` (or is reported by `confirmDispatched`).
-    /// Never waits: the frame is queued for the writer. Throws only when nothing could be sent.
+    /// Never waits: the frame is queued for the writer (while the client reconnects, it is sent once connected
+    /// again). Throws only when nothing could be sent.
     @discardableResult
     public func dispatch<P: Encodable>(type: String, payload: P, cause: Int? = nil) throws(FluxError) -> String {
         try dispatch(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause)
@@ -24,7 +25,8 @@ extension FluxClient {
     @discardableResult
     public func dispatch(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) throws(FluxError) -> String {
         let id = nextID("d")
-        try queueBytes(dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: false).wireBytes)
+        try queueBytes(dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: false).wireBytes,
+                       hold: true)
         try flush()
         return id
     }
@@ -46,6 +48,10 @@ extension FluxClient {
     /// `requestTimeout`, for the whole call). Throws `FluxError.server` (e.g. `no-handler`, `overloaded`) when fluxd
     /// refused the action. A store's rejection is a result in the `Settlement`, not an error: use
     /// `requireDone()` to turn it into one.
+    ///
+    /// Across a reconnection the settlement is recovered (SPEC §15.4): it completes as fluxd settled it; it throws
+    /// `FluxError.notSent` when the action never reached fluxd (dispatch it again if you like), and
+    /// `FluxError.disconnected` when its outcome cannot be known (fluxd lost its history, or reconnection is off).
     public func dispatchAndSettle<P: Encodable>(type: String, payload: P, cause: Int? = nil,
                                                 timeout: Duration? = nil) async throws(FluxError) -> Settlement {
         try await dispatchAndSettle(type: type, payloadJSON: FluxJSON.encode(payload), cause: cause, timeout: timeout)
@@ -61,7 +67,7 @@ extension FluxClient {
                                   timeout: Duration? = nil) async throws(FluxError) -> Settlement {
         let id = nextID("s")
         let frame = try dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true)
-        let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the settlement of \(type)")
+        let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the settlement of \(type)", settle: true)
         return try Self.parseSettlement(reply, id: id)
     }
 
@@ -69,7 +75,8 @@ extension FluxClient {
     /// pipelining (several actions in flight, sent in a known order). Never waits.
     public func beginDispatchAndSettle(type: String, payloadJSON: [UInt8]?, cause: Int? = nil) throws(FluxError) -> PendingSettlement {
         let id = nextID("s")
-        try register(key: id, frame: dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true))
+        try register(key: id, frame: dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true),
+                     settle: true)
         return PendingSettlement(client: self, id: id, type: type)
     }
 
@@ -172,6 +179,8 @@ extension FluxClient {
                 var sub = WireSubscription()
                 sub.subscribers[id] = subscriber
                 s.subscriptions[store] = sub
+                // While reconnecting, the reconnection subscribes to every store then in `subscriptions`.
+                guard s.phase != .reconnecting else { return id }
                 var b = FrameBuilder(op: "subscribe")
                 b.string("store", store)
                 s.outbox.append(contentsOf: b.finish().wireBytes)
@@ -191,7 +200,7 @@ extension FluxClient {
             }
             if sub.subscribers.isEmpty {
                 s.subscriptions[store] = nil
-                if s.terminal == nil {
+                if s.terminal == nil && s.phase != .reconnecting {
                     s.draining[store, default: 0] += 1
                     var b = FrameBuilder(op: "unsubscribe")
                     b.string("store", store)
@@ -257,8 +266,8 @@ extension FluxClient {
     // MARK: Queries
 
     /// Declares a query on a store (WordPressFlux's Query); it stays active until the returned receipt is
-    /// cancelled or released, or the connection ends. The query is encoded with sorted keys, so equal queries from
-    /// different clients are deduplicated by fluxd.
+    /// cancelled or released, or the client ends (it is declared again after a reconnection). The query is
+    /// encoded with sorted keys, so equal queries from different clients are deduplicated by fluxd.
     public func query<Q: Encodable>(store: String, _ query: Q, timeout: Duration? = nil) async throws(FluxError) -> QueryReceipt {
         try await self.query(store: store, queryJSON: FluxJSON.encode(query), timeout: timeout)
     }
@@ -280,11 +289,14 @@ extension FluxClient {
             }
             throw error
         }
+        // Declared again on every new connection (after a reconnection) until the receipt is cancelled.
+        state.withLock { $0.liveQueries[id] = (store, queryJSON) }
         return QueryReceipt(client: self, id: id, store: store)
     }
 
     /// Sends `unquery` (fire-and-forget; `unquery-ok` is not awaited).
     package func unquery(id: String) {
+        _ = state.withLock { $0.liveQueries.removeValue(forKey: id) }
         var b = FrameBuilder(op: "unquery")
         b.string("id", id)
         try? send(frame: b.finish())

@@ -5,7 +5,9 @@ import Logging
 // code with the client's lock held: answers resume their awaiter after the lock is released, subscriber callbacks
 // run after it, store sinks and monitor callbacks are taken under it and called outside.
 extension FluxClient {
-    func receive(_ event: ConnectionEvent) {
+    /// An event of connection `generation` (those of an earlier connection are ignored).
+    func receive(_ event: ConnectionEvent, generation: Int) {
+        guard state.withLock({ $0.generation == generation }) else { return }
         switch event {
         case .frame(let body): handleFrame(body)
         case .closed(let error): handleClosed(error)
@@ -32,6 +34,8 @@ extension FluxClient {
             handleError(env)
         case "settled", "info", "got", "pong", "query-ok", "unquery-ok", "workers", "worker", "history", "state-at":
             if let id = env.fluxString("id") { complete(id, .success(env)) }
+        case "recovered":
+            handleRecovered(env)
         case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up":
             handleSubscriptionMessage(op, env)
         case "registered", "action", "queries", "queries-changed":
@@ -61,11 +65,14 @@ extension FluxClient {
             message: env.fluxString("message") ?? "",
             ref: env.fluxString("ref"),
             fatal: env.bool("fatal").value ?? ErrorCode(rawValue: rawCode)?.isFatal ?? false)
-        enum Route { case pending(String), sink(@Sendable (StoreInbound) -> Void), barrier, stream }
+        enum Route { case pending(String), sink(@Sendable (StoreInbound) -> Void), barrier, stream, recover([String]) }
         let route = state.withLock { s -> Route in
-            if s.phase == .handshaking, s.pending[Self.helloKey] != nil { return .pending(Self.helloKey) }
+            if s.phase == .handshaking || s.phase == .reconnecting, s.pending[Self.helloKey] != nil {
+                return .pending(Self.helloKey)
+            }
             if let ref = error.ref {
                 if s.pending[ref] != nil { return .pending(ref) }
+                if let ids = s.recovering.removeValue(forKey: ref) { return .recover(ids) }
                 if let sink = s.sinks[ref] { return .sink(sink) }
                 for (key, barrier) in s.barriers where barrier.ids.contains(ref) {
                     s.barriers[key]?.refused.append(error)
@@ -78,6 +85,11 @@ extension FluxClient {
         case .pending(let key): complete(key, .failure(.server(error)))
         case .sink(let sink): sink(.message(env))
         case .barrier: break
+        case .recover(let ids):
+            // A fluxd that cannot recover (unknown-op from an older one, bad-message): nobody can tell.
+            let lost = FluxError.disconnected(
+                "the connection to fluxd was lost before the settlement arrived, and fluxd could not tell its outcome (\(error)): the outcome is unknown")
+            for id in ids { complete(id, .failure(lost)) }
         case .stream:
             if error.fatal { logger.warning("fluxd: \(error)") }
             reportUnanswered(.server(error))
@@ -109,7 +121,12 @@ extension FluxClient {
                     problem = .protocolViolation("bad snapshot message for \(store)")
                     return []
                 }
-                let snapshot = RawSnapshot(store: store, version: version, seq: env.fluxInt("seq") ?? 0, state: raw)
+                let snapshot = RawSnapshot(store: store, version: version, seq: env.fluxInt("seq") ?? 0, state: raw,
+                                           era: s.era)
+                // Versions only grow (R4): one not above the last delivered is a repeat (after a reconnection,
+                // the retained snapshot sent again on subscribing) and is not delivered twice.
+                guard version > sub.delivered else { return [] }
+                sub.delivered = version
                 if (sub.latest?.version ?? 0) < version { sub.latest = snapshot }
                 sub.version = max(sub.version, version)
                 event = .snapshot(snapshot)
@@ -146,16 +163,56 @@ extension FluxClient {
     }
 
     private func handleClosed(_ error: FluxError?) {
-        let taken = state.withLock { s in
-            let local = error == nil || s.phase == .closing
-            let terminal: FluxError
-            if local {
-                terminal = .closed
-            } else if let reason = s.byeReason {
-                terminal = .disconnected("fluxd said bye (\(reason))")
-            } else {
-                terminal = error ?? .disconnected("connection closed")
+        enum Plan {
+            case end(local: Bool, terminal: FluxError), handshakeFailed(FluxError)
+            case reconnect(FluxError, failing: [String], sinks: [@Sendable (StoreInbound) -> Void])
+        }
+        let plan = state.withLock { s -> Plan in
+            if s.phase == .reconnecting {
+                // A reconnection attempt's connection ended before `welcome`: that attempt failed.
+                return .handshakeFailed(error ?? .disconnected("the connection closed during the handshake"))
             }
+            let local = error == nil || s.phase == .closing
+            let reason: FluxError
+            if local {
+                reason = .closed
+            } else if let bye = s.byeReason {
+                reason = .disconnected("fluxd said bye (\(bye))")
+            } else {
+                reason = error ?? .disconnected("connection closed")
+            }
+            s.byeReason = nil
+            guard !local, s.phase == .ready, connector != nil, reconnect.enabled else {
+                return .end(local: local, terminal: reason)
+            }
+            // In the same step as the phase change: a call made from now on is held for the next connection.
+            s.phase = .reconnecting
+            s.outbox = []
+            s.draining = [:]
+            s.recovering = [:]
+            // Settled dispatches are recovered after reconnecting; other requests cannot be (their answers were
+            // for the lost connection): they fail.
+            let failing = s.pending.keys.filter { $0 != Self.helloKey && !s.settles.contains($0) }
+            return .reconnect(reason, failing: failing, sinks: Array(s.sinks.values))
+        }
+        switch plan {
+        case .end(let local, let terminal):
+            finish(local: local, terminal: terminal)
+        case .handshakeFailed(let error):
+            complete(Self.helloKey, .failure(error))
+        case .reconnect(let reason, let failing, let sinks):
+            lost(reason, failing: failing, sinks: sinks)
+        }
+    }
+
+    /// Ends the client for good: every awaited call fails (`terminal`; a settled dispatch still held unsent fails
+    /// with `notSent`), subscriptions, monitor streams and stores end (without error when `local`), `errors` and
+    /// the connectivity streams finish. Idempotent.
+    func finish(local: Bool, terminal: FluxError) {
+        let taken = state.withLock { s -> (pending: [(String, FluxError)], subscribers: [Subscriber], monitors: [MonitorListener],
+                                           sinks: [@Sendable (StoreInbound) -> Void], waiters: [CheckedContinuation<Void, Never>],
+                                           task: Task<Void, Never>?)? in
+            guard s.terminal == nil else { return nil }
             s.terminal = terminal
             s.phase = .closed
             let subscribers = s.subscriptions.values.flatMap { $0.subscribers.values }
@@ -166,26 +223,69 @@ extension FluxClient {
                 case .callback(let c): c.enqueue(.end(local ? nil : terminal))
                 }
             }
+            let unsent = Set(s.held.compactMap { $0.key }).intersection(s.settles)
+            let pending = s.pending.keys.map { key -> (String, FluxError) in
+                if !local && unsent.contains(key) {
+                    return (key, .notSent("the action was dispatched while reconnecting and the connection never came back (\(terminal))"))
+                }
+                return (key, terminal)
+            }
             let result = (
-                local: local, terminal: terminal,
-                pending: Array(s.pending.keys),
+                pending: pending,
                 subscribers: subscribers,
                 monitors: Array(s.monitors.values),
                 sinks: Array(s.sinks.values),
-                waiters: s.closeWaiters)
+                waiters: s.closeWaiters,
+                task: s.reconnectTask)
             s.subscriptions = [:]
             s.monitors = [:]
             s.sinks = [:]
             s.closeWaiters = []
             s.outbox = []
+            s.held = []
+            s.liveQueries = [:]
+            s.recovering = [:]
+            s.reconnectTask = nil
             return result
         }
-        if !taken.local { logger.notice("connection to fluxd ended: \(taken.terminal)") }
-        for key in taken.pending { complete(key, .failure(taken.terminal)) }
+        guard let taken else { return }
+        taken.task?.cancel()
+        if !local { logger.notice("connection to fluxd ended: \(terminal)") }
+        for (key, error) in taken.pending { complete(key, .failure(error)) }
         for sub in taken.subscribers { sub.run() }
         for case .callback(let c) in taken.monitors { c.run() }
-        for sink in taken.sinks { sink(.ended(taken.local ? nil : taken.terminal)) }
+        for sink in taken.sinks { sink(.ended(local ? nil : terminal)) }
         finishErrors()
+        connectivity.finish()
         for w in taken.waiters { w.resume() }
+    }
+
+    /// `recovered`: settled ones complete, pending ones keep waiting (their `settled` follows on this connection),
+    /// unknown ones never reached fluxd (`notSent`).
+    private func handleRecovered(_ env: Envelope) {
+        if let id = env.fluxString("id") { _ = state.withLock { $0.recovering.removeValue(forKey: id) } }
+        guard let list = env.raw("outcomes"), let outcomes = try? Self.objects(in: list) else {
+            reportUnanswered(.protocolViolation("bad recovered message: \(String(decoding: env.body, as: UTF8.self))"))
+            return
+        }
+        for bytes in outcomes {
+            guard let outcome = try? Envelope(body: Array(bytes)), let id = outcome.fluxString("id") else { continue }
+            switch outcome.fluxString("status") {
+            case "settled":
+                // Answered as `settled` would have been: {"op":"settled","id":...,"seq":...,"results":[...]}.
+                var b = FrameBuilder(op: "settled")
+                b.string("id", id)
+                b.int("seq", outcome.fluxInt("seq") ?? 0)
+                b.raw("results", outcome.raw("results") ?? ArraySlice("[]".utf8))
+                if let settled = try? Envelope(body: b.finish().bodyArray) {
+                    complete(id, .success(settled))
+                }
+            case "pending":
+                break  // Its `settled` comes on this connection.
+            default:
+                complete(id, .failure(.notSent(
+                    "the connection to fluxd was lost and fluxd never accepted this dispatch (recovered: unknown); it may be dispatched again")))
+            }
+        }
     }
 }

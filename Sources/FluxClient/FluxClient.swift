@@ -17,14 +17,22 @@ package struct RawSnapshot: Sendable {
     package var version: Int
     package var seq: Int
     package var state: ArraySlice<UInt8>
+    /// How many times this client found a new fluxd history (`welcome.epoch`) when it reconnected: versions of
+    /// different eras are not comparable.
+    package var era = 0
 }
 
 /// What a store registered through a client receives: its messages (`registered`, its own `snapshot`, `queries`,
 /// `action`, and `error`s whose ref is the store's name) in wire order, then the end of the connection.
 package enum StoreInbound: Sendable {
     case message(Envelope)
-    /// The connection ended: nil when closed locally, else why.
+    /// The connection ended for good: nil when closed locally, else why.
     case ended(FluxError?)
+    /// The connection was lost and the client is reconnecting: answers cannot be sent until `resumed`.
+    case interrupted(FluxError)
+    /// Connected again (connection `generation`): register the store again (SPEC §15.5). `epochChanged`: fluxd's
+    /// history is not the one before.
+    case resumed(generation: Int, epochChanged: Bool)
 }
 
 /// A connection to fluxd speaking protocol v1: dispatch actions (fire-and-forget or settled), subscribe to stores'
@@ -59,8 +67,29 @@ package enum StoreInbound: Sendable {
 /// fire-and-forget `dispatch` — are delivered on the `errors` stream (its `ref` is the id `dispatch` returned), or to
 /// `confirmDispatched(_:)`. When the connection drops, every awaited call throws `FluxError.disconnected` and every
 /// subscription finishes with that error. Call `close()` when done.
+///
+/// **Reconnection** (SPEC §15.5). A client made with `connect(socketPath:...)` (or with a connector) reconnects by
+/// itself when the connection drops or fluxd says `bye` (shutdown, restart), with backoff (`ReconnectPolicy`; on by
+/// default), never after `close()`. It says `hello` with the same `session` every time; `connectivityEvents()` tells
+/// a UI what happens (disconnected, reconnecting, reconnected). Once connected again it subscribes again (a
+/// snapshot not newer than the last one delivered is dropped, so no version is delivered twice), declares its live
+/// queries again, and asks fluxd (`recover`) for the settlements it was waiting for: a dispatch fluxd never saw
+/// fails with `FluxError.notSent` (it may be dispatched again), one settled meanwhile completes, one still pending
+/// keeps waiting. Calls made while disconnected wait for the reconnection within their timeout (a settled dispatch
+/// that times out unsent throws `notSent`); other requests in flight when the connection dropped throw
+/// `disconnected`. Without reconnection (`ReconnectPolicy.disabled`, `connect(over:)`, or after giving up) a lost
+/// connection ends the client as described above.
 public final class FluxClient: Sendable {
-    enum Phase: Equatable { case handshaking, ready, closing, closed }
+    enum Phase: Equatable { case handshaking, ready, reconnecting, closing, closed }
+
+    /// A frame made while reconnecting, sent once connected again (`key`: the awaited answer's, if any).
+    struct HeldFrame {
+        var key: String?
+        var bytes: [UInt8]
+    }
+
+    /// A connector: makes a new, not yet started connection to fluxd (each reconnection attempt calls it).
+    public typealias Connector = @Sendable () async throws(FluxError) -> any FluxConnection
 
     /// A local subscriber of a wire subscription: a `Subscription`'s queue, or a callback (FluxStore, fluxctl).
     enum Subscriber {
@@ -94,6 +123,8 @@ public final class FluxClient: Sendable {
         var status: StoreStatus?
         var version = 0
         var latest: RawSnapshot?
+        /// The newest version handed to the subscribers (within the current era): older ones are dropped.
+        var delivered = 0
     }
 
     /// A monitor-event consumer.
@@ -113,6 +144,9 @@ public final class FluxClient: Sendable {
 
     struct State {
         var phase = Phase.handshaking
+        /// The current connection, and its number (events of an earlier one are ignored).
+        var connection: any FluxConnection
+        var generation = 0
         var welcome: Welcome?
         var terminal: FluxError?
         var nextID = 0
@@ -128,15 +162,33 @@ public final class FluxClient: Sendable {
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var outbox: [UInt8] = []
         var flushing = false
+        /// Frames made while reconnecting, in order.
+        var held: [HeldFrame] = []
+        /// Ids of settled dispatches whose settlement is awaited (recovered after a reconnection).
+        var settles: Set<String> = []
+        /// Live queries (id -> store, query JSON), declared again after a reconnection.
+        var liveQueries: [String: (store: String, query: [UInt8])] = [:]
+        /// `recover` requests in flight -> the dispatch ids they ask about.
+        var recovering: [String: [String]] = [:]
+        /// Bumped when a reconnection finds another fluxd history (`welcome.epoch`).
+        var era = 0
+        var reconnectTask: Task<Void, Never>?
     }
 
     static let helloKey = "#hello"
 
-    let state = Mutex(State())
+    let state: Mutex<State>
     private let errorsContinuation: AsyncStream<FluxError>.Continuation
+    let connectivity = ConnectivityBroadcaster()
+    /// Makes the connections of reconnection attempts (nil: this client cannot reconnect).
+    let connector: Connector?
 
-    /// The transport this client speaks over.
-    public let connection: any FluxConnection
+    /// The transport this client speaks over now (a new one after each reconnection).
+    public var connection: any FluxConnection { state.withLock { $0.connection } }
+    /// This client's session (SPEC §15.4), sent in `hello` on every connection: random, made once per client.
+    public let session: String
+    /// How this client reconnects (`.disabled` when it was made over a single connection).
+    public let reconnect: ReconnectPolicy
     /// The peer name announced in `hello`.
     public let name: String
     /// The role announced in `hello`.
@@ -152,8 +204,11 @@ public final class FluxClient: Sendable {
     public let errors: AsyncStream<FluxError>
 
     private init(connection: any FluxConnection, name: String, role: Role, requestTimeout: Duration,
-                 writeBufferLimit: Int, logger: Logger) {
-        self.connection = connection
+                 writeBufferLimit: Int, logger: Logger, reconnect: ReconnectPolicy, connector: Connector?) {
+        self.state = Mutex(State(connection: connection))
+        self.connector = connector
+        self.reconnect = connector == nil ? .disabled : reconnect
+        self.session = makeSessionID()
         self.name = name
         self.role = role
         self.requestTimeout = requestTimeout
@@ -168,6 +223,8 @@ public final class FluxClient: Sendable {
     ///
     /// - `socketPath`: nil for the default (`defaultSocketPath()`: `$FLUXBUS_SOCKET`, else the per-user default).
     /// - `requestTimeout`: the deadline of every request that gives none, and of this handshake.
+    /// - `reconnect`: how the client reconnects when it loses fluxd later (on by default; see `ReconnectPolicy`).
+    ///   The first connection is not retried: this throws when it fails.
     /// - `logger`: where the client logs (swift-log; by default a logger labelled `fluxbus.client`).
     ///
     /// When no fluxd answers at the path it throws `FluxError.cannotConnect`, whose description names the path
@@ -177,85 +234,144 @@ public final class FluxClient: Sendable {
     /// `FluxError.untrustedServer` (see `SocketConnection.init(path:maxFrame:expectedServerUID:)`).
     public static func connect(
         socketPath: String? = nil, name: String, role: Role = .client, expectedServerUID: UInt32? = nil,
-        requestTimeout: Duration = .seconds(10), logger: Logger = Logger(label: "fluxbus.client")
+        requestTimeout: Duration = .seconds(10), reconnect: ReconnectPolicy = .default,
+        logger: Logger = Logger(label: "fluxbus.client")
     ) async throws(FluxError) -> FluxClient {
         let path = socketPath ?? defaultSocketPath()
-        let connection: SocketConnection
-        do {
-            connection = try SocketConnection(path: path, expectedServerUID: expectedServerUID)
-        } catch {
-            if case .cannotConnect(var e) = error {
-                e.source = socketPath != nil ? "the socket path given"
-                    : (ProcessInfo.processInfo.environment["FLUXBUS_SOCKET"].map { !$0.isEmpty } == true
-                        ? "$FLUXBUS_SOCKET" : "the default path")
-                throw .cannotConnect(e)
+        let source = socketPath != nil ? "the socket path given"
+            : (ProcessInfo.processInfo.environment["FLUXBUS_SOCKET"].map { !$0.isEmpty } == true
+                ? "$FLUXBUS_SOCKET" : "the default path")
+        let connector: Connector = { () throws(FluxError) -> any FluxConnection in
+            do throws(FluxError) {
+                return try SocketConnection(path: path, expectedServerUID: expectedServerUID)
+            } catch {
+                if case .cannotConnect(var e) = error {
+                    e.source = source
+                    throw .cannotConnect(e)
+                }
+                throw error
             }
-            throw error
         }
-        return try await connect(over: connection, name: name, role: role, requestTimeout: requestTimeout, logger: logger)
+        return try await connect(name: name, role: role, requestTimeout: requestTimeout, reconnect: reconnect,
+                                 logger: logger, connector: connector)
     }
 
-    /// Does the handshake over an existing (not yet started) connection (see `connect(socketPath:...)`).
+    /// Connects with `connector` (which makes a new, not yet started connection each time it is called: the first
+    /// one now, one per reconnection attempt later) and does the handshake (see `connect(socketPath:...)`).
+    public static func connect(
+        name: String, role: Role = .client, requestTimeout: Duration = .seconds(10), writeBufferLimit: Int = 4 << 20,
+        reconnect: ReconnectPolicy = .default, logger: Logger = Logger(label: "fluxbus.client"),
+        connector: @escaping Connector
+    ) async throws(FluxError) -> FluxClient {
+        let connection = try await connector()
+        let client = FluxClient(connection: connection, name: name, role: role, requestTimeout: requestTimeout,
+                                writeBufferLimit: writeBufferLimit, logger: logger, reconnect: reconnect,
+                                connector: connector)
+        try await client.handshake(connection)
+        return client
+    }
+
+    /// Does the handshake over an existing (not yet started) connection (see `connect(socketPath:...)`). Such a
+    /// client cannot reconnect (it has no way to make another connection): give `connect` a connector for that.
     public static func connect(
         over connection: any FluxConnection, name: String, role: Role = .client,
         requestTimeout: Duration = .seconds(10), writeBufferLimit: Int = 4 << 20,
         logger: Logger = Logger(label: "fluxbus.client")
     ) async throws(FluxError) -> FluxClient {
         let client = FluxClient(connection: connection, name: name, role: role, requestTimeout: requestTimeout,
-                                writeBufferLimit: writeBufferLimit, logger: logger)
-        connection.start { [client] event in client.receive(event) }
+                                writeBufferLimit: writeBufferLimit, logger: logger, reconnect: .disabled, connector: nil)
+        try await client.handshake(connection)
+        return client
+    }
+
+    /// The first handshake, on connection generation 0.
+    private func handshake(_ connection: any FluxConnection) async throws(FluxError) {
+        connection.start { [self] event in receive(event, generation: 0) }
+        let reply: Envelope
+        do {
+            reply = try await request(key: Self.helloKey, frame: helloFrame(), timeout: nil,
+                                      what: "fluxd's welcome (handshake)")
+        } catch {
+            connection.close()
+            throw error
+        }
+        guard let welcome = Self.parseWelcome(reply) else {
+            connection.close()
+            throw .protocolViolation("expected welcome, got \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        state.withLock { s in
+            s.welcome = welcome
+            if s.phase == .handshaking { s.phase = .ready }
+        }
+        logger.debug("connected to \(welcome.server) as peer \(welcome.peer)", metadata: ["name": "\(name)"])
+    }
+
+    /// `hello`, with this client's session.
+    func helloFrame() -> Frame {
         var hello = FrameBuilder(op: "hello")
         hello.int("protocol", fluxProtocolVersion)
         hello.string("role", role.rawValue)
         hello.string("name", name)
         hello.bool("heartbeat", true)  // fluxd pings us when we are silent; the reader answers (SPEC §8.7)
-        let reply: Envelope
-        do {
-            reply = try await client.request(key: helloKey, frame: hello.finish(), timeout: nil,
-                                             what: "fluxd's welcome (handshake)")
-        } catch {
-            connection.close()
-            throw error
-        }
-        guard reply.fluxString("op") == "welcome" else {
-            connection.close()
-            throw .protocolViolation("expected welcome, got \(String(decoding: reply.body, as: UTF8.self))")
-        }
+        hello.string("session", session)  // the same on every connection: settlements can be recovered (§15.4)
+        return hello.finish()
+    }
+
+    /// Reads `welcome` (nil if the reply is something else).
+    static func parseWelcome(_ reply: Envelope) -> Welcome? {
+        guard reply.fluxString("op") == "welcome" else { return nil }
         let limits = reply.raw("limits").flatMap { try? FluxJSON.decode(Limits.self, from: $0) }
-        let welcome = Welcome(
+        return Welcome(
             protocolVersion: reply.fluxInt("protocol") ?? 0,
             server: reply.fluxString("server") ?? "",
             peer: reply.fluxInt("peer") ?? 0,
-            limits: limits ?? Limits())
-        client.state.withLock { s in
-            s.welcome = welcome
-            if s.phase == .handshaking { s.phase = .ready }
-        }
-        client.logger.debug("connected to \(welcome.server) as peer \(welcome.peer)", metadata: ["name": "\(name)"])
-        return client
+            limits: limits ?? Limits(),
+            epoch: reply.fluxString("epoch"),
+            durability: reply.fluxString("durability"))
     }
 
-    /// What fluxd said in `welcome` (peer id, limits).
+    /// What fluxd said in `welcome` (peer id, limits) on the current connection.
     public var welcome: Welcome {
         guard let w = state.withLock({ $0.welcome }) else { preconditionFailure("FluxClient used before connect finished") }
         return w
     }
 
-    /// Whether the connection has ended (closed locally or dropped).
+    /// Whether the client has ended (closed locally, or the connection dropped for good). A client that is
+    /// reconnecting is not closed.
     public var isClosed: Bool { state.withLock { $0.terminal != nil } }
+
+    /// Whether the client is connected and past the handshake (false while it reconnects, and once it ended).
+    public var isConnected: Bool { state.withLock { $0.phase == .ready } }
+
+    /// What happens to the connection from now on (disconnected, reconnecting, reconnected, gave up), for a UI to
+    /// show. Each call makes a new stream (any number may listen); each keeps its newest 64 unread events and
+    /// finishes when the client ends.
+    public func connectivityEvents() -> AsyncStream<ConnectivityEvent> {
+        connectivity.stream()
+    }
 
     // MARK: Closing
 
     /// Says `bye`, waits (at most 2 s) for fluxd to close the connection, then closes it. Pending calls throw
-    /// `FluxError.closed`; subscriptions finish without error.
+    /// `FluxError.closed`; subscriptions finish without error. A client that is reconnecting stops doing so.
     public func close() async {
-        let start = state.withLock { s -> Bool in
-            guard s.terminal == nil, s.phase != .closing else { return false }
+        enum Start { case none, bye, now }
+        let start = state.withLock { s -> Start in
+            guard s.terminal == nil, s.phase != .closing else { return .none }
+            if s.phase == .reconnecting {
+                s.phase = .closing
+                return .now
+            }
             s.phase = .closing
             s.outbox.append(contentsOf: FrameBuilder(op: "bye").finish().wireBytes)
-            return true
+            return .bye
         }
-        if start { try? flush() }
+        if start == .now {
+            finish(local: true, terminal: .closed)
+            connection.close()
+            return
+        }
+        if start == .bye { try? flush() }
         let connection = self.connection
         let watchdog = Task {
             do {
@@ -275,15 +391,26 @@ public final class FluxClient: Sendable {
         connection.close()
     }
 
-    /// Closes the connection at once, without `bye` (like a crash, as far as fluxd can tell).
+    /// Closes the connection at once, without `bye` (like a crash, as far as fluxd can tell). The client ends (it
+    /// does not reconnect).
     public func abort() {
+        let reconnecting = state.withLock { s -> Bool in
+            guard s.terminal == nil else { return false }
+            if s.phase == .reconnecting {
+                s.phase = .closing
+                return true
+            }
+            s.phase = .closing
+            return false
+        }
+        if reconnecting { finish(local: true, terminal: .closed) }
         connection.close()
     }
 
     // MARK: Store hooks (FluxStore)
 
     /// Routes `store`'s messages to `sink` (see `StoreInbound`). Called before sending `register`. `sink` is called
-    /// on the connection's reader with no lock held.
+    /// on the connection's reader (or the reconnecting task) with no lock held.
     package func attachStore(_ store: String, sink: @escaping @Sendable (StoreInbound) -> Void) throws(FluxError) {
         try state.withLock { s throws(FluxError) in
             if let terminal = s.terminal { throw terminal }
@@ -297,16 +424,21 @@ public final class FluxClient: Sendable {
         _ = state.withLock { $0.sinks.removeValue(forKey: store) }
     }
 
-    /// Sends a frame (store answers, registration, ...).
-    package func send(frame: Frame) throws(FluxError) {
-        try queueBytes(frame.wireBytes)
+    /// The number of the current connection (0 for the first; each reconnection makes the next).
+    package var generation: Int { state.withLock { $0.generation } }
+
+    /// Sends a frame (store answers, registration, ...). While reconnecting it throws `disconnected`: nothing is
+    /// kept for the next connection. With `generation`, only on that connection (a store's answers belong to the
+    /// connection it registered on).
+    package func send(frame: Frame, generation: Int? = nil) throws(FluxError) {
+        try queueBytes(frame.wireBytes, generation: generation)
         try flush()
     }
 
     /// Queues a frame without writing it yet: a store answering a run of actions hands all its answers to the
     /// connection at once (`flushQueued()` after the run; any other send hands them over too, in order).
-    package func queue(frame: Frame) throws(FluxError) {
-        try queueBytes(frame.wireBytes)
+    package func queue(frame: Frame, generation: Int? = nil) throws(FluxError) {
+        try queueBytes(frame.wireBytes, generation: generation)
     }
 
     /// Hands what `queue(frame:)` left queued to the connection.
@@ -324,10 +456,19 @@ public final class FluxClient: Sendable {
         return "\(prefix)#\(n)"
     }
 
-    /// Appends to the outbox (fails once the connection has ended).
-    func queueBytes(_ bytes: [UInt8]) throws(FluxError) {
+    /// Appends to the outbox (fails once the connection has ended). While reconnecting, `hold` keeps the frame
+    /// for the next connection, else it fails; with `generation`, it fails unless that connection is the current one.
+    func queueBytes(_ bytes: [UInt8], hold: Bool = false, generation: Int? = nil) throws(FluxError) {
         try state.withLock { s throws(FluxError) in
             if let terminal = s.terminal { throw terminal }
+            if s.phase == .reconnecting {
+                guard hold else { throw .disconnected("not connected to fluxd (reconnecting)") }
+                s.held.append(HeldFrame(key: nil, bytes: bytes))
+                return
+            }
+            if let generation, generation != s.generation {
+                throw .disconnected("the connection this was meant for was lost")
+            }
             s.outbox.append(contentsOf: bytes)
         }
     }
@@ -343,23 +484,26 @@ public final class FluxClient: Sendable {
         }
         guard flusher else { return }
         while true {
-            let bytes = state.withLock { s -> [UInt8]? in
+            let next = state.withLock { s -> (bytes: [UInt8], connection: any FluxConnection, generation: Int)? in
                 if s.outbox.isEmpty {
                     s.flushing = false
                     return nil
                 }
                 defer { s.outbox = [] }
-                return s.outbox
+                return (s.outbox, s.connection, s.generation)
             }
-            guard let bytes else { return }
+            guard let next else { return }
             do {
-                try connection.send(bytes)
+                try next.connection.send(next.bytes)
             } catch {
-                state.withLock { s in
+                // Frames queued meanwhile for a newer connection (a reconnection) are still handed over.
+                let newer = state.withLock { s -> Bool in
+                    if s.generation != next.generation { return true }
                     s.outbox = []
                     s.flushing = false
+                    return false
                 }
-                throw error
+                if !newer { throw error }
             }
         }
     }
@@ -390,11 +534,18 @@ public final class FluxClient: Sendable {
     }
 
     /// Registers `key` as awaited and queues `frame` (one step, so the answer cannot come first), then sends.
-    func register(key: String, frame: Frame) throws(FluxError) {
+    /// While reconnecting, the frame is held for the next connection. `settle`: a settled dispatch, whose
+    /// outcome is recovered after a reconnection.
+    func register(key: String, frame: Frame, settle: Bool = false) throws(FluxError) {
         try state.withLock { s throws(FluxError) in
             if let terminal = s.terminal { throw terminal }
             s.pending[key] = .registered
-            s.outbox.append(contentsOf: frame.wireBytes)
+            if settle { s.settles.insert(key) }
+            if s.phase == .reconnecting {
+                s.held.append(HeldFrame(key: key, bytes: frame.wireBytes))
+            } else {
+                s.outbox.append(contentsOf: frame.wireBytes)
+            }
         }
         do {
             try flush()
@@ -405,12 +556,12 @@ public final class FluxClient: Sendable {
 
     /// Sends `frame` and waits for the message that answers `key` (an id, or the handshake), within `timeout`
     /// (the client's `requestTimeout` when nil) for the whole call.
-    func request(key: String, frame: Frame, timeout: Duration?, what: String) async throws(FluxError) -> Envelope {
+    func request(key: String, frame: Frame, timeout: Duration?, what: String, settle: Bool = false) async throws(FluxError) -> Envelope {
         let limit = timeout ?? requestTimeout
         let deadline = ContinuousClock.now + limit
         try await waitForRoom(until: deadline, what: what)
         if Task.isCancelled { throw .cancelled }
-        try register(key: key, frame: frame)
+        try register(key: key, frame: frame, settle: settle)
         return try await awaitAnswer(key: key, deadline: deadline, limit: limit, what: what)
     }
 
@@ -420,7 +571,7 @@ public final class FluxClient: Sendable {
         let seconds = limit.formatted
         let timer = Task { [weak self] in
             try? await Task.sleep(until: deadline, clock: .continuous)
-            if !Task.isCancelled { self?.complete(key, .failure(.timedOut("\(what) (no answer within \(seconds))"))) }
+            if !Task.isCancelled { self?.expire(key, what: what, within: seconds) }
         }
         defer { timer.cancel() }
         let result = await withTaskCancellationHandler {
@@ -433,6 +584,8 @@ public final class FluxClient: Sendable {
                     case .registered?:
                         if Task.isCancelled {
                             s.pending[key] = nil
+                            s.settles.remove(key)
+                            s.held.removeAll { $0.key == key }
                             return .failure(.cancelled)
                         }
                         s.pending[key] = .waiting(c)
@@ -446,14 +599,42 @@ public final class FluxClient: Sendable {
                 if let now { c.resume(returning: now) }
             }
         } onCancel: {
+            self.withdrawHeld(key)
             self.complete(key, .failure(.cancelled))
         }
         return try result.get()
     }
 
+    /// The deadline of `key` passed: it fails with `timedOut`, or, when its frame is still held for a reconnection
+    /// (never sent), the frame is dropped and a settled dispatch fails with `notSent`.
+    func expire(_ key: String, what: String, within seconds: String) {
+        let (held, settle) = state.withLock { s -> (Bool, Bool) in
+            guard let i = s.held.firstIndex(where: { $0.key == key }) else { return (false, false) }
+            s.held.remove(at: i)
+            return (true, s.settles.contains(key))
+        }
+        let error: FluxError
+        if held && settle {
+            error = .notSent("\(what): fluxd could not be reached within \(seconds) (reconnecting); the action was not dispatched")
+        } else if held {
+            error = .timedOut("\(what): fluxd could not be reached within \(seconds) (reconnecting); nothing was sent")
+        } else {
+            error = .timedOut("\(what) (no answer within \(seconds))")
+        }
+        complete(key, .failure(error))
+    }
+
+    /// Drops `key`'s frame if it is still held for a reconnection.
+    func withdrawHeld(_ key: String) {
+        state.withLock { s in
+            if let i = s.held.firstIndex(where: { $0.key == key }) { s.held.remove(at: i) }
+        }
+    }
+
     /// Delivers the answer to `key` (resumes its awaiter outside the lock, or keeps it for a later awaiter).
     func complete(_ key: String, _ result: Result<Envelope, FluxError>) {
         let waiter = state.withLock { s -> CheckedContinuation<Result<Envelope, FluxError>, Never>? in
+            s.settles.remove(key)
             switch s.pending[key] {
             case .waiting(let c)?:
                 s.pending[key] = nil

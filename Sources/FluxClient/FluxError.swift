@@ -114,6 +114,7 @@ public struct ConnectError: Sendable, Equatable, CustomStringConvertible {
 ///   `case .server(let e) where e.code == .noHandler` in a `switch`.
 /// - `.rejected`: a store refused an action (`Settlement.requireDone()`), with the store's own code.
 /// - `.timedOut`: a request got no answer in time (every request has a timeout, see `FluxClient.requestTimeout`).
+/// - `.notSent`: a dispatch that certainly never reached fluxd (safe to dispatch again).
 /// - `.cannotConnect`, `.disconnected`, `.closed`, `.io`, `.untrustedServer`: the connection.
 /// - `.coding`, `.invalidArgument`, `.protocolViolation`, `.cancelled`: this side of the socket.
 public enum FluxError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -139,6 +140,10 @@ public enum FluxError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidArgument(String)
     /// An awaited answer did not come in time; the text says what was awaited.
     case timedOut(String)
+    /// A dispatch never reached fluxd (it was made while reconnecting and the connection did not come back in
+    /// time, or fluxd answered `recover` that it never accepted it, SPEC §15.4): it had no effect, and the caller
+    /// may dispatch it again.
+    case notSent(String)
     /// The task awaiting the call was cancelled.
     case cancelled
     /// The process listening on the socket runs as another uid than the one expected (`FLUXBUS_SERVER_UID`, an
@@ -164,6 +169,7 @@ public enum FluxError: Error, Sendable, Equatable, CustomStringConvertible {
         case .coding(let what): return "coding error: \(what)"
         case .invalidArgument(let what): return "invalid argument: \(what)"
         case .timedOut(let what): return "timed out: \(what)"
+        case .notSent(let what): return "not sent: \(what)"
         case .cancelled: return "cancelled"
         case .untrustedServer(let path, let uid, let expected):
             return "fluxd at \(path) is run by uid \(uid), expected \(expected); set \(serverUIDEnvironmentVariable)=\(uid) to accept"

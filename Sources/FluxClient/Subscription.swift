@@ -12,7 +12,8 @@ final class SubscriptionCore: Sendable {
         if case .snapshot(let old) = waiting, case .snapshot(let newer) = new { return newer.version > old.version }
         return false
     })
-    private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, status: SubscriptionStatus?)>((nil, false, 0, nil))
+    private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, era: Int, status: SubscriptionStatus?)>(
+        (nil, false, 0, 0, nil))
 
     init(client: FluxClient, store: String) {
         self.client = client
@@ -50,6 +51,12 @@ final class SubscriptionCore: Sendable {
                 status.version = max(status.version, version)
                 if st != .down { status.downReason = nil }
             case .snapshot(let raw):
+                if raw.era != s.era {
+                    // The client reconnected to another fluxd history: versions start over.
+                    s.era = raw.era
+                    s.lastVersion = 0
+                    status.version = 0
+                }
                 if raw.version <= s.lastVersion { return false }
                 s.lastVersion = raw.version
                 status.version = max(status.version, raw.version)

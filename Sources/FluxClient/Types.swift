@@ -90,6 +90,11 @@ public struct Welcome: Sendable, Equatable {
     public var peer: Int
     /// `welcome.limits`.
     public var limits: Limits
+    /// `welcome.epoch` (since fluxd 0.3.0): the history this fluxd's seqs and versions belong to, the same across
+    /// restarts of a durable fluxd (SPEC §15.1). nil from an older fluxd.
+    public var epoch: String?
+    /// `welcome.durability` (since fluxd 0.3.0): `always`, `batch`, `none` or `ephemeral`; nil from an older fluxd.
+    public var durability: String?
 }
 
 /// A store's state at one version, as fluxd broadcast it (or as `get` returned it).

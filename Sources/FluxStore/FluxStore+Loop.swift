@@ -7,7 +7,8 @@ extension FluxStore {
     /// The message loop of one `run`: owns the state while running; everything here runs one message at a time.
     struct Loop {
         enum Step { case next, stop }
-        enum Phase { case registering, awaitingSnapshot, ready }
+        /// `interrupted`: the connection was lost; the client reconnects, then the store registers again.
+        enum Phase { case registering, awaitingSnapshot, ready, interrupted }
 
         let store: FluxStore
         let client: FluxClient
@@ -15,11 +16,16 @@ extension FluxStore {
         let decoder = JSONDecoder()
         var state: State
         var phase = Phase.registering
+        /// The connection (`FluxClient.generation`) the store registered on: its answers go on that one only.
+        var generation: Int?
+        /// The seq of the snapshot adopted on registering (else `registered.seq`): actions up to it are already in
+        /// the state (SPEC §15.3, rule 2).
+        var adoptedSeq = 0
         var followed: [String: any Sendable] = [:]
         /// The active queries (canonical JSON bytes -> count), kept from `queries` and `queries-changed`.
         var activeQueries: [[UInt8]: Int] = [:]
 
-        var registered: Bool { phase != .registering }
+        var registered: Bool { phase != .registering && phase != .interrupted }
 
         init(store: FluxStore, client: FluxClient, config: Registry) {
             self.store = store
@@ -28,11 +34,35 @@ extension FluxStore {
             self.state = store.initial
         }
 
+        /// Sends `register` on the client's current connection.
+        mutating func register() throws(FluxError) {
+            let frame = try store.registerFrame(state: generation == nil ? store.initial : state)
+            let current = client.generation
+            try client.send(frame: frame, generation: current)
+            generation = current
+            phase = .registering
+        }
+
         mutating func handle(_ item: Inbound) throws(FluxError) -> Step {
             switch item {
             case .store(.ended(let error)):
                 if let error { throw error }
                 return .stop
+            case .store(.interrupted(let error)):
+                phase = .interrupted
+                store.logger.notice("store \(store.name): connection to fluxd lost (\(error)); it registers again once reconnected")
+            case .store(.resumed(let generation, let epochChanged)):
+                // Registered on that connection already (the first registration raced the reconnection): done.
+                if let registeredOn = self.generation, registeredOn >= generation { return .next }
+                if epochChanged {
+                    store.logger.notice("store \(store.name): fluxd's history changed (another epoch); registering afresh")
+                }
+                do {
+                    try register()
+                } catch {
+                    // Lost again already: the next `resumed` registers.
+                    store.logger.debug("store \(store.name): registering again failed: \(error)")
+                }
             case .store(.message(let env)):
                 try handleMessage(env)
             case .followed(let name, let event):
@@ -58,6 +88,7 @@ extension FluxStore {
         mutating func handleMessage(_ env: Envelope) throws(FluxError) {
             switch env.fluxString("op") {
             case "registered":
+                adoptedSeq = env.fluxInt("seq") ?? 0
                 if (env.fluxInt("version") ?? 0) > 0 {
                     phase = .awaitingSnapshot
                 } else {
@@ -65,11 +96,14 @@ extension FluxStore {
                 }
             case "snapshot":
                 guard phase == .awaitingSnapshot, let raw = env.raw("state") else { return }
+                // Adopted even when the state in memory is newer (rule 1): after a fluxd restart, the actions
+                // whose answers fluxd did not record come again.
                 do {
                     state = try decoder.decode(State.self, from: Data(raw))
                 } catch {
                     throw FluxError.coding("the retained state of \(store.name) does not decode as \(State.self): \(error)")
                 }
+                adoptedSeq = env.fluxInt("seq") ?? adoptedSeq
                 becomeReady()
             case "error":
                 let error = FluxError.server(ServerError(
@@ -146,6 +180,15 @@ extension FluxStore {
                 return
             }
             let type = env.fluxString("type") ?? ""
+            if seq <= adoptedSeq {
+                // Already in the adopted snapshot (rule 2): answered without applying it again.
+                store.logger.debug("store \(store.name): seq \(seq) (\(type)) is already in the adopted snapshot (seq \(adoptedSeq)); skipped")
+                var b = FrameBuilder(op: "done")
+                b.string("store", store.name)
+                b.int("seq", seq)
+                try? client.queue(frame: b.finish(), generation: generation)
+                return
+            }
             let ctx = ActionContext(
                 storeName: store.name, seq: seq, type: type, origin: env.fluxInt("origin") ?? 0,
                 cause: env.fluxInt("cause"), redelivered: env.bool("redelivered").value ?? false, followed: followed)
@@ -181,7 +224,9 @@ extension FluxStore {
                 ctx.followUps = []
                 ctx.spawned = []
             }
-            try? client.queue(frame: b.finish())  // written after the run of waiting messages (see `run`)
+            // Written after the run of waiting messages (see `run`), on the connection the store registered on
+            // (an answer for a lost connection is dropped: fluxd redelivers the action).
+            try? client.queue(frame: b.finish(), generation: generation)
             carryOut(ctx)
         }
 
@@ -198,7 +243,7 @@ extension FluxStore {
                     b.raw("state", encoded)
                     state = copy
                     store.publishState(copy)
-                    try? client.send(frame: b.finish())
+                    try? client.send(frame: b.finish(), generation: generation)
                 }
             } catch {
                 store.report(error)

@@ -26,6 +26,11 @@ import Synchronization
 ///   become `store/error` with the error's description.
 /// - On `registered`, the store adopts the retained snapshot's state (it resumes where it was), then handles
 ///   queued actions. A retained state that does not decode as `State` makes `run` throw rather than overwrite it.
+///   An action whose seq is not above the adopted snapshot's is already in that state: it is answered `done`
+///   without calling a handler (SPEC §15.3, rule 2).
+/// - Reconnection (SPEC §15.5): `run(socketPath:)` reconnects by itself when fluxd goes away or restarts (see
+///   `ReconnectPolicy`; `connectivityEvents()` tells what happens), registers again and adopts the retained
+///   snapshot, even if it is older than the state in memory (rule 1: fluxd redelivers what it had not recorded).
 /// - Follow-up dispatches and spawned async work (see `StoreContext`) happen only if the handler returns.
 /// - Query-driven stores: `onQueriesChanged` is called, in order with the actions, with the decoded active query
 ///   set whenever fluxd reports it changed; state changes it makes are published with a `state` message.
@@ -78,6 +83,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     private let current: Mutex<State>
     private let readiness = Mutex(Readiness())
     private let tasks = Mutex(TaskBag())
+    private let connectivity = ConnectivityBroadcaster()
 
     /// A store named `name` (SPEC §4.1) that starts from `initial` when fluxd retains no state for it, is sent the
     /// actions matching `handles` (patterns: `todo/add`, `todo/*`), after the stores in `waitFor` answered them.
@@ -215,15 +221,18 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     // MARK: Running
 
     /// Connects to fluxd (role `store`), registers, and handles actions until the task is cancelled (then it
-    /// unregisters, says bye and returns) or the connection drops (then it throws `FluxError.disconnected`).
+    /// unregisters, says bye and returns) or the connection is lost for good (then it throws
+    /// `FluxError.disconnected`): with `reconnect` (on by default) a lost connection is made again, and the store
+    /// registers again and resumes from the retained snapshot.
     /// Throws `FluxError.server` if registration is refused (`name-taken`, `cycle`, ...).
-    /// `socketPath` nil: the default (`defaultSocketPath()`). A missing fluxd throws `FluxError.cannotConnect`,
-    /// which says where it looked and what to do.
-    public func run(socketPath: String? = nil, peerName: String? = nil) async throws(FluxError) {
+    /// `socketPath` nil: the default (`defaultSocketPath()`). A missing fluxd at the start throws
+    /// `FluxError.cannotConnect`, which says where it looked and what to do.
+    public func run(socketPath: String? = nil, peerName: String? = nil,
+                    reconnect: ReconnectPolicy = .default) async throws(FluxError) {
         let client: FluxClient
         do {
             client = try await FluxClient.connect(socketPath: socketPath, name: peerName ?? name, role: .store,
-                                                  logger: logger)
+                                                  reconnect: reconnect, logger: logger)
         } catch {
             fail(error)
             throw error
@@ -231,7 +240,23 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         try await runOwning(client)
     }
 
-    /// Like `run(socketPath:peerName:)` over a connection that is not started yet (e.g. FluxTesting's bus).
+    /// Like `run(socketPath:peerName:)` with connections made by `connector` (one now, one per reconnection
+    /// attempt later; see `FluxClient.connect(name:role:...:connector:)`).
+    public func run(peerName: String? = nil, reconnect: ReconnectPolicy = .default,
+                    connector: @escaping FluxClient.Connector) async throws(FluxError) {
+        let client: FluxClient
+        do {
+            client = try await FluxClient.connect(name: peerName ?? name, role: .store, reconnect: reconnect,
+                                                  logger: logger, connector: connector)
+        } catch {
+            fail(error)
+            throw error
+        }
+        try await runOwning(client)
+    }
+
+    /// Like `run(socketPath:peerName:)` over a connection that is not started yet (e.g. FluxTesting's bus); such
+    /// a store does not reconnect.
     public func run(on connection: any FluxConnection, peerName: String? = nil) async throws(FluxError) {
         let client: FluxClient
         do {
@@ -247,15 +272,30 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         let forward = Task { [weak self] in
             for await error in client.errors { self?.report(error) }
         }
+        let events = client.connectivityEvents()
+        let connectivity = self.connectivity
+        let forwardEvents = Task {
+            for await event in events { connectivity.yield(event) }
+        }
+        defer {
+            forward.cancel()
+            forwardEvents.cancel()
+            connectivity.finish(permanently: false)
+        }
         do {
             try await run(client: client)
         } catch {
-            forward.cancel()
             await client.close()
             throw error
         }
-        forward.cancel()
         await client.close()
+    }
+
+    /// What happens to the connection of the store's `run(socketPath:)` (or `run(peerName:reconnect:connector:)`)
+    /// from now on: disconnected, reconnecting, reconnected, gave up. Each call makes a new stream, which finishes
+    /// when that run ends. (A store run on a client of your own: use that client's `connectivityEvents()`.)
+    public func connectivityEvents() -> AsyncStream<ConnectivityEvent> {
+        connectivity.stream()
     }
 
     /// Where the connection's reader leaves messages for the loop of one `run`: posting appends under a lock and
@@ -347,17 +387,13 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
         var loop = Loop(store: self, client: client, config: config)
         do {
-            let initialJSON = try FluxJSON.encode(initial)
-            var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
-            b.string("store", name)
-            b.strings("handles", handles)
-            b.strings("waitFor", waitFor)
-            b.bool("queryDeltas", true)  // query changes one by one, not the whole set each time (SPEC §8.6)
-            b.raw("state", initialJSON)
-            try client.send(frame: b.finish())
+            try loop.register()
         } catch {
-            fail(error)
-            throw error
+            // A client that is reconnecting: the store registers once it is connected again (`resumed`).
+            if client.isClosed || client.isConnected || error.isCodingError {
+                fail(error)
+                throw error
+            }
         }
 
         let outcome: Result<Void, FluxError> = await withTaskCancellationHandler {
@@ -382,10 +418,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         }
         switch outcome {
         case .success:
-            if !client.isClosed && loop.registered {
+            if !client.isClosed && loop.registered, let generation = loop.generation {
                 var b = FrameBuilder(op: "unregister")
                 b.string("store", name)
-                try? client.send(frame: b.finish())
+                try? client.send(frame: b.finish(), generation: generation)
             }
             fail(.cancelled)
         case .failure(let error):
@@ -427,6 +463,20 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     private func fail(_ error: FluxError) {
         let waiters = readiness.withLock { $0.resolve(.failure(error)) }
         for w in waiters { w.resume(returning: .failure(error)) }
+    }
+
+    /// `register`, with `state` (used only when fluxd retains none): the initial state, or, registering again after
+    /// a reconnection, the state in memory (an ephemeral fluxd that restarted retains nothing: the store keeps what
+    /// it had; a durable one sends its retained snapshot, which the store adopts).
+    func registerFrame(state: State) throws(FluxError) -> Frame {
+        let initialJSON = try FluxJSON.encode(state)
+        var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
+        b.string("store", name)
+        b.strings("handles", handles)
+        b.strings("waitFor", waitFor)
+        b.bool("queryDeltas", true)  // query changes one by one, not the whole set each time (SPEC §8.6)
+        b.raw("state", initialJSON)
+        return b.finish()
     }
 
     func publishState(_ state: State) {
@@ -493,4 +543,12 @@ struct QueryEntry<T: Decodable>: Decodable {
     }
 
     enum CodingKeys: String, CodingKey { case query, count }
+}
+
+extension FluxError {
+    /// Whether this is `.coding` (a state that does not encode: retrying cannot help).
+    var isCodingError: Bool {
+        if case .coding = self { return true }
+        return false
+    }
 }

@@ -8,6 +8,9 @@ import TodoModel
 /// `todo-store`: the process owning the `todos` store (seed 002's TodoStore, seed 004's one explicit state type).
 /// Handles `todo/*`; refuses bad actions with stable codes (`todo/not-found`, `todo/empty-title`) that the
 /// dispatching view sees in its settlement.
+///
+/// When fluxd goes away (stopped, restarted, crashed) the store does not exit: it logs that it waits, reconnects
+/// with backoff, registers again and resumes from the state fluxd retained (SPEC §15.5).
 @main
 struct TodoStoreCommand: AsyncParsableCommand {
     static let configuration = StoreProcess.configuration(
@@ -73,6 +76,27 @@ struct TodoStoreCommand: AsyncParsableCommand {
         }
         // No catch-all handler: a todo/* type with no handler above (a typo) is rejected with
         // store/unhandled-action, naming the handled types.
+
+        // fluxd going away is not the end: the SDK reconnects and the store resumes; say so in the log.
+        let connectivity = store.connectivityEvents()
+        let watcher = Task {
+            for await event in connectivity {
+                switch event {
+                case .disconnected(let reason):
+                    storeLog("fluxd went away (\(reason)); waiting for it to come back")
+                case .reconnecting(let attempt, let delay) where attempt == 1 || attempt % 10 == 0:
+                    storeLog("reconnecting (attempt \(attempt), next in \(delay))")
+                case .reconnecting:
+                    break
+                case .reconnected(let epochChanged):
+                    storeLog("fluxd is back\(epochChanged ? " with another history" : ""): registering again; "
+                                 + "resuming from the state fluxd retained")
+                case .gaveUp(let error):
+                    storeLog("gave up: \(error)")
+                }
+            }
+        }
+        defer { watcher.cancel() }
         try await StoreProcess.run(store, connection: connection, peerName: "todo-store") {
             " with \(store.state.todos.count) todo(s)"
         }

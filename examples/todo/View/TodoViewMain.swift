@@ -47,10 +47,28 @@ struct TodoViewCommand: AsyncParsableCommand {
             ViewProcess.follow(client.subscribe(store: todos, as: TodoState.self), on: screen) { await screen.todosEvent($0) },
             ViewProcess.follow(client.subscribe(store: stats, as: StatsState.self), on: screen) { await screen.statsEvent($0) },
             ViewProcess.showErrors(of: client, on: screen),
+            Self.showConnectivity(of: client, on: screen),
         ]
         await ViewProcess.readCommands(Command.self) { await perform($0, client: client, screen: screen) }
         for task in tasks { task.cancel() }
         await client.close()
+    }
+
+    /// Tells the user when fluxd goes away and comes back (the client reconnects by itself; the subscriptions go on
+    /// from where they were, each version shown once).
+    static func showConnectivity(of client: FluxClient, on screen: TodoScreen) -> Task<Void, Never> {
+        let events = client.connectivityEvents()
+        return Task {
+            for await event in events {
+                switch event {
+                case .disconnected(let reason): await screen.note("fluxd went away (\(reason)); reconnecting…")
+                case .reconnecting(let attempt, _) where attempt % 10 == 0: await screen.note("still reconnecting (attempt \(attempt))…")
+                case .reconnecting: break
+                case .reconnected: await screen.note("reconnected to fluxd")
+                case .gaveUp(let error): await screen.connectionLost(error)
+                }
+            }
+        }
     }
 
     /// A store's retained snapshot and status, for `--once`.

@@ -1,0 +1,241 @@
+import FluxClient
+import FluxCore
+import Foundation
+import Glibc
+import Testing
+
+/// A durable fluxd that a test stops and starts again on the same socket and data directory, with the example
+/// processes started against it. Everything (processes, socket, journal) lives in one temp directory, removed by
+/// `shutDown()`.
+final class RestartableBus: @unchecked Sendable {
+    // @unchecked: driven by one test; `lock` guards the mutable parts.
+    let directory: TempDirectory
+    let socketPath: String
+    let dataDirectory: String
+    private let lock = NSLock()
+    private var current: Fluxd
+    private var processes: [StoreProcess] = []
+    private var clients: [FluxClient] = []
+
+    init() async throws {
+        directory = try TempDirectory(prefix: "fluxrc")
+        socketPath = directory.path + "/fluxd.sock"
+        dataDirectory = directory.path + "/data"
+        do {
+            current = try Fluxd(socketPath: socketPath, dataDirectory: dataDirectory)
+            try await current.waitForReady()
+        } catch {
+            directory.remove()
+            throw error
+        }
+    }
+
+    var fluxd: Fluxd { lock.withLock { current } }
+
+    /// Starts an example executable against this bus and waits for its ready line.
+    func start(_ executable: String, readyLine: String) async throws -> StoreProcess {
+        let child = try StoreProcess(executable, socketPath: socketPath, logDirectory: directory.path)
+        lock.withLock { processes.append(child) }
+        try await child.waitForLine(containing: readyLine)
+        return child
+    }
+
+    /// A client (closed by `shutDown()`), reconnecting by default.
+    func connect(_ name: String) async throws -> FluxClient {
+        let path = socketPath
+        let client = try await withDeadline(.seconds(20), "connect \(name)") {
+            try await FluxClient.connect(socketPath: path, name: name, requestTimeout: .seconds(30))
+        }
+        lock.withLock { clients.append(client) }
+        return client
+    }
+
+    /// Stops fluxd with SIGTERM (a durable fluxd says `bye` `restart` and keeps unsettled work), then starts it
+    /// again on the same socket and data directory.
+    func restart() async throws {
+        let old = fluxd
+        let status = await old.stop(timeout: .seconds(20))
+        #expect(status == 0, "fluxd stopped cleanly:\n\(old.stderr)")
+        await old.shutDown()
+        let next = try Fluxd(socketPath: socketPath, dataDirectory: dataDirectory)
+        lock.withLock { current = next }
+        try await next.waitForReady()
+    }
+
+    /// Kills fluxd (SIGKILL: a crash), lets `edit` change the data directory (e.g. cut the journal as a crash at
+    /// another moment would have), then starts fluxd again on the same socket and data directory.
+    func crashAndRestart(editing edit: (String) throws -> Void) async throws {
+        let old = fluxd
+        old.send(signal: SIGKILL)
+        _ = await old.waitForExit(timeout: .seconds(20))
+        await old.shutDown()
+        try edit(dataDirectory)
+        let next = try Fluxd(socketPath: socketPath, dataDirectory: dataDirectory)
+        lock.withLock { current = next }
+        try await next.waitForReady()
+    }
+
+    /// What fluxd and the example processes logged (for failure messages).
+    var logs: String {
+        let (children, daemon) = lock.withLock { (processes, current) }
+        return (["fluxd:\n" + daemon.stderr] + children.map { "\($0.executable) (pid \($0.pid)):\n" + $0.stderr })
+            .joined(separator: "\n")
+    }
+
+    func shutDown() async {
+        let (children, handles, daemon) = lock.withLock { (processes, clients, current) }
+        for client in handles { client.abort() }
+        for child in children { await child.shutDown() }
+        await daemon.shutDown()
+        directory.remove()
+    }
+}
+
+/// Runs `body` with a restartable bus and always tears it down.
+func withRestartableBus<T>(_ body: (RestartableBus) async throws -> T) async throws -> T {
+    let bus = try await RestartableBus()
+    do {
+        let result = try await body(bus)
+        await bus.shutDown()
+        return result
+    } catch {
+        Issue.record("bus logs after failure:\n\(bus.logs)")
+        await bus.shutDown()
+        throw error
+    }
+}
+
+private struct Create: Encodable { var title: String }
+
+/// The journal's newest segment under `dataDirectory` (`journal-NNNNNNNN.fjl`, docs/journal.md).
+private func newestSegment(in dataDirectory: String) throws -> String {
+    let files = FileManager.default.enumerator(atPath: dataDirectory)?.compactMap { $0 as? String } ?? []
+    let segments = files.filter { ($0 as NSString).lastPathComponent.hasPrefix("journal-") && $0.hasSuffix(".fjl") }.sorted {
+        ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent
+    }
+    guard let last = segments.last else { throw HarnessError.unexpectedOutput("no journal segment in \(dataDirectory): \(files)") }
+    return dataDirectory + "/" + last
+}
+
+/// Zeroes the last record of the segment at `path` (as if fluxd had crashed before writing it: what follows the
+/// records is zeros, blocks allocated ahead) and returns its kind, the first byte of its body (4: a result).
+/// Segment format: a 12-byte header, then records of a 12-byte header (length u32 BE, two CRC-32C) and a body.
+private func zeroLastRecord(of path: String) throws -> UInt8 {
+    let data = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+    var at = 12
+    var last: (start: Int, end: Int)?
+    while at + 12 <= data.count, !data[at..<(at + 12)].allSatisfy({ $0 == 0 }) {
+        let length = data[at..<(at + 4)].reduce(0) { $0 << 8 | Int($1) }
+        let end = at + 12 + length
+        guard end <= data.count else { break }
+        last = (at, end)
+        at = end
+    }
+    guard let last else { throw HarnessError.unexpectedOutput("no record in \(path)") }
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    defer { try? handle.close() }
+    try handle.seek(toOffset: UInt64(last.start))
+    try handle.write(contentsOf: Data(count: last.end - last.start))
+    try handle.synchronize()
+    return data[last.start + 12]
+}
+
+@Suite("Reconnecting clients and stores across a restart of a durable fluxd")
+struct ReconnectIntegrationTests {
+    @Test("fluxd restarts under a live todo-store and a subscribed client: both resume, versions go on with no repeat")
+    func restartUnderALiveStoreAndClient() async throws {
+        try await withRestartableBus { bus in
+            let store = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let client = try await bus.connect("view")
+            let events = EventLog(client.connectivityEvents())
+            let sub = EventLog(client.subscribeJSON(store: "todos"))
+            try await sub.wait("version 1") { $0.contains { $0.snapshot?.version == 1 } }
+            let before = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "milk")).requireDone()
+            try await sub.wait("version 2") { $0.contains { $0.snapshot?.version == 2 } }
+
+            try await bus.restart()
+            try await events.wait("the client reconnected") { $0.contains(.reconnected(epochChanged: false)) }
+            #expect(client.welcome.durability != "ephemeral" && client.welcome.epoch != nil)
+            // The store reconnects by itself and registers again: subscribers hear it is up.
+            try await sub.wait("todo-store registered again") { events in
+                // After the client's second `subscribed`: up already, or a `store-up` later.
+                let subscribed = events.indices.filter { if case .subscribed = events[$0] { return true } else { return false } }
+                guard subscribed.count >= 2 else { return false }
+                let again = subscribed[1]
+                if case .subscribed(.up) = events[again] { return true }
+                return events[again...].contains { if case .storeUp = $0 { return true } else { return false } }
+            }
+
+            let after = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "eggs")).requireDone()
+            #expect(after.seq > before.seq, "seq goes on after the restart")
+            let seen = try await sub.wait("version 3") { $0.contains { $0.snapshot?.version == 3 } }
+            #expect(seen.compactMap { $0.snapshot?.version } == [1, 2, 3], "each version once, in order")
+            let state = String(decoding: try #require(seen.last?.snapshot).state.bytes, as: UTF8.self)
+            #expect(state.contains("milk") && state.contains("eggs"), "the store resumed from its retained state: \(state)")
+            #expect(store.process.isRunning, "todo-store waited for fluxd instead of exiting")
+            #expect(store.stderr.contains("fluxd went away"), "\(store.stderr)")
+            let all = events.items
+            #expect(all.first.map { if case .disconnected = $0 { return true } else { return false } } == true)
+            await client.close()
+        }
+    }
+
+    @Test("a settlement pending across a restart is recovered and completes when its store answers")
+    func pendingSettlementIsRecovered() async throws {
+        try await withRestartableBus { bus in
+            let store = try await bus.start("todo-store", readyLine: "todo-store ready")
+            store.send(signal: SIGTERM)  // unregisters: the store is down, actions for it wait in its queue
+            #expect(await store.waitForExit(timeout: .seconds(20)) == 0)
+
+            let client = try await bus.connect("view")
+            let events = EventLog(client.connectivityEvents())
+            let pending = try client.beginDispatchAndSettle(type: "todo/create", payloadJSON: Array(#"{"title":"bread"}"#.utf8))
+            _ = try await client.ping()  // fluxd has taken the dispatch (a ping is answered after it)
+
+            try await bus.restart()
+            try await events.wait("the client reconnected") { $0.contains(.reconnected(epochChanged: false)) }
+            _ = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let settlement = try await pending.settlement(timeout: .seconds(30))
+            #expect(settlement.results.map(\.store) == ["todos"])
+            #expect(try settlement.requireDone().seq >= 1)
+            let got = try await client.getJSON(store: "todos")
+            #expect(String(decoding: got.state.bytes, as: UTF8.self).contains("bread"))
+            await client.close()
+        }
+    }
+
+    @Test("rule 2 on a real fluxd: an action redelivered after a crash between its state and its result is skipped by the live store")
+    func redeliveredActionAlreadyInTheSnapshotIsSkipped() async throws {
+        try await withRestartableBus { bus in
+            let store = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let client = try await bus.connect("view")
+            let events = EventLog(client.connectivityEvents())
+            let sub = EventLog(client.subscribeJSON(store: "todos"))
+            let milk = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "milk")).requireDone()
+            try await sub.wait("version 2") { $0.contains { $0.snapshot?.version == 2 } }
+
+            // fluxd journals the state (version 2, seq of milk) before the result: crash between the two.
+            var kind: UInt8 = 0
+            try await bus.crashAndRestart { data in kind = try zeroLastRecord(of: newestSegment(in: data)) }
+            #expect(kind == 4, "the last record was the result of todo/create")
+            try await events.wait("the client reconnected") { $0.contains(.reconnected(epochChanged: false)) }
+
+            // The store adopts version 2 (seq of milk) and is sent milk again, marked redelivered: it answers done
+            // without its handler. Then eggs: version 3, the list holds milk once.
+            let eggs = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "eggs")).requireDone()
+            #expect(eggs.seq > milk.seq)
+            #expect(eggs.results.first?.status == .done(version: 3), "milk made no new version when it came again")
+            let got = try await client.getJSON(store: "todos")
+            let state = String(decoding: got.state.bytes, as: UTF8.self)
+            #expect(state.components(separatedBy: "milk").count == 2, "milk once: \(state)")
+            #expect(state.contains("eggs"))
+            #expect(!store.stderr.contains("(redelivered)"), "the handler did not run again:\n\(store.stderr)")
+            let seen = try await sub.wait("version 3") { $0.contains { $0.snapshot?.version == 3 } }
+            // Version 1 may have been replaced by 2 before it was read (newest wins); none comes twice.
+            let versions = seen.compactMap { $0.snapshot?.version }
+            #expect(versions.suffix(2) == [2, 3] && versions == versions.sorted() && Set(versions).count == versions.count,
+                    "\(versions)")
+            await client.close()
+        }
+    }
+}

@@ -12,13 +12,17 @@
  *   fluxbench store  --sys S --addr A [--topics T] [--state BYTES]
  *   fluxbench client --sys S --addr A [--clients C] [--subs N] [--window W] [--count K] [--warmup X]
  *                    [--idle I] [--slow] [--state BYTES] [--rss-pid PID] [--store-pid PID] [--timeout SECS]
- *                    [--label L]
+ *                    [--label L] [--redis-write]
  *
  * --subs 0: each of the C clients subscribes to its own topic on its own connection (workloads 1, 2).
  * --subs N: one client (C must be 1) dispatches to topic 0 and N other connections subscribe to it (3, 4).
  * --idle I: I more connections complete the handshake and stay idle during the run (5).
  * --slow:   one more connection subscribes to every topic and never reads (6).
  * --hold:   open the --idle connections, print "idle ready" and keep them until killed (profiling).
+ * --redis-write (store and client, redis only; workload 8): every message also makes a durable write, as a durable
+ *           fluxd journals both the action and the state: the client's action is `XADD a.<t> * p <payload>`
+ *           followed by the PUBLISH, the store's reply is `SET s.<t> <state>` followed by its PUBLISH (each pair
+ *           in one write). Run against a Redis with appendonly yes; its replies (bulk, +OK, integers) are skipped.
  * The client prints one JSON object with the figures on stdout. Latencies are exact: every sample is kept and
  * sorted (no histogram bucketing). */
 #include "common.h"
@@ -32,6 +36,7 @@ static const char *sys_name;
 static const char *addr;
 static size_t state_size = 200;
 static const size_t action_size = 100;
+static int redis_write = 0; /* --redis-write: XADD before each action's PUBLISH, SET before each state's */
 
 enum { M_NONE, M_WELCOME, M_READY, M_ACTION, M_STATE, M_OTHER };
 typedef struct { int kind; uint32_t topic; uint64_t counter; uint64_t seq; } msg_t;
@@ -289,6 +294,11 @@ static void encode_action(buf_t *b, uint32_t t) {
     }
     case SYS_REDIS: {
         snprintf(ch, sizeof ch, "a.%u", t);
+        if (redis_write) { /* the action appended to a stream (the AOF holds every action), then published */
+            const char *xv[5] = {"XADD", ch, "*", "p", (const char *)payload};
+            size_t xl[5] = {4, strlen(ch), 1, 1, action_size};
+            redis_cmd(b, 5, xv, xl);
+        }
         const char *argv[3] = {"PUBLISH", ch, (const char *)payload};
         size_t lens[3] = {7, strlen(ch), action_size};
         redis_cmd(b, 3, argv, lens);
@@ -307,7 +317,7 @@ static void encode_action(buf_t *b, uint32_t t) {
 }
 
 /* The store's reply template for one topic: encoded once, then the counter (and seq) patched in place. */
-typedef struct { buf_t frame; size_t counter_at; size_t seq_at; int width; } tmpl_t;
+typedef struct { buf_t frame; size_t counter_at; size_t seq_at; int width; size_t set_counter_at; } tmpl_t;
 
 static void encode_state_template(tmpl_t *tp, uint32_t t) {
     buf_t *b = &tp->frame; b->len = b->pos = 0;
@@ -342,6 +352,12 @@ static void encode_state_template(tmpl_t *tp, uint32_t t) {
     }
     case SYS_REDIS: {
         snprintf(ch, sizeof ch, "s.%u", t);
+        if (redis_write) { /* the state kept (SET, like fluxd's journaled snapshot), then published */
+            const char *sv[3] = {"SET", ch, (const char *)pl};
+            size_t sl[3] = {3, strlen(ch), state_size};
+            redis_cmd(b, 3, sv, sl);
+            tp->set_counter_at = b->len - 2 - state_size;
+        }
         const char *argv[3] = {"PUBLISH", ch, (const char *)pl};
         size_t lens[3] = {7, strlen(ch), state_size};
         redis_cmd(b, 3, argv, lens);
@@ -532,6 +548,7 @@ static int run_store(uint32_t ntopics) {
                 put_dec_padded(p->frame.data + p->counter_at, 20, k, ' ');
             } else {
                 put_dec_zero(p->frame.data + p->counter_at, 10, k);
+                if (p->set_counter_at) put_dec_zero(p->frame.data + p->set_counter_at, 10, k);
             }
             buf_append(&c->out, p->frame.data, p->frame.len);
         }
@@ -588,6 +605,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--slow")) { slow = 1; continue; }
         if (!strcmp(a, "--hold")) { hold = 1; continue; }
+        if (!strcmp(a, "--redis-write")) { redis_write = 1; continue; }
         if (!v) { fprintf(stderr, "missing value for %s\n", a); return 2; }
         i++;
         if (!strcmp(a, "--sys")) sys_name = v;
@@ -609,6 +627,7 @@ int main(int argc, char **argv) {
     const char *names[] = {"relay", "flux", "redis", "mqtt", "nats"};
     for (int i = 0; i < 5; i++) if (sys_name && !strcmp(sys_name, names[i])) sys_id = i;
     if (sys_id < 0 || !addr) { fprintf(stderr, "need --sys relay|flux|redis|mqtt|nats and --addr\n"); return 2; }
+    if (redis_write && sys_id != SYS_REDIS) { fprintf(stderr, "--redis-write needs --sys redis\n"); return 2; }
     if (!strcmp(mode, "store")) return run_store(topics);
 
     alarm((unsigned)timeout + 10); /* bounds the blocking handshakes too */

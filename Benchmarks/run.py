@@ -96,6 +96,74 @@ class Proc:
                 self.p.wait(timeout=5)
 
 
+def data_bytes(d):
+    """What a broker keeps in data directory `d`: `journal` = the apparent size of fluxd's journal segments
+    (journal-*.fjl) or of Redis's AOF files (appendonlydir/), `checkpoints` = fluxd's checkpoint-*.fjc, `allocated`
+    = the blocks of every file (du: includes the space fluxd reserves ahead of its writes with fallocate)."""
+    out = {"journal": 0, "checkpoints": 0, "allocated": 0, "segments": 0}
+    for root, _, files in os.walk(d):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            if name.endswith(".manifest"):  # Redis 7: "file appendonly.aof.N.base.rdb seq N type b": N-1 rewrites
+                try:
+                    for line in open(os.path.join(root, name)):
+                        f = line.split()
+                        if "type" in f and f[f.index("type") + 1] == "b":
+                            out["aof_rewrites"] = int(f[f.index("seq") + 1]) - 1
+                except (OSError, ValueError, IndexError):
+                    pass
+            out["allocated"] += st.st_blocks * 512
+            if name.startswith("journal-") and name.endswith(".fjl") or root.endswith("appendonlydir"):
+                out["journal"] += st.st_size
+                out["segments"] += 1
+            elif name.startswith("checkpoint-") and name.endswith(".fjc"):
+                out["checkpoints"] += st.st_size
+    return out
+
+
+def disk_info(path):
+    """The file system the run's temporary directory is on (where the data directories of workload 8 live)."""
+    try:
+        out = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE,OPTIONS", "-T", path], capture_output=True,
+                             text=True, timeout=5).stdout.split()
+        info = {"source": out[0], "fstype": out[1], "options": out[2]}
+    except Exception:
+        return {}
+    try:
+        dev = os.path.basename(os.path.realpath(info["source"]))
+        base = dev
+        while base and not os.path.exists(f"/sys/block/{base}"):
+            base = base[:-1]
+        q = f"/sys/block/{base}/queue"
+        info["rotational"] = open(f"{q}/rotational").read().strip()
+        info["write_cache"] = open(f"{q}/write_cache").read().strip()
+    except (OSError, IndexError):
+        pass
+    return info
+
+
+def fdatasync_probe(d, n):
+    """The disk's own sync latency: n times a 1-byte append + fdatasync (as Benchmarks/storage measures it), in µs."""
+    path = os.path.join(d, "sync-probe")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    lat = []
+    try:
+        for _ in range(n):
+            t = time.perf_counter_ns()
+            os.write(fd, b"x")
+            os.fdatasync(fd)
+            lat.append((time.perf_counter_ns() - t) / 1000)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    lat.sort()
+    return {"samples": n, "p50_us": round(lat[len(lat) // 2], 1), "p99_us": round(lat[int((n - 1) * 0.99)], 1),
+            "mean_us": round(sum(lat) / n, 1), "max_us": round(lat[-1], 1)}
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -106,6 +174,8 @@ class Bench:
         self.fluxd = args.fluxd
         self.sdk_store = args.sdk_store or os.path.join(os.path.dirname(os.path.abspath(args.fluxd)), "flux-bench-store")
         self.nats_port = 14222 + os.getpid() % 1000
+        self.dirs = 0  # data directories made (workload 8), each fresh
+        self.disk = disk_info(self.tmp)
 
     # ---------------------------------------------------------------- build
     def build(self):
@@ -124,20 +194,43 @@ class Bench:
         return need is None or shutil.which(need) is not None or os.path.exists(f"/usr/sbin/{need}")
 
     # ---------------------------------------------------------------- brokers
-    def start_broker(self, system):
+    def fresh_dir(self, name):
+        """A new, empty directory under the run's temporary directory (same disk as /tmp), mode 0700."""
+        self.dirs += 1
+        d = f"{self.tmp}/{name}-{self.dirs}"
+        os.makedirs(d, mode=0o700)
+        return d
+
+    def start_broker(self, system, durability=None):
+        """Starts `system` on a private socket. `durability` (workload 8): for fluxd `ephemeral` (the default) or
+        `none`/`batch`/`always` on a fresh --data-dir; for Redis `everysec`/`always` (appendonly yes, the AOF in a
+        fresh directory). The broker's data directory, if any, is `proc.data_dir`."""
         t = self.tmp
         if system == "relay":
             path = f"{t}/relay.sock"
             return Proc([f"{self.bin}/relay", path], ready="relay ready"), path
         if system == "flux":
             path = f"{t}/fluxd.sock"
-            return Proc([self.fluxd, "--socket", path, "--ephemeral", "--log-level", "warning"], ready="fluxd ready"), path
+            data = None
+            if durability in (None, "ephemeral"):
+                mode = ["--ephemeral"]
+            else:
+                data = self.fresh_dir(f"fluxd-{durability}")
+                mode = ["--data-dir", data, "--durability", durability]
+            p = Proc([self.fluxd, "--socket", path] + mode + ["--log-level", "warning"], ready="fluxd ready")
+            p.data_dir = data
+            return p, path
         if system == "redis":
             path = f"{t}/redis.sock"
             exe = shutil.which("redis-server")
-            return Proc([exe, "--port", "0", "--unixsocket", path, "--unixsocketperm", "700", "--save", "",
-                         "--appendonly", "no", "--maxclients", "20000", "--loglevel", "warning",
-                         "--dir", t], wait_path=path), path
+            d, aof = t, ["--appendonly", "no"]
+            if durability:
+                d = self.fresh_dir(f"redis-{durability}")
+                aof = ["--appendonly", "yes", "--appendfsync", durability]
+            p = Proc([exe, "--port", "0", "--unixsocket", path, "--unixsocketperm", "700", "--save", ""] + aof +
+                     ["--maxclients", "20000", "--loglevel", "warning", "--dir", d], wait_path=path)
+            p.data_dir = d if durability else None
+            return p, path
         if system == "mqtt":
             path = f"{t}/mqtt.sock"
             conf = f"{t}/mosquitto.conf"
@@ -169,14 +262,17 @@ class Bench:
         raise ValueError(system)
 
     def run(self, system, label, clients=1, subs=0, window=1, count=10000, warmup=1000, state=200, idle=0,
-            slow=False, extra_store=None, sdk_store=False, cpu_of_store=False):
+            slow=False, extra_store=None, sdk_store=False, cpu_of_store=False, durability=None):
         """Starts the broker and the store fresh, runs the client, stops both. Returns the figures.
 
         `sdk_store`: FluxBus with the Swift SDK store instead of the C one. `cpu_of_store`: the CPU and memory
-        figures (`broker_*` in the client's output) are the store process's instead of the broker's."""
+        figures (`broker_*` in the client's output) are the store process's instead of the broker's.
+        `durability` (workload 8): see `start_broker`; Redis then also writes (`fluxbench --redis-write`), and the
+        bytes the broker wrote to its data directory are recorded (`journal_bytes`, per action)."""
         broker = store = None
+        write = ["--redis-write"] if system == "redis" and durability else []
         try:
-            broker, addr = self.start_broker(system)
+            broker, addr = self.start_broker(system, durability)
             topics = max(clients, 1)
             if system == "dbus":
                 store = Proc([f"{self.bin}/dbusbench", "service", "--addr", addr], ready="service ready")
@@ -188,14 +284,14 @@ class Bench:
                                  ready="store ready")
                 else:
                     store = Proc([f"{self.bin}/fluxbench", "store", "--sys", system, "--addr", addr, "--topics",
-                                  str(topics), "--state", str(state)], ready="store ready")
+                                  str(topics), "--state", str(state)] + write, ready="store ready")
                 cmd = [f"{self.bin}/fluxbench", "client", "--sys", system, "--addr", addr,
                        "--clients", str(clients), "--subs", str(subs), "--window", str(window),
                        "--count", str(count), "--warmup", str(warmup), "--state", str(state),
                        "--idle", str(idle), "--rss-pid", str(store.pid if cpu_of_store else broker.pid),
                        "--store-pid", str(store.pid),
                        "--label", label,
-                       "--timeout", str(self.args.run_timeout)]
+                       "--timeout", str(self.args.run_timeout)] + write
                 if slow:
                     cmd.append("--slow")
             t0 = time.time()
@@ -206,6 +302,17 @@ class Bench:
                 log(f"{system} {label}: FAILED rc={out.returncode} {out.stderr.strip()[:300]}")
                 r = {"error": r.get("error", f"rc {out.returncode}")}
             r.update({"sys": system, "label": label, "wall": round(time.time() - t0, 2)})
+            if durability:
+                r["durability"] = durability
+            if getattr(broker, "data_dir", None) and "error" not in r:
+                # Measured before the broker stops (a clean fluxd stop adds a checkpoint): what the run wrote.
+                b = data_bytes(broker.data_dir)
+                r["actions"] = clients * (count + warmup)
+                r["journal_bytes"] = b["journal"]
+                r["data_bytes_allocated"] = b["allocated"]
+                r["journal_bytes_per_action"] = round(b["journal"] / r["actions"], 1)
+                if "aof_rewrites" in b:
+                    r["aof_rewrites"] = b["aof_rewrites"]
             if "p50_us" in r:
                 log(f"{system:6} {label:28} p50 {r['p50_us']:9.1f} us  p99 {r['p99_us']:9.1f} us  "
                     f"{r['rounds_per_s']:11.0f} rt/s  {r['deliveries_per_s']:11.0f} deliv/s")
@@ -221,6 +328,8 @@ class Bench:
                 store.stop()
             if broker:
                 broker.stop()
+                if getattr(broker, "data_dir", None):
+                    shutil.rmtree(broker.data_dir, ignore_errors=True)
 
     # ---------------------------------------------------------------- workloads
     def workloads(self):
@@ -291,8 +400,135 @@ class Bench:
                         self.run("flux", f"w7-{kind}-pipe-rep{rep}", window=64, count=p7, warmup=p7 // 10,
                                  sdk_store=kind == "sdk", cpu_of_store=True)
 
+        # 8. durability (issue 15): workloads 1 and 2 through fluxd ephemeral / none / batch / always and Redis
+        # with a durable write per message (AOF everysec / always), the disk's own fdatasync latency in the same
+        # run, then restart time and journal bytes with 1,000,000 journaled actions over 100 stores
+        if want("8"):
+            self.durability()
+
+    def durability(self):
+        a, s = self.args, self.args.scale
+        combos = [("flux", m) for m in ("ephemeral", "none", "batch", "always")]
+        if self.have("redis"):
+            combos += [("redis", "everysec"), ("redis", "always")]
+        # Workload 1 with two syncs per round trip (always) takes 2-3x the disk's sync latency per round trip:
+        # 10,000 of them stay within a minute up to ~2.5 ms per sync.
+        n1 = max(1000, int(10_000 * s))
+        c1, c8 = max(2000, int(200_000 * s)), max(500, int(50_000 * s))
+        probes = max(250, int(3000 * s) // max(1, 2 * a.reps))
+        log(f"workload 8 on {self.disk.get('source', '?')} ({self.disk.get('fstype', '?')}) under {self.tmp}")
+
+        def probe(rep, when):
+            r = fdatasync_probe(self.tmp, probes)
+            r.update({"sys": "disk", "label": f"w8-fdatasync-rep{rep}-{when}"})
+            log(f"disk   fdatasync of 1 byte ({when:6}) p50 {r['p50_us']:9.1f} us  p99 {r['p99_us']:9.1f} us")
+            self.results.append(r)
+
+        for rep in range(a.reps):
+            probe(rep, "before")
+            for sysn, mode in combos:
+                self.run(sysn, f"w8-{mode}-rtt-rep{rep}", count=n1, warmup=max(200, n1 // 20), durability=mode)
+            probe(rep, "after")
+            for sysn, mode in combos:
+                self.run(sysn, f"w8-{mode}-pipe-c1-rep{rep}", window=64, count=c1, warmup=c1 // 10,
+                         durability=mode)
+            for sysn, mode in combos:
+                self.run(sysn, f"w8-{mode}-pipe-c8-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10,
+                         durability=mode)
+        self.restart()
+
+    def restart(self):
+        """A durable fluxd (batch) fed `--restart-actions` actions over 100 stores (100 clients, one store process
+        owning the 100 stores, 64 in flight per client), then restarted on the same data directory after SIGKILL
+        (the last checkpoint + the segments after it are read) and after SIGTERM (a clean stop writes a checkpoint
+        of everything): the time from exec to "fluxd ready on", the journal's own log lines, and the journal's
+        bytes per action."""
+        a = self.args
+        stores = 100
+        per = max(1, int(a.restart_actions * a.scale) // stores)
+        actions = per * stores
+        data = self.fresh_dir("fluxd-restart")
+        sock = f"{self.tmp}/fluxd-restart.sock"
+        argv = [self.fluxd, "--socket", sock, "--data-dir", data, "--durability", "batch", "--log-level", "notice"]
+        rec = {"sys": "flux", "label": "w8-restart", "actions": actions, "stores": stores, "restarts": []}
+
+        def start(kind):
+            t0 = time.perf_counter()
+            p = Proc(argv, ready="fluxd ready", timeout=120)
+            ms = (time.perf_counter() - t0) * 1000
+            notes = []
+            deadline = time.time() + 2
+            while time.time() < deadline:  # the journal's notes are logged to stderr before the ready line
+                notes = [x.decode(errors="replace").strip() for x in p.tail if b"journal:" in x]
+                if any("journal: read" in x for x in notes):
+                    break
+                time.sleep(0.02)
+            notes = [x.split("journal: ", 1)[1] for x in notes]
+            row = {"kind": kind, "ready_ms": round(ms, 1), "notes": notes, "rss_kb": rss_kb(p.pid)}
+            rec["restarts"].append(row)
+            log(f"fluxd  restart {kind:22} ready in {ms:8.1f} ms  {' / '.join(notes)[:160]}")
+            return p
+
+        broker = store = None
+        try:
+            broker = start("empty data directory")
+            before = data_bytes(data)
+            store = Proc([f"{self.bin}/fluxbench", "store", "--sys", "flux", "--addr", sock, "--topics", str(stores)],
+                         ready="store ready")
+            log(f"feeding {actions:,} actions over {stores} stores")
+            cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(stores),
+                   "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
+                   "--store-pid", str(store.pid), "--label", "w8-feed", "--timeout", str(max(a.run_timeout, 600))]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.run_timeout, 600) + 30)
+            feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
+            if out.returncode != 0 or "error" in feed:
+                raise RuntimeError(f"feed failed: rc {out.returncode} {out.stderr.strip()[-200:]}")
+            rec["feed_rounds_per_s"] = feed["rounds_per_s"]
+            rec["feed_secs"] = feed["secs"]
+            after = data_bytes(data)
+            rec["journal_bytes"] = after["journal"] - before["journal"]
+            rec["segments"] = after["segments"]
+            rec["checkpoint_bytes"] = after["checkpoints"]
+            rec["data_bytes_allocated"] = after["allocated"]
+            rec["journal_bytes_per_action"] = round(rec["journal_bytes"] / actions, 1)
+            log(f"fed {actions:,} actions at {feed['rounds_per_s']:,.0f}/s: journal {rec['journal_bytes']:,} bytes "
+                f"in {after['segments']} segment(s), {rec['journal_bytes_per_action']} bytes per action")
+            store.stop()
+            store = None
+            for _ in range(a.reps):
+                broker.p.kill()  # SIGKILL: no checkpoint on the way out
+                broker.p.wait()
+                broker = start("after SIGKILL")
+            for _ in range(a.reps):
+                t0 = time.perf_counter()
+                broker.stop()  # SIGTERM: a clean stop syncs and writes a checkpoint of everything
+                rec.setdefault("stop_ms", []).append(round((time.perf_counter() - t0) * 1000, 1))
+                broker = start("after SIGTERM")
+            rec["after_checkpoint"] = data_bytes(data)
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
+            log(f"restart: FAILED {e}")
+            rec["error"] = str(e)[:200]
+        finally:
+            if store:
+                store.stop()
+            if broker:
+                broker.stop()
+            shutil.rmtree(data, ignore_errors=True)
+        self.results.append(rec)
+
     def cleanup(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def machine_info():
@@ -340,10 +576,12 @@ def main():
                     help="release flux-bench-store executable (the Swift SDK store of workload 7; default: next to "
                          "fluxd; workload 7 is skipped when there is none)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1 for a quick run)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions of workloads 1, 2, 6 and 7 (medians reported)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of workloads 1, 2, 6, 7 and 8 (medians reported)")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections in workload 5")
     ap.add_argument("--spin", type=int, default=1, help="busy loops at nice 19 keeping cores awake (0 = quiet)")
     ap.add_argument("--only", default="", help="comma-separated workload numbers to run (default all)")
+    ap.add_argument("--restart-actions", type=int, default=1_000_000,
+                    help="workload 8: actions journaled (over 100 stores) before the restarts (times --scale)")
     ap.add_argument("--run-timeout", type=float, default=120)
     ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
     ap.add_argument("--command", default="scripts/bench.sh")
@@ -372,7 +610,7 @@ def main():
             sp.kill()
             sp.wait()
         b.cleanup()
-    doc = {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "args": vars(args),
+    doc = {"machine": machine_info(), "disk": b.disk, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "args": vars(args),
            "command": args.command, "duration_s": round(time.time() - started, 1), "results": b.results}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)

@@ -3,6 +3,7 @@
 `python3 Benchmarks/report.py [results.json]` rewrites RESULTS.md from a saved run without measuring again."""
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -80,6 +81,180 @@ def split_table(L, present, c1, c8):
         L.append("")
 
 
+FLUX_MODES = [("ephemeral", "FluxBus, --ephemeral (memory only)"), ("none", "FluxBus, --durability none"),
+              ("batch", "FluxBus, --durability batch (default)"), ("always", "FluxBus, --durability always")]
+REDIS_MODES = [("everysec", "Redis, appendfsync everysec"), ("always", "Redis, appendfsync always")]
+
+
+def durability_section(L, res, doc):
+    """Workload 8 (issue 15): what durability costs, beside Redis with an AOF; the disk's sync latency; restart."""
+    disk = [r for r in res if r.get("sys") == "disk" and r.get("label", "").startswith("w8-fdatasync")]
+    rows = {(s, m): (pick(res, s, f"w8-{m}-rtt"), pick(res, s, f"w8-{m}-pipe-c1"), pick(res, s, f"w8-{m}-pipe-c8"))
+            for s, modes in (("flux", FLUX_MODES), ("redis", REDIS_MODES)) for m, _ in modes}
+    restart = next((r for r in res if r.get("label") == "w8-restart"), None)
+    if not disk and not any(any(v) for v in rows.values()) and not restart:
+        return []
+    sync50, sync99 = med(disk, "p50_us"), med(disk, "p99_us")
+    d = doc.get("disk", {})
+    m = doc["machine"]
+    L.append("## 8. Durability (issue 15)")
+    L.append("")
+    L.append(f"Same run, same machine ({m.get('cpu', '?')}, {m.get('cores')} cores, Linux {m.get('kernel')}). "
+             f"Data directories in the run's temporary directory, on {d.get('source', '?')} ({d.get('fstype', '?')}, "
+             f"{d.get('options', '?')}; rotational {d.get('rotational', '?')}, write cache {d.get('write_cache', '?')}), "
+             "a fresh one for every measurement, and the broker started fresh on it. Command: `" + doc["command"] + "`.")
+    L.append("")
+    if disk:
+        L.append(f"**The disk's own sync latency** (a 1-byte append + `fdatasync`, {sum(r['samples'] for r in disk):,} "
+                 f"samples over {len(disk)} probe(s) interleaved with the repetitions): p50 **{fmt(sync50)} µs**, "
+                 f"p99 {fmt(sync99)} µs (medians of the probes; per probe p50 "
+                 f"{', '.join(fmt(r['p50_us']) for r in disk)} µs). Every durable commit costs at least this.")
+        L.append("")
+    L.append("- FluxBus: the pattern of workloads 1 and 2 unchanged (`dispatch` -> `action` -> `done` with state -> "
+             "`snapshot`). A durable fluxd journals the action (before the store sees it) and the result with the "
+             "state (before a subscriber sees it). `none`: written to the OS each loop iteration, never synced by "
+             "fluxd; `batch`: also synced every 100 ms (`--sync-interval`); `always`: one `fdatasync` per loop "
+             "iteration before the frames that reveal the records leave (group commit).")
+    L.append("- Redis (`fluxbench --redis-write`): the same pub/sub pattern **plus a write**, so that the AOF holds "
+             "what fluxd's journal holds: the client sends `XADD a.<t> * p <action>` then `PUBLISH a.<t> <action>` "
+             "(one write), the store answers `SET s.<t> <state>` then `PUBLISH s.<t> <state>`. Why a write beside "
+             "the pub/sub rather than Redis Streams alone (XADD + XREAD BLOCK): the delivery path stays the one of "
+             "workloads 1 and 2, so the only change against the Redis rows there is the durable write. Why XADD for "
+             "the action: a stream is Redis's append-only log with an id per entry, the nearest thing to fluxd's "
+             "journal of every action (a SET would keep only the last); SET for the state matches fluxd's retained "
+             "snapshot. Redis writes the AOF in `beforeSleep`, before it writes any reply or pushed message of that "
+             "event-loop iteration; with `appendfsync always` it also `fdatasync`s there, so, as in fluxd's "
+             "`always`, nothing reveals a write before it is on disk (two syncs per round trip for both). "
+             "`everysec` syncs in a background thread once a second. Redis's defaults otherwise (AOF rewrite at "
+             "64 MB and 100% growth, in a forked child).")
+    L.append("")
+    L.append("| system | round trip p50 µs | p99 µs | p50 / disk fdatasync p50 | pipelined 1 client round trips/s | "
+             "p99 µs | 8 clients round trips/s | p99 µs | broker CPU µs per round trip (1 client) | "
+             "bytes written per action |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s, modes in (("flux", FLUX_MODES), ("redis", REDIS_MODES)):
+        for mode, name in modes:
+            a, b, c = rows[(s, mode)]
+            if not (a or b or c):
+                fail = failed(res, s, f"w8-{mode}-")
+                L.append(f"| {name} | not measured{' (failed)' if fail else ''} | | | | | | | | |")
+                continue
+            p50 = med(a, "p50_us")
+            per = med(b, "journal_bytes_per_action")
+            rw = max([r.get("aof_rewrites", 0) for r in b + c] or [0])
+            note = f" ({rw} AOF rewrite{'s' if rw > 1 else ''} during a run)" if rw else ""
+            L.append(f"| {name} | {fmt(p50)} | {fmt(med(a, 'p99_us'))} | "
+                     f"{ratio(p50, sync50) if mode == 'always' else '—'} | {fmt(med(b, 'rounds_per_s'), 0)} | "
+                     f"{fmt(med(b, 'p99_us'))} | {fmt(med(c, 'rounds_per_s'), 0)} | {fmt(med(c, 'p99_us'))} | "
+                     f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt(per, 0) if per is not None else '—'}{note} |")
+    L.append("")
+    a1 = next((r for r in res if r.get("label", "").startswith("w8-") and "-rtt-" in r.get("label", "")
+               and "rounds" in r), None)
+    p1 = next((r for r in res if "-pipe-c1-" in r.get("label", "") and r.get("label", "").startswith("w8-")
+               and "rounds" in r), None)
+    p8 = next((r for r in res if "-pipe-c8-" in r.get("label", "") and r.get("label", "").startswith("w8-")
+               and "rounds" in r), None)
+    L.append(f"Round trip: {a1['rounds'] if a1 else '?'} round trips per repetition after a warm-up; pipelined: "
+             f"64 in flight per client, {p1['rounds'] if p1 else '?'} round trips (1 client) and "
+             f"{p8['rounds'] if p8 else '?'} (8 clients); {doc['args']['reps']} repetitions interleaved, medians. "
+             "Bytes written per action: what the 1-client pipelined run left in the broker's data directory "
+             "(fluxd: the journal segments, action + result + state records; Redis: the AOF files, after any "
+             "rewrite) / actions sent. Broker CPU: from /proc (10 ms ticks); on this VM each sync also costs the "
+             "broker CPU time (the virtio notification), so the durable modes' figure includes the disk's share. "
+             "`Benchmarks/durability.md` says where a durable fluxd's time goes.")
+    L.append("")
+    if restart:
+        L.append("### Restart with a journal of "
+                 f"{restart.get('actions', 0):,} actions over {restart.get('stores', '?')} stores")
+        L.append("")
+        if "error" in restart:
+            L.append(f"Failed: {restart['error']}")
+            L.append("")
+        L.append(f"A `--durability batch` fluxd was fed {restart.get('actions', 0):,} actions by 100 clients (64 in "
+                 f"flight each, one store process owning the 100 stores; "
+                 f"{fmt(restart.get('feed_rounds_per_s'), 0)} actions/s), then restarted on the same data directory: "
+                 "killed with SIGKILL (no checkpoint on the way out: the newest checkpoint, written when a 64 MiB "
+                 "segment filled, plus the segments after it are read), and stopped with SIGTERM (a clean stop "
+                 "syncs and writes a checkpoint of everything). Time = from exec to the `fluxd ready on` line. The "
+                 "journal files were in the page cache (a crash of the process, not of the machine).")
+        L.append("")
+        L.append("| start | ready in ms (median) | each | fluxd RSS after MiB | fluxd's journal log lines |")
+        L.append("|---|---:|---|---:|---|")
+        kinds = []
+        for r in restart.get("restarts", []):
+            if r["kind"] not in kinds:
+                kinds.append(r["kind"])
+        for k in kinds:
+            rs = [r for r in restart["restarts"] if r["kind"] == k]
+            rss = med(rs, "rss_kb")
+            notes = "; ".join(re.sub(r"/\S*/(checkpoint-|journal-)", r"\1", n) for n in rs[-1]["notes"])
+            L.append(f"| {k} | {fmt(med(rs, 'ready_ms'))} | {', '.join(fmt(r['ready_ms']) for r in rs)} | "
+                     f"{fmt(rss / 1024 if rss else None)} | {notes.replace('|', '/')} |")
+        L.append("")
+        if "journal_bytes" in restart:
+            L.append(f"Journal: {restart['journal_bytes']:,} bytes in {restart['segments']} segment(s) for "
+                     f"{restart['actions']:,} actions = **{restart['journal_bytes_per_action']} bytes per action** "
+                     f"(action 100-byte payload and 200-byte state; the records: action, result, snapshot); "
+                     f"checkpoints {restart.get('checkpoint_bytes', 0):,} bytes; allocated on disk (du, with the "
+                     f"space reserved ahead) {restart.get('data_bytes_allocated', 0):,} bytes. A clean stop (SIGTERM "
+                     f"to exit) took {', '.join(fmt(x) for x in restart.get('stop_ms', []))} ms.")
+            L.append("")
+
+    # ---- targets
+    checks = []
+
+    def rr(s, m, i, key):
+        return med(rows[(s, m)][i], key)
+
+    n1, b1 = rr("flux", "none", 1, "rounds_per_s"), rr("flux", "batch", 1, "rounds_per_s")
+    n8, b8 = rr("flux", "none", 2, "rounds_per_s"), rr("flux", "batch", 2, "rounds_per_s")
+    np50, bp50 = rr("flux", "none", 0, "p50_us"), rr("flux", "batch", 0, "p50_us")
+    if n1 and b1:
+        checks.append(("batch within 10% of none: pipelined throughput, 1 client", f"{b1 / n1:.2f}x", b1 >= 0.9 * n1))
+    if n8 and b8:
+        checks.append(("batch within 10% of none: pipelined throughput, 8 clients", f"{b8 / n8:.2f}x", b8 >= 0.9 * n8))
+    if np50 and bp50:
+        checks.append(("batch within 10% of none: round trip p50", f"{bp50 / np50:.2f}x", bp50 <= 1.1 * np50))
+    e1, e8 = rr("flux", "ephemeral", 1, "rounds_per_s"), rr("flux", "ephemeral", 2, "rounds_per_s")
+    if e1 and b1:
+        checks.append(("(no target) batch / ephemeral pipelined throughput, 1 / 8 clients",
+                       f"{b1 / e1:.2f}x / {(b8 / e8) if b8 and e8 else 0:.2f}x", None))
+    a1_, r1 = rr("flux", "always", 1, "rounds_per_s"), rr("redis", "always", 1, "rounds_per_s")
+    a8_, r8 = rr("flux", "always", 2, "rounds_per_s"), rr("redis", "always", 2, "rounds_per_s")
+    if a1_ and r1:
+        checks.append(("always ≥ 1.5x Redis appendfsync always, pipelined, 1 client", f"{a1_ / r1:.2f}x",
+                       a1_ >= 1.5 * r1))
+    if a8_ and r8:
+        checks.append(("always ≥ 1.5x Redis appendfsync always, pipelined, 8 clients", f"{a8_ / r8:.2f}x",
+                       a8_ >= 1.5 * r8))
+    ap50, rp50 = rr("flux", "always", 0, "p50_us"), rr("redis", "always", 0, "p50_us")
+    if ap50 and sync50:
+        checks.append(("(report) always round trip p50 / disk fdatasync p50 (2 syncs per round trip)",
+                       f"{ap50 / sync50:.2f}x" + (f" (Redis always: {rp50 / sync50:.2f}x)" if rp50 else ""), None))
+    if restart and restart.get("restarts"):
+        for kind in ("after SIGKILL", "after SIGTERM"):
+            rs = [r for r in restart["restarts"] if r["kind"] == kind]
+            if rs:
+                v = med(rs, "ready_ms")
+                checks.append((f"restart {kind} with {restart['actions']:,} actions under 1 s", f"{v:,.0f} ms",
+                               v < 1000 if restart["actions"] >= 1_000_000 else None))
+        if "journal_bytes_per_action" in restart:
+            checks.append(("(report) journal bytes per action", f"{restart['journal_bytes_per_action']}", None))
+    if checks:
+        L.append("### Targets (issue 15), checked against this run")
+        L.append("")
+        L.append("| target | measured | met |")
+        L.append("|---|---:|:---:|")
+        for name, val, ok in checks:
+            L.append(f"| {name} | {val} | {'yes' if ok else ('no' if ok is not None else '—')} |")
+        L.append("")
+        if restart and restart.get("actions", 0) < 1_000_000:
+            L.append(f"The restart ran with {restart['actions']:,} actions (a scaled run), so the 1 s target for "
+                     "1,000,000 is not judged here.")
+            L.append("")
+    return checks
+
+
 def write(doc, path):
     res = doc["results"]
     m = doc["machine"]
@@ -91,7 +266,7 @@ def write(doc, path):
              "`Benchmarks/results.json`. Do not edit by hand: rerun the command.")
     L.append("")
     L.append(f"- Date: {doc['date']}; whole run {doc['duration_s']} s; scale {doc['args']['scale']} "
-             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6 and 7 (median shown); "
+             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6, 7 and 8 (median shown); "
              f"{doc['args'].get('spin', 0)} busy loop(s) at nice 19 kept the cores awake (`--spin`).")
     L.append(f"- Machine: {m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('mem')}, Linux {m.get('kernel')}, "
              f"load average at the end {' '.join(m.get('load', []))}.")
@@ -275,6 +450,8 @@ def write(doc, path):
         L.append(f"SDK/C: round trip p50 {ratio(med(sdk_rtt, 'p50_us'), med(c_rtt, 'p50_us'))}, pipelined "
                  f"throughput {ratio(med(sdk_pipe, 'rounds_per_s'), med(c_pipe, 'rounds_per_s'))}.")
         L.append("")
+
+    durability_section(L, res, doc)
 
     # ---- targets
     L.append("## Targets (issue 6), checked against this run")

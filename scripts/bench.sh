@@ -5,6 +5,8 @@
 #   scripts/bench.sh                 full run
 #   scripts/bench.sh --scale 0.1     quick run (every count x0.1)
 #   scripts/bench.sh --only 1,2      some workloads only
+#   scripts/bench.sh --only 8        durability (issue 15): fluxd ephemeral/none/batch/always beside Redis with an
+#                                    AOF (everysec/always), the disk's fdatasync latency, restart with 1M actions
 #   FLUXD=/path/to/fluxd scripts/bench.sh   use that fluxd instead of building one
 #
 # Installs the peers from Debian packages when missing (needs root and apt-get), builds a release fluxd and the

@@ -145,6 +145,7 @@ def durability_section(L, res, doc):
              "p99 µs | 8 clients round trips/s | p99 µs | broker CPU µs per round trip (1 client) | "
              "bytes written per action |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rewrites = []
     for s, modes in (("flux", FLUX_MODES), ("redis", REDIS_MODES)):
         for mode, name in modes:
             a, b, c = rows[(s, mode)]
@@ -153,13 +154,14 @@ def durability_section(L, res, doc):
                 L.append(f"| {name} | not measured{' (failed)' if fail else ''} | | | | | | | | |")
                 continue
             p50 = med(a, "p50_us")
-            per = med(b, "journal_bytes_per_action")
+            per = med(a, "journal_bytes_per_action")
             rw = max([r.get("aof_rewrites", 0) for r in b + c] or [0])
-            note = f" ({rw} AOF rewrite{'s' if rw > 1 else ''} during a run)" if rw else ""
+            if rw:
+                rewrites.append(f"{name}: up to {rw} per pipelined run")
             L.append(f"| {name} | {fmt(p50)} | {fmt(med(a, 'p99_us'))} | "
                      f"{ratio(per_sync(s, mode), 1) if mode == 'always' else '—'} | {fmt(med(b, 'rounds_per_s'), 0)} | "
                      f"{fmt(med(b, 'p99_us'))} | {fmt(med(c, 'rounds_per_s'), 0)} | {fmt(med(c, 'p99_us'))} | "
-                     f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt(per, 0) if per is not None else '—'}{note} |")
+                     f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt(per, 0) if per is not None else '—'} |")
     L.append("")
     a1 = next((r for r in res if r.get("label", "").startswith("w8-") and "-rtt-" in r.get("label", "")
                and "rounds" in r), None)
@@ -170,11 +172,13 @@ def durability_section(L, res, doc):
     L.append(f"Round trip: {a1['rounds'] if a1 else '?'} round trips per repetition after a warm-up; pipelined: "
              f"64 in flight per client, {p1['rounds'] if p1 else '?'} round trips (1 client) and "
              f"{p8['rounds'] if p8 else '?'} (8 clients); {doc['args']['reps']} repetitions interleaved, medians. "
-             "Bytes written per action: what the 1-client pipelined run left in the broker's data directory "
-             "(fluxd: the journal segments, action + result + state records; Redis: the AOF files, after any "
-             "rewrite) / actions sent. Broker CPU: from /proc (10 ms ticks); on this VM each sync also costs the "
+             "Bytes written per action: what the round-trip run left in the broker's data directory "
+             "(fluxd: the journal segments, action + result + state records; Redis: the AOF files) / actions sent; "
+             "that run is too short for an AOF rewrite or a segment roll-over, which the pipelined runs may have "
+             "(a Redis AOF rewrite forks a child that compacts the AOF, competing for the 2 cores). Broker CPU: from /proc (10 ms ticks); on this VM each sync also costs the "
              "broker CPU time (the virtio notification), so the durable modes' figure includes the disk's share. "
-             "`Benchmarks/durability.md` says where a durable fluxd's time goes.")
+             "`Benchmarks/durability.md` says where a durable fluxd's time goes."
+             + (f" AOF rewrites (Redis's defaults) during the measurements: {'; '.join(rewrites)}." if rewrites else ""))
     L.append("")
     if restart:
         L.append("### Restart with a journal of "

@@ -34,9 +34,33 @@ extension Router {
             results.append(TargetResult(store: store.name, outcome: action.result(at: i)!.journaled,
                                         version: action.version(at: i)))
         }
-        outcomes.expire(now: now)
-        outcomes.insert(SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id),
-                        seq: action.seq, results: results, at: now)
+        let key = SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id)
+        rememberOutcome(key, seq: action.seq, results: results)
+    }
+
+    /// Keeps an outcome, charged to its user's share of the memory budget (always: an outcome that was not kept
+    /// would later read as never sent), and returns what the log let go of.
+    func rememberOutcome(_ key: SessionKey, seq: UInt64, results: [TargetResult]) {
+        releaseOutcomes(outcomes.expire(now: now))
+        let entry = OutcomeLog.Entry(seq: seq, results: results)
+        memory.force(outcomeAccount(key.uid), entry.bytes(key))
+        releaseOutcomes(outcomes.insert(key, seq: seq, results: results, at: now))
+    }
+
+    func expireOutcomes() {
+        releaseOutcomes(outcomes.expire(now: now))
+    }
+
+    private func releaseOutcomes(_ dropped: [OutcomeLog.Dropped]) {
+        for d in dropped { memory.release(outcomeAccount(d.uid), d.bytes) }
+    }
+
+    /// The account a user's kept outcomes are charged to.
+    private func outcomeAccount(_ uid: UInt32) -> MemoryBudget.Account {
+        if let a = outcomeAccounts[uid] { return a }
+        let a = memory.userAccount(uid: uid)
+        outcomeAccounts[uid] = a
+        return a
     }
 
     // MARK: - recover (SPEC §8.12)
@@ -47,7 +71,7 @@ extension Router {
         }
         let uid = peer.account.uid
         let sessionText = SessionKey.text(session)
-        outcomes.expire(now: now)
+        expireOutcomes()
         // Unsettled actions of this session, by id (recover is rare: one pass over what is unsettled).
         var pending: [SessionKey: ActionRecord] = [:]
         for action in unsettledActions() {
@@ -154,7 +178,7 @@ extension Router {
                 }
             }
         }
-        outcomes.expire(now: now)
+        expireOutcomes()
         for (key, entry) in outcomes.all {
             emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results))
         }
@@ -230,7 +254,7 @@ extension Router {
             }
         }
         for (key, entry) in state.outcomes.all {
-            outcomes.insert(key, seq: entry.seq, results: entry.results, at: now)
+            rememberOutcome(key, seq: entry.seq, results: entry.results)
         }
     }
 }

@@ -54,6 +54,8 @@ public final class Router {
     @exclusivity(unchecked) var restoredNewestSeq: UInt64 = 0
     /// Outcomes of settled dispatches made under a session, for `recover` (SPEC §15.4).
     @exclusivity(unchecked) var outcomes: OutcomeLog
+    /// The accounts kept outcomes are charged to, per user.
+    @exclusivity(unchecked) var outcomeAccounts: [UInt32: MemoryBudget.Account] = [:]
     @exclusivity(unchecked) var shuttingDown = false
     @exclusivity(unchecked) var draining = false
     /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.

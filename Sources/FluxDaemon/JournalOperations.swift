@@ -13,6 +13,9 @@ struct JournalOperations {
         switch request {
         case .history(let idRaw, let from, let limit):
             let page = journal.history(from: from, limit: limit)
+            if let damage = page.damage, page.entries.isEmpty {
+                return .error(.notRetained, "the journal's history from seq \(from ?? page.first) on cannot be read: \(damage)")
+            }
             let last = lastSeq()
             var j = JSONBuilder(capacity: 256 * page.entries.count + 64)
             j.array { list in

@@ -144,6 +144,10 @@ public final class Journal: JournalWriting {
         public var firstSeq: UInt64?
         public var lastSeq: UInt64?
         public var lastTime: UInt64 = 0
+        /// How many actions it holds (retention counts actions, not seqs: seqs jump after a restart).
+        public var actions: UInt64 = 0
+        /// Why its history cannot all be read (damage found in a segment behind a checkpoint), if so.
+        public var damage: String?
     }
     public private(set) var segmentInfos: [SegmentInfo] = []
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
@@ -231,6 +235,7 @@ public final class Journal: JournalWriting {
         let last = segmentInfos.count - 1
         if segmentInfos[last].firstSeq == nil { segmentInfos[last].firstSeq = seq }
         segmentInfos[last].lastSeq = seq
+        segmentInfos[last].actions += 1
         segmentInfos[last].lastTime = time
         stage {
             RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
@@ -291,16 +296,23 @@ public final class Journal: JournalWriting {
             mustSync = false
         }
         if writer.written >= options.segmentBytes { rollOver(now: now) }
-        if reservedEnd - writer.written < options.reserveBytes / 2 { reserveSpace() }
+        // Reserve again when less than half a reservation is left, and never past the segment's end (the
+        // reservation already reaches a little beyond it; the next segment gets its own).
+        let lowWater = min(options.reserveBytes / 2, max(0, options.segmentBytes - writer.written))
+        var diskFull = false
+        if case .diskFull? = refusal { diskFull = true }
+        if reservedEnd - writer.written < lowWater || diskFull { reserveSpace() }
         return .written
     }
 
     /// Allocates `reserveBytes` ahead of the writes; a failure for lack of space refuses new work until a later
     /// reservation succeeds (`retrySpace`).
     private func reserveSpace() {
+        // Up to the segment's end and a little past it (the record that crosses it), at most `reserveBytes`.
+        let bytes = min(options.reserveBytes, max(options.segmentBytes - writer.written, 0) + (256 << 10))
         do {
-            try writer.file.reserve(from: writer.written, bytes: options.reserveBytes)
-            reservedEnd = writer.written + options.reserveBytes
+            try writer.file.reserve(from: writer.written, bytes: bytes)
+            reservedEnd = writer.written + bytes
             if case .diskFull? = refusal { refusal = nil }
         } catch {
             if error.isDiskFull {
@@ -351,6 +363,7 @@ public final class Journal: JournalWriting {
         do {
             let next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
             try Self.syncDirectory(options.directory)
+            writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
             writer.file.close()
             writer = next
             segmentNumber += 1
@@ -392,12 +405,12 @@ public final class Journal: JournalWriting {
     /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
     /// retention window, oldest first (history stays contiguous).
     private func applyRetention(coveredThrough covered: Int) {
-        let newest = segmentInfos.compactMap(\.lastSeq).max() ?? 0
-        let keepFromSeq = newest > options.retainActions ? newest - options.retainActions : 0
         let wall = wallClock()
         let keepFromTime = wall > options.retainAge ? wall - options.retainAge : 0
         while let first = segmentInfos.first, first.number <= covered, first.number < segmentNumber {
-            let beyondCount = (first.lastSeq ?? 0) < keepFromSeq
+            // Beyond the count when the segments after it hold the newest `retainActions` actions already.
+            let newer = segmentInfos.dropFirst().reduce(UInt64(0)) { $0 + $1.actions }
+            let beyondCount = newer >= options.retainActions
             let beyondAge = first.lastTime < keepFromTime
             guard beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1 else { break }
             unlink(options.directory + "/" + Self.segmentName(first.number))
@@ -413,6 +426,7 @@ public final class Journal: JournalWriting {
             return
         }
         checkpoint(through: segmentNumber, now: now)
+        writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
         writer.file.close()
     }
 
@@ -540,7 +554,11 @@ public final class Journal: JournalWriting {
         }
         // Segments the checkpoint covers are history only (kept for `history` until retention deletes them).
         for segment in all where segment.number <= covered {
-            infos.append(scanInfo(segment))
+            let info = scanInfo(segment)
+            if let damage = info.damage {
+                notes.append("history behind the checkpoint is damaged: \(damage); what follows it in that segment cannot be read (history and state-at say so)")
+            }
+            infos.append(info)
         }
         all.removeAll { $0.number <= covered }
         if let first = all.first, first.number != covered + 1 {
@@ -573,6 +591,7 @@ public final class Journal: JournalWriting {
                     if case .action(let a) = record {
                         if info.firstSeq == nil { info.firstSeq = a.seq }
                         info.lastSeq = a.seq
+                        info.actions += 1
                         info.lastTime = a.time
                     }
                     state.apply(record)
@@ -600,9 +619,10 @@ public final class Journal: JournalWriting {
                 notes.append("dropped a torn last record (\(scan.tornBytes) bytes at offset \(scan.validEnd) of \(segment.path)): a crash while it was written; it was never revealed to a peer in a durable mode")
             }
             if scan.validEnd < SegmentHeader.size {
-                // A crash while the header was written: the segment is rewritten from its start.
+                // A crash while a new segment was started (empty, or its header cut short): it goes, and the
+                // segment before it stays the last one (full, so a new segment follows it).
                 unlink(segment.path)
-                last = nil
+                notes.append("removed \(segment.path): a crash while it was started left no record in it")
                 continue
             }
             last = (segment.number, scan.validEnd)
@@ -616,12 +636,22 @@ public final class Journal: JournalWriting {
     /// The actions' seqs and times of a segment, read without applying it (a segment behind a checkpoint).
     static func scanInfo(_ segment: (number: Int, path: String)) -> SegmentInfo {
         var info = SegmentInfo(number: segment.number)
-        guard let bytes = readWholeFile(segment.path) else { return info }
-        for range in JournalScan(bytes).records {
+        guard let bytes = readWholeFile(segment.path) else {
+            info.damage = "\(segment.path) cannot be read"
+            return info
+        }
+        let scan = JournalScan(bytes)
+        switch scan.problem {
+        case .corrupt(let offset, let reason)?: info.damage = "\(segment.path) is damaged at offset \(offset): \(reason)"
+        case .notASegment(let reason)?: info.damage = "\(segment.path) is not a segment: \(reason)"
+        case nil: if scan.tornBytes > 0 { info.damage = "\(segment.path) ends in a record cut short at offset \(scan.validEnd)" }
+        }
+        for range in scan.records {
             if case .action(let a)? = try? RecordDecoder.decode(bytes, range) {
                 if info.firstSeq == nil { info.firstSeq = a.seq }
                 info.lastSeq = a.seq
                 info.lastTime = a.time
+                info.actions += 1
             }
         }
         return info

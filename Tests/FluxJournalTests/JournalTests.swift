@@ -181,6 +181,7 @@ struct JournalTests {
             if failSync { throw StorageError(operation: "fdatasync", errno: EIO, path: path) }
             try inner.sync()
         }
+        func unreserve(from offset: Int, bytes: Int) {}
         func reserve(from offset: Int, bytes: Int) throws(StorageError) {
             if failReserve { throw StorageError(operation: "fallocate", errno: ENOSPC, path: path) }
         }

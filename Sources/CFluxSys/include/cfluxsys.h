@@ -5,3 +5,7 @@
 /// fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length): allocates disk space without changing the file's length.
 /// Returns 0, or -1 with errno set.
 int cfluxsys_reserve(int fd, off_t offset, off_t length);
+
+/// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length): gives back the disk space of that
+/// range (space reserved past a closed segment's end). Returns 0, or -1 with errno set.
+int cfluxsys_release(int fd, off_t offset, off_t length);

@@ -23,6 +23,7 @@ class Op:
     GET = "get"
     GOT = "got"
     HELLO = "hello"
+    HISTORY = "history"
     INFO = "info"
     MISSED = "missed"
     PING = "ping"
@@ -31,6 +32,8 @@ class Op:
     QUERIES_CHANGED = "queries-changed"
     QUERY = "query"
     QUERY_OK = "query-ok"
+    RECOVER = "recover"
+    RECOVERED = "recovered"
     REGISTER = "register"
     REGISTERED = "registered"
     REJECT = "reject"
@@ -38,6 +41,7 @@ class Op:
     SETTLED = "settled"
     SNAPSHOT = "snapshot"
     STATE = "state"
+    STATE_AT = "state-at"
     STOP_WORKER = "stop-worker"
     STORE_DOWN = "store-down"
     STORE_UP = "store-up"
@@ -53,18 +57,19 @@ class Op:
     WORKERS = "workers"
 
 
-#: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``).
+#: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``; ``recover``, ``history`` and
+#: ``state-at`` since fluxd 0.3.0, SPEC §8.12).
 OPS_TO_FLUXD: FrozenSet[str] = frozenset({
-    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RESTART_WORKER,
-    Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
+    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.HISTORY, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RECOVER,
+    Op.RESTART_WORKER, Op.STATE_AT, Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
 })
 #: Ops only a store-role peer sends to fluxd (``s2d``).
 OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
 #: Ops fluxd sends to a peer (``d2c``).
 OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
-    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
-    Op.QUERIES_CHANGED, Op.QUERY_OK, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP,
-    Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
+    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.QUERIES_CHANGED, Op.QUERY_OK, Op.RECOVERED, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STATE_AT,
+    Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
 })
 #: Direction name (as in ``schemas/index.json``) -> the ops sent that way.
 OPS_BY_DIRECTION = {"c2d": OPS_TO_FLUXD, "s2d": OPS_FROM_STORE, "d2c": OPS_FROM_FLUXD}
@@ -98,6 +103,21 @@ class ResultStatus:
 
 
 RESULT_STATUSES: Tuple[str, ...] = (ResultStatus.DONE, ResultStatus.REJECTED, ResultStatus.UNAVAILABLE)
+
+class RecoverStatus:
+    """One outcome of ``recovered`` (SPEC §8.12, §15.4)."""
+    SETTLED = "settled"  #: the action's seq and results, as ``settled`` carries them
+    PENDING = "pending"  #: accepted, not final yet: its ``settled`` follows on this connection
+    UNKNOWN = "unknown"  #: fluxd never accepted a dispatch with this id in this session: it was not sent
+
+
+#: ``welcome.durability`` (SPEC §8.12): a durable fluxd's sync mode, or ``ephemeral`` (memory only).
+DURABILITY_MODES: Tuple[str, ...] = ("always", "batch", "none", "ephemeral")
+
+#: ``bye.reason`` of a durable fluxd that stops: its accepted actions continue when it runs again (SPEC §8.12).
+BYE_RESTART = "restart"
+#: ``bye.reason`` of a fluxd that exits: every action it accepted was settled before this ``bye`` (SPEC §8.8).
+BYE_SHUTDOWN = "shutdown"
 
 #: A supervised worker's ``state`` (``worker``/``workers`` replies, SPEC §8.11).
 WORKER_STATES: Tuple[str, ...] = ("starting", "running", "backing-off", "stopping", "stopped", "failed")

@@ -315,3 +315,56 @@ def test_async_durable_restart(fluxd_factory):
             await client.close()
             await store.stop()
     asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+class Lines:
+    """The lines a process prints, read by a thread; ``wait_for(text)`` waits for one containing ``text``."""
+
+    def __init__(self, stream):
+        self.queue = queue.Queue()
+        self.seen = []
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in iter(stream.readline, ""):
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def wait_for(self, text, timeout=20.0):
+        while True:
+            try:
+                line = self.queue.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r}; lines: {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"the process ended without a line with {text!r}; lines: {self.seen}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+
+def test_demo_audit_store_waits_for_fluxd_and_resumes(fluxd_factory):
+    """demo/audit_store.py (the Python store of scripts/polyglot-demo.sh) outlives a fluxd restart."""
+    import subprocess
+    import sys
+    daemon = fluxd_factory(durable=True)
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo", "audit_store.py")
+    process = subprocess.Popen([sys.executable, demo], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "FLUXBUS_SOCKET": daemon.socket_path}, stdin=subprocess.DEVNULL)
+    lines = Lines(process.stdout)
+    try:
+        assert lines.wait_for("audit-store ready") == "audit-store ready"
+        with Client.connect(daemon.socket_path, reconnect=FAST, timeout=20) as client:
+            client.dispatch_and_settle("todo/create", {"title": "milk"}).raise_for_status()
+            daemon.restart()
+            assert "audit-store: lost fluxd (fluxd said bye (restart)); waiting for it" in lines.wait_for("lost fluxd")
+            assert lines.wait_for("audit-store:") == "audit-store: reconnected"
+            assert lines.wait_for("audit-store ready") == "audit-store ready (resumed at version 2)"
+            client.dispatch_and_settle("todo/create", {"title": "eggs"}).raise_for_status()
+            assert client.get("audit").state["byType"] == {"todo/create": 2}
+        assert process.poll() is None  # still serving
+    finally:
+        process.terminate()
+        process.wait(10)
+        process.stdout.close()

@@ -60,13 +60,18 @@ class FluxdProcess:
         self.arguments = [*storage, *arguments]
         self.stderr = open(os.path.join(self.directory, "stderr.log"), "ab")
         self.process = None
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # e.g. the binary is being rebuilt (ETXTBSY): leave no directory behind
+            self.stop()
+            raise
 
     def start(self):
         """Starts fluxd (again) and waits for its ready line."""
         assert self.process is None or self.process.poll() is not None
         if self.process is not None:
             self.process.stdout.close()
+            self.process = None
         self.process = subprocess.Popen([self.executable, "--socket", self.socket_path, *self.arguments],
                                         stdout=subprocess.PIPE, stderr=self.stderr, stdin=subprocess.DEVNULL)
         fd = self.process.stdout.fileno()
@@ -85,7 +90,7 @@ class FluxdProcess:
 
     def terminate(self, timeout=10):
         """SIGTERM (fluxd drains, says bye and exits), then waits; SIGKILL if it does not exit in time."""
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=timeout)
@@ -106,7 +111,8 @@ class FluxdProcess:
 
     def stop(self):
         self.terminate()
-        self.process.stdout.close()
+        if self.process is not None:
+            self.process.stdout.close()
         self.stderr.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 

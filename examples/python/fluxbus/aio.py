@@ -164,8 +164,8 @@ class AsyncClient(ClientCore):
     @classmethod
     async def _open(cls, path: str, source: str, name: str, role: str, timeout: Optional[float], heartbeat: bool,
                     expected: Optional[int], options: Optional[Dict[str, Any]] = None) -> "AsyncClient":
-        options = options or {}
-        session = options.get("session")
+        options = dict(options or {})
+        session = options["session"] = options.get("session") or uuid.uuid4().hex
         # The hello is sent on the bare socket, before the stream exists: fluxd may refuse a connection before it
         # says anything (too-many-connections) and close it, and a stream whose write fails discards what was
         # still to be read, the refusal included.
@@ -401,6 +401,7 @@ class AsyncClient(ClientCore):
             for future in current:
                 if self._pending.get(key) is future:
                     del self._pending[key]  # a timed-out call leaves nothing behind
+                if key not in self._pending:
                     self._lost_policy.pop(key, None)
                 if future.done() and not future.cancelled():
                     future.exception()  # retrieved

@@ -805,9 +805,11 @@ class Client(ClientCore):
             self._conn_gen = gen
             self._push(_Reconnected(gen, msg, changed, unresolved, lost))
             try:
+                sock.settimeout(self.reconnect.handshake_timeout)  # fluxd reads; if not, this connection is no good
                 for frame in frames:
                     sock.sendall(frame)
-            except OSError as error:  # lost again already: the reader sees the end of this one
+                sock.settimeout(None)
+            except OSError as error:  # lost again already (or timed out): the reader sees the end of this one
                 self._drop_reason = f"send failed: {error}"
                 try:
                     sock.shutdown(socket.SHUT_RDWR)

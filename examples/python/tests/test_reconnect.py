@@ -348,6 +348,31 @@ def test_dispatches_wait_for_the_new_connection(fake, pool):
         client.close()
 
 
+def test_closing_while_reconnecting_is_not_undone(fake, pool):
+    """A subscription and a query closed while the client reconnects are not made again on the next connection
+    (the lost connection took them with it: nothing is sent)."""
+    client, peer, events = connect(fake)
+    try:
+        pending = pool.submit(client.subscribe, "todos")
+        peer.expect_op("subscribe")
+        subscribed(peer, "todos", 0, status="unknown")
+        sub = pending.result(5)
+        pending = pool.submit(client.query, "comments", {"site": 1})
+        peer.send({"op": "query-ok", "id": peer.expect_op("query")["id"]})
+        receipt = pending.result(5)
+        fake.hold = threading.Event()
+        peer.hang_up()
+        events.wait("reconnecting")
+        sub.close()
+        receipt.close()  # both return at once
+        fake.hold.set()
+        again = fake.accept()
+        barrier = pool.submit(client.ping, 5)
+        assert first_message(again)["op"] == "ping" and barrier.result(5) >= 0
+    finally:
+        client.close()
+
+
 def test_without_reconnection_the_first_loss_closes_the_client(fake, pool):
     client, peer, events = connect(fake, reconnect=False)
     try:
@@ -490,7 +515,7 @@ def test_async_reconnects_and_goes_on(fake):
             snapshot(again, "todos", 4, 8, {"n": 4})
             assert (await sub.next(5)).version == 4  # not 3 again
             assert (await events.wait("reconnected")).epoch_changed is False
-            assert client._pending == {} and client.connected
+            assert client._pending == {} and client._lost_policy == {} and client.connected
         finally:
             await client.close()
     run(scenario())

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 from .aio import AsyncClient, AsyncStoreRegistration
 from .client import Client, StoreRegistration
 from .errors import Disconnected, FluxError
-from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, Op
+from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op
 from .reconnect import ConnectionEvent, ReconnectOption
 from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
@@ -155,6 +155,7 @@ class StoreBase:
         self._registering = False
         self._adopt_next = False
         self._resumed = False
+        self._name_taken_retries = 0
         self._handlers: List[Tuple[str, Handler]] = []
         for attribute in dir(type(self)):
             function = getattr(type(self), attribute, None)
@@ -231,6 +232,7 @@ class StoreBase:
         self._adopt_next = msg.get("version", 0) > 0
         self.adopted_seq = msg.get("seq", 0)  # replaced by the snapshot's seq when one follows
         self.registrations += 1
+        self._name_taken_retries = 0
 
     def _already_applied(self, ctx: "ActionContext") -> bool:
         """SPEC §15.3 rule 2: an action whose seq is at most the adopted snapshot's is already in the state."""
@@ -239,6 +241,23 @@ class StoreBase:
         self.skipped_actions += 1
         log.info("store %s: action %d (%s) is already in the adopted snapshot (seq %d): answered done without "
                  "running the handler", self.name, ctx.seq, ctx.type, self.adopted_seq)
+        return True
+
+    #: How many times in a row a registration refused ``name-taken`` after reconnecting is tried again.
+    NAME_TAKEN_RETRIES = 5
+
+    def _retry_registration(self, error: FluxError) -> bool:
+        """A registration made again after reconnecting was refused ``name-taken``: fluxd may not have seen the
+        end of the old connection yet. Reconnects (with backoff) to register again, a few times in a row."""
+        registration = self.registration
+        if error.code != ErrorCode.NAME_TAKEN or registration is None or registration.live:
+            return False
+        if registration.registrations == 0 or self._name_taken_retries >= self.NAME_TAKEN_RETRIES:
+            return False
+        self._name_taken_retries += 1
+        log.warning("store %s: registering again was refused (%s); reconnecting to try again (%d/%d)", self.name,
+                    error, self._name_taken_retries, self.NAME_TAKEN_RETRIES)
+        registration.client.drop_connection(f"store {self.name!r} was still registered: trying again")
         return True
 
     def _state_to_offer(self) -> Any:
@@ -436,6 +455,8 @@ class Store(StoreBase):
                 self._begin_registration(msg)
         elif op == Op.ERROR:
             error = FluxError.from_frame(msg)
+            if self._retry_registration(error):
+                return
             log.warning("store %s: fluxd refused an answer, state or registration: %s", self.name, error)
             assert self.client is not None
             self.client.errors.append(error)
@@ -629,7 +650,9 @@ class AsyncStore(StoreBase):
                 self._begin_registration(msg)
         elif op == Op.ERROR:
             error = FluxError.from_frame(msg)
-            log.warning("store %s: fluxd refused an answer or state: %s", self.name, error)
+            if self._retry_registration(error):
+                return
+            log.warning("store %s: fluxd refused an answer, state or registration: %s", self.name, error)
             assert self.client is not None
             self.client.errors.put_nowait(error)
 

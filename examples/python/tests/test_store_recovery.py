@@ -259,3 +259,24 @@ def test_async_store_rewinds_and_skips(fake):
         finally:
             await store.stop()
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_name_taken_after_reconnecting_is_tried_again(fake, pool):
+    """fluxd may see the new connection's register before the end of the old one: the store reconnects and
+    registers again (a few times in a row at most)."""
+    store = Counter(socket_path=fake.socket_path)
+    peer = start(fake, pool, store)
+    try:
+        peer.hang_up()
+        again = fake.accept()
+        assert again.expect_op("register")
+        again.send({"op": "error", "code": "name-taken", "message": "counter is registered by peer 1",
+                    "ref": "counter", "fatal": False})
+        third = fake.accept()  # the store dropped that connection and came back
+        assert third.expect_op("register")["store"] == "counter"
+        register(third, 1, 0, (INITIAL, 0), resumed=True)
+        action(third, 1, 1)
+        assert third.expect_op("done")["seq"] == 1
+        assert store.registered == [False, True] and not store.client.errors
+    finally:
+        store.stop()

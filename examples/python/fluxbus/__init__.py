@@ -14,7 +14,7 @@ Standard library only, Python 3.9+.
 from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
 from .client import Client, QueryReceipt, StoreRegistration, Subscription, connect
 from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONError, BadMessageError, CycleError,
-                     Disconnected, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
+                     Disconnected, DiskFullError, JournalFailedError, NotRetainedError, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
                      FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
                      OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StoreUnavailableError,
@@ -35,7 +35,7 @@ __all__ = [
     "Subscription", "connect", "on",
     # errors
     "ERROR_CLASSES", "ActionRejectedError", "BadFrameError", "BadJSONError", "BadMessageError", "CycleError",
-    "Disconnected", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
+    "Disconnected", "DiskFullError", "JournalFailedError", "NotRetainedError", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
     "HandshakeRequiredError", "HandshakeTimeoutError", "LimitExceededError", "MemoryBudgetError", "NameTakenError",
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
     "ShuttingDownError", "SlowConsumerError",

@@ -314,12 +314,30 @@ class UnresponsiveError(_CodedError):
     default_code = ErrorCode.UNRESPONSIVE
 
 
+class DiskFullError(_CodedError):
+    """``disk-full``: a durable fluxd's journal disk is full; the dispatch (or a new store's registration) was
+    refused, what was accepted before is kept, and fluxd accepts again once a journal write succeeds."""
+    default_code = ErrorCode.DISK_FULL
+
+
+class JournalFailedError(_CodedError):
+    """``journal-failed``: a durable fluxd could not sync its journal; it accepts nothing more until restarted."""
+    default_code = ErrorCode.JOURNAL_FAILED
+
+
+class NotRetainedError(_CodedError):
+    """``not-retained``: ``history`` or ``state-at`` asked for what the journal no longer keeps (or an ephemeral
+    fluxd, which keeps none)."""
+    default_code = ErrorCode.NOT_RETAINED
+
+
 #: SPEC §11 code -> its exception class.
 ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     BadFrameError, FrameTooLargeError, BadJSONError, BadMessageError, UnknownOpError, HandshakeRequiredError,
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+    DiskFullError, JournalFailedError, NotRetainedError,
 )}
 
 

@@ -57,8 +57,7 @@ class Op:
     WORKERS = "workers"
 
 
-#: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``; ``recover``, ``history`` and
-#: ``state-at`` since fluxd 0.3.0, SPEC §8.12).
+#: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``).
 OPS_TO_FLUXD: FrozenSet[str] = frozenset({
     Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.HISTORY, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RECOVER,
     Op.RESTART_WORKER, Op.STATE_AT, Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
@@ -111,6 +110,8 @@ class RecoverStatus:
     UNKNOWN = "unknown"  #: fluxd never accepted a dispatch with this id in this session: it was not sent
 
 
+RECOVER_STATUSES: Tuple[str, ...] = (RecoverStatus.SETTLED, RecoverStatus.PENDING, RecoverStatus.UNKNOWN)
+
 #: ``welcome.durability`` (SPEC §8.12): a durable fluxd's sync mode, or ``ephemeral`` (memory only).
 DURABILITY_MODES: Tuple[str, ...] = ("always", "batch", "none", "ephemeral")
 
@@ -147,6 +148,9 @@ class ErrorCode:
     TOO_MANY_CONNECTIONS = "too-many-connections"
     MEMORY_BUDGET = "memory-budget"
     UNRESPONSIVE = "unresponsive"
+    DISK_FULL = "disk-full"
+    JOURNAL_FAILED = "journal-failed"
+    NOT_RETAINED = "not-retained"
 
 
 #: Every code of the SPEC §11 table, in its order.
@@ -156,6 +160,7 @@ ERROR_CODES: Tuple[str, ...] = (
     ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
     ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.SLOW_CONSUMER,
     ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
+    ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED,
 )
 
 # Codes the store libraries (Swift, Python, Node) put in a ``reject``'s error object. Not SPEC §11 codes: a

@@ -29,34 +29,14 @@ def spec_error_codes():
     return codes
 
 
-def spec_recovery_ops():
-    """The (op, direction) pairs in the headings of SPEC.md §8.12 (recovery and history, since fluxd 0.3.0)."""
-    with open(os.path.join(PROTOCOL, "SPEC.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = re.search(r"^### 8\.12 .*?(?=^## 9\.)", text, re.S | re.M)
-    assert section, "SPEC.md has no section 8.12"
-    headings = "\n".join(re.findall(r"^#### .*$", section.group(0), re.M))
-    pairs = re.findall(r"`([a-z-]+)` \((C→D|D→C)\)", headings)
-    assert pairs, "no ops found in the headings of §8.12"
-    return {(op, "c2d" if arrow == "C→D" else "d2c") for op, arrow in pairs}
-
-
 def test_ops_and_directions_match_the_schema_index():
     index = schema("index.json")
     assert index["protocol"] == protocol.PROTOCOL_VERSION
     theirs = {(entry["op"], entry["direction"]) for entry in index["schemas"]}
     ours = {(op, direction) for direction, ops in protocol.OPS_BY_DIRECTION.items() for op in ops}
-    # The ops of SPEC §8.12 may be here before their schemas are in index.json; nothing else may be.
-    ahead = ours - theirs
-    assert ahead <= spec_recovery_ops(), f"only here: {sorted(ahead - spec_recovery_ops())}"
-    assert not theirs - ours, f"only in index.json: {sorted(theirs - ours)}"
+    assert ours == theirs, f"only here: {sorted(ours - theirs)}; only in index.json: {sorted(theirs - ours)}"
     named = {value for key, value in vars(protocol.Op).items() if key.isupper()}
-    assert named == {op for op, _ in ours}
-
-
-def test_recovery_ops_of_the_spec_are_known():
-    ours = {(op, direction) for direction, ops in protocol.OPS_BY_DIRECTION.items() for op in ops}
-    assert spec_recovery_ops() <= ours
+    assert named == {op for op, _ in theirs}
 
 
 def test_error_codes_match_the_spec_table():
@@ -72,6 +52,10 @@ def test_roles_and_statuses_match_the_schema_enums():
     assert list(protocol.RESULT_STATUSES) == result["enum"]
     worker = schema("worker.d2c.schema.json")["properties"]["worker"]["properties"]["state"]
     assert list(protocol.WORKER_STATES) == worker["enum"]
+    outcome = schema("recovered.d2c.schema.json")["properties"]["outcomes"]["items"]["properties"]["status"]
+    assert list(protocol.RECOVER_STATUSES) == outcome["enum"]
+    assert list(protocol.DURABILITY_MODES) == schema("welcome.d2c.schema.json")["properties"]["durability"]["enum"]
+    assert protocol.BYE_RESTART in schema("bye.d2c.schema.json")["properties"]["reason"]["examples"]
 
 
 @pytest.mark.parametrize("code", spec_error_codes())

@@ -23,7 +23,7 @@ export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
 export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';
 export type {
   Welcome, WelcomeLimits, StoreResult, Info, CallOptions, SubscribeOptions, DispatchOptions, SettleOptions, SendOptions,
-  ConnectOptions, ClientEvents, ConnectionState, ReconnectingEvent, ReconnectedEvent,
+  ConnectOptions, ClientEvents, ConnectionState, ReconnectingEvent, ReconnectedEvent, StoreRegisteredEvent,
 } from './lib/client.mjs';
 export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
 export { DEFAULT_RECONNECT, reconnectPolicy, backoffDelay } from './lib/reconnect.mjs';

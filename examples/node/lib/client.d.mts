@@ -106,6 +106,15 @@ export interface ReconnectedEvent {
   /** ms from the loss to the new welcome. */
   downtime: number;
 }
+/** A Store on this client registered again after a reconnection (and the first time). */
+export interface StoreRegisteredEvent {
+  resumed: boolean;
+  /** The version of the snapshot the store adopted (0: none). */
+  version: number;
+  /** Actions up to this seq are answered without running (SPEC §15.3). */
+  seq: number;
+}
+
 export interface ClientEvents {
   /** The client ended for good (closed, reconnection off, given up, or refused). */
   close: [reason: FluxError];
@@ -115,6 +124,8 @@ export interface ClientEvents {
   reconnecting: [event: ReconnectingEvent];
   /** Connected again. */
   reconnected: [event: ReconnectedEvent];
+  /** A store of this client is registered (after `store.start`, and again after each reconnection). */
+  'store-registered': [store: string, event: StoreRegisteredEvent];
   /** An error from fluxd that answered no call (e.g. no-handler for a fire-and-forget dispatch). */
   'error-frame': [error: FluxError];
   /** A heartbeat ping was answered. */

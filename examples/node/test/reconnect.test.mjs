@@ -1,21 +1,25 @@
-// Reconnection of clients (SPEC §15.4, §15.5). Unit tests against a fake fluxd (fakefluxd.mjs) that drops
-// connections, changes its epoch and answers `recover` as the test says. Every wait has a deadline; nothing waits
-// for time to pass.
+// Reconnection (SPEC §15.4, §15.5) and the stores' exactly-once rules (§15.3). Unit tests against a fake fluxd
+// (fakefluxd.mjs) that drops connections, changes its epoch and answers `recover` as the test says; live ones
+// restart the real fluxd (ephemeral, and durable with --data-dir) under a store and a subscribed client. Every wait
+// has a deadline; nothing waits for time to pass.
 import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import {
-  Client, DisconnectedError, NotSentError, OutcomeUnknownError, UnsupportedVersionError, TimeoutError,
+  Client, Store, DisconnectedError, NotSentError, OutcomeUnknownError, UnsupportedVersionError, TimeoutError,
   DEFAULT_RECONNECT, reconnectPolicy, backoffDelay,
 } from '../fluxbus.mjs';
 import { FakeFluxd } from './fakefluxd.mjs';
+import { fluxdFeatures, startFluxd } from './helpers.mjs';
 
 const cleanups = [];
 afterEach(async () => { for (const c of cleanups.splice(0).reverse()) await c(); });
 const later = (fn) => cleanups.push(fn);
 
 async function fake(options) { const f = await FakeFluxd.start(options); later(() => f.close()); return f; }
+async function live(args = [], options = {}) { const d = await startFluxd(args, options); later(() => d.stop()); return d; }
 async function connect(options) { const c = await Client.connect(options); later(() => c.close({ timeout: 500 })); return c; }
+async function started(store, options) { const r = await store.start(options); later(() => store.stop({ timeout: 2000 })); return r; }
 
 /** The next `event` of `emitter` (its arguments); rejects after `timeout` ms. Call before causing the event. */
 function next(emitter, event, timeout = 10000) {
@@ -375,3 +379,209 @@ test('a call that times out while reconnecting says it was never sent', async ()
   assert.ok(await client.ping({ timeout: 5000 }) >= 0);
   assert.equal(second.messages.filter((m) => m.op === 'dispatch').length, 0, 'the abandoned dispatch was taken back');
 });
+
+// -- stores against a fake fluxd ----------------------------------------------------------------------------
+
+/** Answers a store's register on `peer` with registered, the snapshot (if `state` is given) and queries. */
+async function registerOn(peer, { version = 0, seq = 0, snapshotSeq = seq, state, resumed = false } = {}) {
+  const register = await peer.expectOp('register');
+  peer.send({ op: 'registered', store: register.store, version, seq, resumed });
+  if (state !== undefined) peer.send({ op: 'snapshot', store: register.store, version, seq: snapshotSeq, state });
+  peer.send({ op: 'queries', store: register.store, queries: [] });
+  return register;
+}
+
+test('a store adopts the snapshot sent after registered and skips the actions it includes (SPEC §15.3)', async () => {
+  const f = await fake({ epoch: 'e1' });
+  const calls = [];
+  const store = new Store({ name: 'n', handles: ['n/*'], initialState: { n: 0 } });
+  store.on('n/add', (state, payload, ctx) => { calls.push(ctx.seq); return { n: state.n + 1 }; });
+  const starting = started(store, { socketPath: f.socketPath });
+  const peer = await f.accept();
+  await registerOn(peer, { version: 3, seq: 5, snapshotSeq: 7, state: { n: 10 }, resumed: true });
+  assert.deepEqual(await starting, { resumed: true });
+  assert.deepEqual(store.state, { n: 10 });
+  assert.equal(store.version, 3);
+  assert.equal(store.adoptedSeq, 7, 'the snapshot seq (7) is above registered.seq (5)');
+  for (const seq of [6, 7, 8]) peer.send({ op: 'action', store: 'n', seq, type: 'n/add', origin: 1, redelivered: true, payload: null });
+  assert.deepEqual(await peer.expectOp('done'), { op: 'done', store: 'n', seq: 6 });
+  assert.deepEqual(await peer.expectOp('done'), { op: 'done', store: 'n', seq: 7 });
+  assert.deepEqual(await peer.expectOp('done'), { op: 'done', store: 'n', seq: 8, state: { n: 11 } });
+  assert.deepEqual(calls, [8], 'the handler ran only for the action the snapshot does not include');
+  assert.equal(store.skipped, 2);
+});
+
+test('after a reconnection a store registers first, adopts the snapshot over its own newer state, drops the answer in hand', async () => {
+  const f = await fake({ epoch: 'e1' });
+  let release; const gate = new Promise((r) => { release = r; });
+  let entered; const inHandler = new Promise((r) => { entered = r; });
+  const runs = [];
+  const store = new Store({ name: 'n', handles: ['n/*'], initialState: { n: 0 } });
+  store.on('n/add', (state, payload, ctx) => { runs.push(`add ${ctx.seq}${ctx.redelivered ? ' again' : ''}`); return { n: state.n + 1 }; });
+  store.on('n/slow', async (state, payload, ctx) => { runs.push(`slow ${ctx.seq}`); entered(); await gate; return { n: state.n + 100 }; });
+  const starting = started(store, { socketPath: f.socketPath });
+  const first = await f.accept();
+  await registerOn(first, { version: 1, state: { n: 0 } });
+  await starting;
+  first.send({ op: 'action', store: 'n', seq: 1, type: 'n/add', origin: 1, payload: null });
+  assert.deepEqual(await first.expectOp('done'), { op: 'done', store: 'n', seq: 1, state: { n: 1 } });
+  first.send({ op: 'action', store: 'n', seq: 2, type: 'n/slow', origin: 1, payload: null });
+  await inHandler;
+  assert.deepEqual(store.state, { n: 1 });
+
+  const registeredAgain = next(store.client, 'store-registered');
+  first.socket.destroy(); // fluxd crashed before it journaled the answer to seq 1
+  const second = await f.accept();
+  assert.equal(store.registered, false);
+  const [firstFrame] = [await second.expect(() => true)];
+  assert.equal(firstFrame.op, 'register', 'register is the first frame after hello');
+  assert.deepEqual(firstFrame.state, { n: 0 }, 'the same epoch: the initial state, used only if fluxd has none');
+  second.send({ op: 'registered', store: 'n', version: 1, seq: 0, resumed: true });
+  second.send({ op: 'snapshot', store: 'n', version: 1, seq: 0, state: { n: 0 } });
+  second.send({ op: 'queries', store: 'n', queries: [] });
+  const [name, info] = await registeredAgain;
+  assert.equal(name, 'n');
+  assert.deepEqual(info, { resumed: true, version: 1, seq: 0 });
+  assert.deepEqual(store.state, { n: 0 }, 'rule 1: the retained snapshot, not the newer state the store held');
+  release(); // the handler in hand finishes: its answer belonged to the lost connection
+  second.send({ op: 'action', store: 'n', seq: 1, type: 'n/add', origin: 1, redelivered: true, payload: null });
+  second.send({ op: 'action', store: 'n', seq: 2, type: 'n/slow', origin: 1, redelivered: true, payload: null });
+  assert.deepEqual(await second.expectOp('done'), { op: 'done', store: 'n', seq: 1, state: { n: 1 } }, 'nothing answered seq 2 before');
+  assert.deepEqual(await second.expectOp('done'), { op: 'done', store: 'n', seq: 2, state: { n: 101 } });
+  assert.deepEqual(runs, ['add 1', 'slow 2', 'add 1 again', 'slow 2']);
+  assert.deepEqual(store.state, { n: 101 });
+});
+
+test('a store reaching a fluxd of another epoch registers with the state it holds; a state published meanwhile follows', async () => {
+  const f = await fake({ epoch: 'e1' });
+  const store = new Store({ name: 'n', handles: ['n/*'], initialState: { n: 0 } });
+  store.on('n/add', (state) => ({ n: state.n + 1 }));
+  const starting = started(store, { socketPath: f.socketPath, reconnect: { initialDelay: 5, maxDelay: 20 } });
+  const first = await f.accept();
+  await registerOn(first, { version: 1, state: { n: 0 } });
+  await starting;
+  first.send({ op: 'action', store: 'n', seq: 1, type: 'n/add', origin: 1, payload: null });
+  await first.expectOp('done');
+  f.refuse = 'too-many-connections';
+  f.epoch = 'e2';
+  const lost = next(store.client, 'disconnected');
+  first.socket.destroy();
+  await lost;
+  store.publish({ n: 5 }); // e.g. a fetch finished while fluxd was away
+  assert.deepEqual(store.state, { n: 5 });
+  f.refuse = undefined;
+  const second = await f.acceptWelcomed();
+  const register = await second.expectOp('register');
+  assert.deepEqual(register.state, { n: 5 }, 'a new history retains nothing: the state the store holds carries on');
+  second.send({ op: 'registered', store: 'n', version: 1, seq: 0, resumed: false });
+  second.send({ op: 'snapshot', store: 'n', version: 1, seq: 0, state: { n: 5 } });
+  second.send({ op: 'queries', store: 'n', queries: [] });
+  second.send({ op: 'action', store: 'n', seq: 1, type: 'n/add', origin: 1, payload: null });
+  assert.deepEqual(await second.expectOp('done'), { op: 'done', store: 'n', seq: 1, state: { n: 6 } }, 'seq 1 of the new epoch is not skipped');
+  assert.equal(second.messages.filter((m) => m.op === 'state').length, 0, 'the published state was already registered');
+  assert.equal(store.skipped, 0);
+});
+
+test('a store that cannot register again yet (name-taken) reconnects later', async () => {
+  const f = await fake({ epoch: 'e1' });
+  const errors = [];
+  const store = new Store({ name: 'n', handles: ['n/*'], initialState: 0, onError: (e) => errors.push(e.code) });
+  const starting = started(store, { socketPath: f.socketPath, reconnect: { initialDelay: 5, maxDelay: 20 } });
+  const first = await f.accept();
+  await registerOn(first, { version: 1, state: 0 });
+  await starting;
+  first.socket.destroy();
+  const second = await f.accept();
+  await second.expectOp('register');
+  second.send({ op: 'error', code: 'name-taken', message: 'store "n" is owned by peer 1', ref: 'n', fatal: false });
+  await second.waitClosed();
+  const third = await f.accept();
+  const registeredAgain = next(store.client, 'store-registered');
+  await registerOn(third, { version: 1, state: 0, resumed: true });
+  await registeredAgain;
+  assert.deepEqual(errors, ['name-taken']);
+  assert.ok(store.registered);
+});
+
+// -- the real fluxd -----------------------------------------------------------------------------------------
+
+/** A counter store; `hold` makes the first `counter/hold` wait until `release()`. */
+function counterStore() {
+  let release; const gate = new Promise((r) => { release = r; });
+  let entered; const inHandler = new Promise((r) => { entered = r; });
+  const store = new Store({ name: 'counter', handles: ['counter/*'], initialState: { value: 0 } });
+  let holds = 0;
+  store.on('counter/add', (state, { by }) => ({ ...state, value: state.value + by }));
+  store.on('counter/hold', async (state) => {
+    if (holds++ === 0) { entered(); await gate; }
+    return { ...state, held: holds };
+  });
+  return { store, release, inHandler };
+}
+
+/** Subscribes once more and collects every snapshot that subscription delivers. */
+async function collect(client, store) {
+  const all = [];
+  const sub = await client.subscribe(store, { timeout: 5000, waitForSnapshot: true });
+  (async () => { for await (const s of sub) all.push(s); })().catch(() => {});
+  return all;
+}
+
+test('live (ephemeral): fluxd restarts under a store and a subscribed client; both come back', async () => {
+  const fluxd = await live();
+  const { store } = counterStore();
+  await started(store, { socketPath: fluxd.socketPath });
+  const client = await connect({ socketPath: fluxd.socketPath });
+  const sub = await client.subscribe('counter', { timeout: 5000, waitForSnapshot: true });
+  const seen = await collect(client, 'counter');
+  assert.equal((await client.dispatchAndSettle('counter/add', { by: 1 })).ok, true);
+  await sub.until((s) => s.state.value === 1, 5000);
+  const clientBack = next(client, 'reconnected', 20000);
+  const storeBack = next(store.client, 'store-registered', 20000);
+  await fluxd.restart();
+  const [info] = await clientBack;
+  assert.equal(info.epochChanged, true, 'an ephemeral fluxd is a new history on every run');
+  assert.deepEqual((await storeBack)[1].resumed, false);
+  // the new run knows nothing: the store registers with the state it holds, which becomes version 1
+  const carried = await sub.until((s) => s.state.value === 1 && s.version === 1, 10000);
+  assert.deepEqual(carried.state, { value: 1 });
+  assert.equal((await client.dispatchAndSettle('counter/add', { by: 2 }, { timeout: 10000 })).ok, true);
+  await sub.until((s) => s.state.value === 3, 10000);
+  assert.deepEqual(seen.map((s) => `${s.version}:${s.state.value}`), ['1:0', '2:1', '1:1', '2:3']);
+  assert.deepEqual(store.state, { value: 3 });
+});
+
+const durable = fluxdFeatures().dataDir ? false : 'needs fluxd --data-dir (durable fluxd)';
+
+for (const signal of ['TERM', 'KILL']) {
+  test(`live (durable, SIG${signal}): the subscription goes on with the next version; the pending settlement is recovered`, { skip: durable }, async () => {
+    const fluxd = await live([], { durable: true });
+    const { store, release, inHandler } = counterStore();
+    await started(store, { socketPath: fluxd.socketPath });
+    const client = await connect({ socketPath: fluxd.socketPath });
+    const sub = await client.subscribe('counter', { timeout: 5000, waitForSnapshot: true });
+    const seen = await collect(client, 'counter');
+    await client.dispatchAndSettle('counter/add', { by: 1 });
+    await sub.until((s) => s.state.value === 1, 5000);
+    const held = client.dispatchAndSettle('counter/hold', null, { timeout: 30000 });
+    await inHandler; // the store has the action; fluxd has journaled it
+    const clientBack = next(client, 'reconnected', 20000);
+    const storeBack = next(store.client, 'store-registered', 20000);
+    await fluxd.restart({ signal });
+    const [info] = await clientBack;
+    assert.equal(info.epochChanged, false, 'a durable fluxd keeps its epoch');
+    const [, registration] = await storeBack;
+    assert.equal(registration.resumed, true);
+    release(); // the answer in hand was for the lost connection; fluxd delivers the action again
+    const settlement = await held;
+    assert.equal(settlement.ok, true, JSON.stringify(settlement.results));
+    await sub.until((s) => s.state.held !== undefined, 10000);
+    assert.equal((await client.dispatchAndSettle('counter/add', { by: 2 }, { timeout: 10000 })).ok, true);
+    const last = await sub.until((s) => s.state.value === 3, 10000);
+    const versions = seen.map((s) => s.version);
+    assert.deepEqual(versions, [...new Set(versions)].sort((a, b) => a - b), `each version once, in order: ${versions}`);
+    assert.deepEqual(versions, [1, 2, 3, 4]);
+    assert.deepEqual(last.state, { value: 3, held: 2 });
+    assert.equal(settlement.results[0].version, 3);
+  });
+}

@@ -585,3 +585,23 @@ for (const signal of ['TERM', 'KILL']) {
     assert.equal(settlement.results[0].version, 3);
   });
 }
+
+test('live (durable): a dispatch fluxd never read is rejected not-sent after the restart', { skip: durable }, async () => {
+  const fluxd = await live([], { durable: true });
+  const { store } = counterStore();
+  await started(store, { socketPath: fluxd.socketPath });
+  const client = await connect({ socketPath: fluxd.socketPath });
+  assert.equal(client.welcome.durability === 'ephemeral', false);
+  fluxd.signal('STOP'); // fluxd reads nothing more: the dispatch below reaches its socket, never fluxd
+  const lost = client.dispatchAndSettle('counter/add', { by: 1 }, { timeout: 30000 });
+  await client.flush();
+  const clientBack = next(client, 'reconnected', 20000);
+  const storeBack = next(store.client, 'store-registered', 20000);
+  await fluxd.restart({ signal: 'KILL' });
+  assert.equal((await clientBack)[0].epochChanged, false);
+  await assert.rejects(lost, (e) => e instanceof NotSentError && e.code === 'not-sent');
+  await storeBack;
+  assert.deepEqual((await client.get('counter')).state, { value: 0 }, 'nothing happened');
+  assert.equal((await client.dispatchAndSettle('counter/add', { by: 1 }, { timeout: 10000 })).ok, true);
+  assert.deepEqual((await client.get('counter')).state, { value: 1 });
+});

@@ -62,10 +62,12 @@ export declare const ErrorCodes: {
 };
 
 /** Codes of this library's own failures. */
-export type LocalErrorCode = 'disconnected' | 'wrong-server-uid' | 'no-fluxd' | 'timeout' | 'write-queue-full';
+export type LocalErrorCode = 'disconnected' | 'wrong-server-uid' | 'no-fluxd' | 'timeout' | 'write-queue-full' | 'not-sent'
+  | 'outcome-unknown';
 export declare const LocalErrorCodes: {
   readonly DISCONNECTED: 'disconnected'; readonly WRONG_SERVER_UID: 'wrong-server-uid'; readonly NO_FLUXD: 'no-fluxd';
-  readonly TIMEOUT: 'timeout'; readonly WRITE_QUEUE_FULL: 'write-queue-full';
+  readonly TIMEOUT: 'timeout'; readonly WRITE_QUEUE_FULL: 'write-queue-full'; readonly NOT_SENT: 'not-sent';
+  readonly OUTCOME_UNKNOWN: 'outcome-unknown';
 };
 
 /** Codes the Store class puts in its rejections. */

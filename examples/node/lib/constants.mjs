@@ -70,6 +70,10 @@ export const LocalErrorCodes = Object.freeze({
   TIMEOUT: 'timeout',
   /** a fire-and-forget send found the write queue full (fluxd is not reading); await `client.flush()` */
   WRITE_QUEUE_FULL: 'write-queue-full',
+  /** a dispatch never reached fluxd (`recover` said `unknown`, or the client closed before sending it); it may be sent again */
+  NOT_SENT: 'not-sent',
+  /** a dispatch was sent, its connection was lost and fluxd cannot say what became of it (no `recover`, new epoch) */
+  OUTCOME_UNKNOWN: 'outcome-unknown',
 });
 
 /** Codes the Store class puts in its rejections (the same in the Swift and Python store libraries). */

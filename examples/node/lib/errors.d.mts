@@ -122,3 +122,17 @@ export declare class WriteQueueFullError extends FluxError {
   queuedBytes: number;
   limit: number;
 }
+/** A dispatch that never reached fluxd (`recover` said `unknown`, or the client closed before writing it): nothing happened. */
+export declare class NotSentError extends FluxError {
+  constructor(id: string, detail: string, cause?: Error);
+  code: 'not-sent';
+  /** The dispatch's id. */
+  id: string;
+}
+/** A dispatch sent before the connection was lost whose outcome fluxd cannot tell (new epoch, no `recover`, closed). */
+export declare class OutcomeUnknownError extends FluxError {
+  constructor(id: string, detail: string, cause?: Error);
+  code: 'outcome-unknown';
+  /** The dispatch's id. */
+  id: string;
+}

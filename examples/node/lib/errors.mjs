@@ -183,3 +183,30 @@ export class WriteQueueFullError extends FluxError {
     this.queuedBytes = queuedBytes; this.limit = limit;
   }
 }
+
+/**
+ * A dispatch that never reached fluxd: `recover` answered `unknown` for it after a reconnection (SPEC §15.4), or
+ * the client closed (or gave up reconnecting) before it was written. Nothing happened; it may be dispatched again.
+ * `id` is the dispatch's id; `cause` what ended the connection, if that is why.
+ */
+export class NotSentError extends FluxError {
+  /** @param {string} id @param {string} detail @param {Error} [cause] */
+  constructor(id, detail, cause = undefined) {
+    super(LocalErrorCodes.NOT_SENT, detail, false, id, cause);
+    /** @type {string} */ this.id = id;
+  }
+}
+
+/**
+ * A dispatch was sent, the connection was lost before its settlement, and fluxd cannot say what became of it: the
+ * fluxd reached after reconnecting is a new history (another `welcome.epoch`, or none: an ephemeral or older
+ * fluxd), it refused `recover` (`unknown-op` from a fluxd older than 0.3.0), or the client closed for good. The
+ * action may or may not have been accepted and applied; look at the state before dispatching it again.
+ */
+export class OutcomeUnknownError extends FluxError {
+  /** @param {string} id @param {string} detail @param {Error} [cause] */
+  constructor(id, detail, cause = undefined) {
+    super(LocalErrorCodes.OUTCOME_UNKNOWN, detail, false, id, cause);
+    /** @type {string} */ this.id = id;
+  }
+}

@@ -89,9 +89,7 @@ class Conn:
                 return frame
             if self.closed:
                 raise ConnectionClosed("closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
+            remaining = max(0.0, deadline - time.monotonic())
             ready = select.select([self.sock], [], [], remaining)[0]
             if not ready:
                 return None

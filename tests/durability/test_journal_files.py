@@ -7,8 +7,9 @@ actions, one rejected, the last one delivered and unanswered), then SIGKILL, so 
     from there to the end zeroed, as a power loss can leave them): fluxd starts every time, drops a torn record
     (saying so) and cuts the file back to the last whole record, and what it shows is exactly the records left:
     the retained snapshot (`get`), each dispatch's outcome (`recover`: settled / pending / unknown), the store's
-    position (`registered`), the unsettled actions redelivered, and a new action's seq above every seq that may
-    have been revealed;
+    position (`registered`), the unsettled actions redelivered, a new action's seq above every seq that may have
+    been revealed, and, the store answering by the exactly-once rules (an action the adopted snapshot includes is
+    skipped), every pending action settled done to the recovering client and the state as applied;
 (b) one byte flipped in a record in the middle (its length, the length's checksum, the body's checksum, the
     body), for several records: fluxd refuses to start, naming the file and the record's offset and --repair;
     fluxd --repair starts, says what it cut and lost, and shows exactly the records before the damaged one; a
@@ -126,6 +127,28 @@ def check_recovered(fluxd: Fluxd, expected: Expected, tag: str) -> List[str]:
         if new["seq"] <= expected.highest_seq or new.get("redelivered"):
             problems.append(f"{tag}: the new action got seq {new['seq']} (redelivered={new.get('redelivered')}); "
                             f"seqs up to {expected.highest_seq} may have been revealed")
+        # The store answers by SPEC §15.3: it adopted the snapshot; an action at or below the snapshot's seq is
+        # skipped (done, no state), the others applied. Every one then settles done, to this client (it recovered
+        # the pending ones), and the state holds exactly the ones applied.
+        snap_seq = snap["seq"] if snap else 0
+        state = dict(snap["state"]) if snap else {"n": 0}
+        version = want_version
+        for a in delivered:
+            if a["seq"] <= snap_seq:
+                store.send({"op": "done", "store": STORE, "seq": a["seq"]})
+            else:
+                state = {"n": state["n"] + 1, "last": a["payload"]["id"]}
+                version += 1
+                store.send({"op": "done", "store": STORE, "seq": a["seq"], "state": state})
+        pending = [aid for aid in IDS if expected.status(aid) == "pending"] + ["after"]
+        for aid in pending:
+            settled = client.expect(lambda f: f.get("op") == "settled" and f.get("id") == aid, what=f"settled {aid}")
+            if [r.get("status") for r in settled["results"]] != ["done"]:
+                problems.append(f"{tag}: {aid} settled {settled}")
+        got = client.request({"op": "get", "store": STORE}, "got")
+        if (got.get("version"), got.get("state")) != (version, state):
+            problems.append(f"{tag}: after the store answered: version {got.get('version')} state {got.get('state')}, "
+                            f"expected version {version} state {state}")
     except AssertionError as e:
         problems.append(f"{tag}: {e}")
     finally:

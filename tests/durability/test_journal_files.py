@@ -343,3 +343,47 @@ def test_a_second_fluxd_on_the_same_data_dir_is_refused(template):
         first.kill()
         second.kill()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize("content", [b"", b"FLUXJ"], ids=["empty", "header-cut-short"])
+def test_a_crash_while_a_new_segment_was_started(template, content):
+    """A crash during a segment's rollover, after the next segment was created and before its header was written
+    (or all of it): the next segment is empty or a header cut short. fluxd drops it and starts, keeps working, and
+    starts again after that.
+    FAILS with fluxd at 92090af: Journal.recover unlinks the header-cut segment and sets `last = nil`, forgetting
+    the previous segment, so Journal.init starts "segment 1" again as a new one: SegmentWriter appends a fresh
+    header to the end of journal-00000001.fjl (O_APPEND), the records that follow go after it, and the next start
+    refuses: "the journal is corrupt: .../journal-00000001.fjl at offset <its old length>: the length of the record
+    at <its old length> fails its checksum"."""
+    records: List[Record] = template["records"]
+    work = tempfile.mkdtemp(prefix="fluxrollover-")
+    try:
+        data = copy_data(template, work)
+        nxt = os.path.join(data, "journal-00000002.fjl")
+        with open(nxt, "wb") as f:
+            f.write(content)
+        fluxd = Fluxd(os.path.join(work, "fluxd.sock"), data, work, ["--durability", "always"])
+        fluxd.start()
+        try:
+            problems = check_recovered(fluxd, Expected(records, STORE, SESSION), "after the cut-short segment")
+            assert not problems, "\n".join(problems)
+            conn = connect(fluxd.socket_path, "client", "check")
+            before = conn.request({"op": "get", "store": STORE}, "got")
+            conn.close()
+        finally:
+            fluxd.kill()
+        try:
+            fluxd.start()
+        except AssertionError as e:
+            raise AssertionError(f"the second start after a cut-short new segment failed: {e}\nsegment files: "
+                                 f"{sorted(os.listdir(data))}; journal-00000001.fjl was {len(template['bytes'])} "
+                                 f"bytes before") from None
+        try:
+            conn = connect(fluxd.socket_path, "client", "check")
+            after = conn.request({"op": "get", "store": STORE}, "got")
+            conn.close()
+            assert (after["version"], after["state"]) == (before["version"], before["state"]), (before, after)
+        finally:
+            fluxd.kill()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

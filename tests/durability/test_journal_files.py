@@ -16,6 +16,8 @@ actions, one rejected, the last one delivered and unanswered), then SIGKILL, so 
     segment whose header is damaged is refused too;
 (c) a second fluxd on the same data directory is refused while the first runs (which keeps serving), and starts
     once the first is gone.
+Also: a crash while a new segment was being started (the next segment empty or its header cut short), and a
+damaged newest checkpoint (the one before is loaded and the segments after it replayed).
 """
 
 import concurrent.futures
@@ -386,4 +388,51 @@ def test_a_crash_while_a_new_segment_was_started(template, content):
         finally:
             fluxd.kill()
     finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before():
+    """Segments of 4 KiB roll over into checkpoints; the newest checkpoint damaged: fluxd says it skipped it, loads
+    the one before and replays the segments after that one, and shows everything (the retained snapshot, settled
+    and pending outcomes)."""
+    work = tempfile.mkdtemp(prefix="fluxcheckpoint-")
+    data = os.path.join(work, "data")
+    fluxd = Fluxd(os.path.join(work, "fluxd.sock"), data, work, ["--durability", "always", "--segment-bytes", "4096"])
+    conns = []
+    try:
+        fluxd.start()
+        store = connect(fluxd.socket_path, "store", "checkpoint-store")
+        client = connect(fluxd.socket_path, "client", "checkpoint-client", SESSION)
+        conns += [store, client]
+        store.send({"op": "register", "store": STORE, "handles": ["op/*"], "state": {"n": 0}})
+        store.expect(lambda f: f.get("op") == "queries", what="registration")
+        ids = [f"c-{k}" for k in range(101)]
+        for k, aid in enumerate(ids):
+            client.send({"op": "dispatch", "id": aid, "type": "op/inc", "payload": {"id": aid}, "settle": True})
+            action = store.expect(lambda f: f.get("op") == "action", what=f"action {aid}")
+            if aid == ids[-1]:
+                break  # delivered, unanswered
+            store.send({"op": "done", "store": STORE, "seq": action["seq"], "state": {"n": k + 1}})
+            client.expect(lambda f: f.get("op") == "settled" and f.get("id") == aid, what=f"settled {aid}")
+        fluxd.kill()
+        cps = checkpoints(data)
+        assert len(cps) >= 2, sorted(os.listdir(data))
+        with open(cps[-1], "rb") as f:
+            content = bytearray(f.read())
+        content[len(content) // 2] ^= 0xFF
+        with open(cps[-1], "wb") as f:
+            f.write(content)
+        fluxd.start()
+        log = fluxd.stderr()
+        assert f"skipped the checkpoint {cps[-1]}" in log and f"loaded the checkpoint {cps[-2]}" in log, log
+        conn = connect(fluxd.socket_path, "client", "check", SESSION)
+        conns.append(conn)
+        got = conn.request({"op": "get", "store": STORE}, "got")
+        assert (got["version"], got["state"]) == (101, {"n": 100}), got
+        outcomes = conn.request({"op": "recover", "ids": ids}, "recovered")["outcomes"]
+        assert [o["status"] for o in outcomes] == ["settled"] * 100 + ["pending"], outcomes
+    finally:
+        for c in conns:
+            c.close()
+        fluxd.kill()
         shutil.rmtree(work, ignore_errors=True)

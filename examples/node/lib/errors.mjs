@@ -82,6 +82,9 @@ export class LimitExceededError extends coded(ErrorCodes.LIMIT_EXCEEDED) {}
 export class TooManyConnectionsError extends coded(ErrorCodes.TOO_MANY_CONNECTIONS) {}
 export class MemoryBudgetError extends coded(ErrorCodes.MEMORY_BUDGET) {}
 export class UnresponsiveError extends coded(ErrorCodes.UNRESPONSIVE) {}
+export class DiskFullError extends coded(ErrorCodes.DISK_FULL) {}
+export class JournalFailedError extends coded(ErrorCodes.JOURNAL_FAILED) {}
+export class NotRetainedError extends coded(ErrorCodes.NOT_RETAINED) {}
 
 /** The class of each code of SPEC §11. */
 export const ErrorClasses = Object.freeze({
@@ -92,6 +95,7 @@ export const ErrorClasses = Object.freeze({
   overloaded: OverloadedError, 'store-unavailable': StoreUnavailableError, 'shutting-down': ShuttingDownError,
   'unknown-worker': UnknownWorkerError, 'slow-consumer': SlowConsumerError, 'limit-exceeded': LimitExceededError,
   'too-many-connections': TooManyConnectionsError, 'memory-budget': MemoryBudgetError, unresponsive: UnresponsiveError,
+  'disk-full': DiskFullError, 'journal-failed': JournalFailedError, 'not-retained': NotRetainedError,
 });
 
 /** An `error` frame as an instance of its code's class (FluxError for codes this library does not know). */

@@ -209,10 +209,18 @@ class Fluxd:
         assert self.process is None or self.process.poll() is not None, "fluxd is already running"
         self.runs += 1
         self.stderr_path = os.path.join(self.log_dir, f"fluxd-{self.runs}.log")
-        with open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen(self.command(extra), stdout=subprocess.PIPE, stderr=err,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
-        return self.process
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with open(self.stderr_path, "wb") as err:
+                    self.process = subprocess.Popen(self.command(extra), stdout=subprocess.PIPE, stderr=err,
+                                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                return self.process
+            except OSError:
+                # The executable is being rebuilt (missing, or "text file busy" while it is written): try again.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def start(self, extra: Optional[List[str]] = None, timeout: float = 30.0) -> "Fluxd":
         """Starts fluxd and waits for "fluxd ready on <path>"; FluxdStartFailed if it exits first."""

@@ -225,9 +225,9 @@ def check_state(conn: Conn, accepted: Set[str], what: str) -> None:
 @pytest.mark.parametrize("segment", [None, "1048576"], ids=["one-segment", "1MiB-segments"])
 def test_disk_full_refuses_new_work_keeps_accepted_and_recovers(bus, segment):
     """With 1 MiB segments, segments roll over (a new segment, a checkpoint) while the disk fills up too.
-    The 1 MiB case FAILS with fluxd at 92090af: a segment that rolls over keeps its 16 MiB reservation beyond its
-    end (see test_a_closed_segment_gives_back_its_reserved_space), so each new segment takes 16 MiB for good and
-    the tmpfs fills up again by itself: fluxd never accepts again after the filler is deleted."""
+    (The 1 MiB case failed with fluxd at 92090af, fixed in a7e871b: a segment that rolled over kept its 16 MiB
+    reservation past its end, see test_a_closed_segment_gives_back_its_reserved_space, so each new segment took
+    16 MiB for good and the tmpfs filled up again by itself: fluxd never accepted after the filler was deleted.)"""
     fluxd = start_bus(bus, "32m", ["--segment-bytes", segment] if segment else [])
     ns = bus["ns"]
     store = start_store(bus, fluxd)
@@ -463,9 +463,9 @@ def test_a_closed_segment_gives_back_its_reserved_space(bus):
     """fluxd keeps 16 MiB allocated ahead of its writes in the segment it writes (fallocate, the file's length
     kept). A segment it has closed (rolled over) is written no more: the space allocated past its end should be
     given back (truncate or punch), or every retained segment holds up to 16 MiB it never uses.
-    FAILS with fluxd at 92090af: Journal.rollOver closes the full segment as it is. With --segment-bytes 1048576
-    each retained segment of ~1 MiB holds 16 MiB of disk (du); with the default 64 MiB segments each holds about
-    72 MiB. (No tmpfs needed: the work directory's file system; if it has no fallocate, nothing is allocated ahead
+    (Failed with fluxd at 92090af, fixed in a7e871b: Journal.rollOver closed the full segment as it was. With
+    --segment-bytes 1048576 each retained segment of ~1 MiB held 16 MiB of disk (du); with the default 64 MiB
+    segments each held about 72 MiB.) (No tmpfs needed: the work directory's file system; if it has no fallocate, nothing is allocated ahead
     and this passes.)"""
     work = bus["work"]
     data = os.path.join(work, "data")

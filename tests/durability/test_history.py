@@ -78,11 +78,14 @@ def test_history_keeps_the_newest_actions_across_restarts():
 
 def test_a_damaged_segment_behind_a_checkpoint_does_not_silently_shorten_history():
     """A segment that a checkpoint covers is history only: fluxd starts from the checkpoint even if the segment is
-    damaged. But `history` must not then answer as if nothing were missing: either every action from `first` on
-    (they are contiguous here: one run, no restart), or an error.
-    FAILS with fluxd at 92090af: Journal.history reads each segment with JournalScan and ignores its problem, so the
-    records from the damaged one to the segment's end are skipped; the reply says first 1, last 60, no next, and
-    lacks some 20 actions. Nothing is logged about the damaged segment either."""
+    damaged. But `history` must not then answer as if nothing were missing: paging through it (following `next`)
+    gives every action from `first` on (they are contiguous here: one run, no restart), or the actions before the
+    damage and then an error.
+    FAILS with fluxd at 92090af: Journal.history ignored JournalScan's problem and silently skipped the records
+    from the damaged one to the segment's end (first 1, last 60, no next, 41 entries).
+    Still FAILS at a7e871b, one page later: the first page now ends before the damage with next 18, but
+    `history from 18` skips the damaged segment (its lastSeq, 17, is below 18) and answers 37..60 without an
+    error, so a client following `next` still gets a silent gap (18..36)."""
     work = tempfile.mkdtemp(prefix="fluxhistory-")
     data = os.path.join(work, "data")
     fluxd = Fluxd(os.path.join(work, "fluxd.sock"), data, work, ["--durability", "always", "--segment-bytes", "4096"])
@@ -114,13 +117,25 @@ def test_a_damaged_segment_behind_a_checkpoint_does_not_silently_shorten_history
         fluxd.start()  # the checkpoint holds the state: fluxd starts
         conn = connect(fluxd.socket_path, "client", "reader")
         conns.append(conn)
-        reply = conn.request({"op": "history", "limit": 1000}, "history")
-        if reply["op"] == "history":
-            seqs = [e["seq"] for e in reply["entries"]]
-            assert seqs == list(range(reply["first"], 61)), (
-                f"history answered first {reply['first']}, last {reply.get('last')}, next {reply.get('next')} and "
-                f"{len(seqs)} entries, missing {sorted(set(range(reply['first'], 61)) - set(seqs))}; "
-                f"{os.path.basename(first_segment)} is damaged at {damaged.start}. fluxd's log:\n{fluxd.stderr()}")
+        # Page by page (following `next`): the actions come contiguous from `first`, until the end or an error.
+        seqs, request, error, first = [], {"op": "history", "limit": 1000}, None, None
+        while True:
+            reply = conn.request(request, "history")
+            if reply["op"] == "error":
+                error = reply
+                break
+            first = reply["first"] if first is None else first
+            seqs += [e["seq"] for e in reply["entries"]]
+            if "next" not in reply:
+                break
+            request = {"op": "history", "limit": 1000, "from": reply["next"]}
+        assert seqs == list(range(first, first + len(seqs))), f"history skipped actions: {seqs}"
+        assert error is not None or seqs == list(range(first, 61)), (
+            f"history answered first {first} and {len(seqs)} entries, missing "
+            f"{sorted(set(range(first, 61)) - set(seqs))}, without an error; {os.path.basename(first_segment)} "
+            f"is damaged at {damaged.start}. fluxd's log:\n{fluxd.stderr()}")
+        if error is not None:
+            assert error["code"] == "not-retained" and seqs and seqs[-1] < 60, (error, seqs)
     finally:
         for c in conns:
             c.close()

@@ -352,11 +352,11 @@ def test_a_crash_while_a_new_segment_was_started(template, content):
     """A crash during a segment's rollover, after the next segment was created and before its header was written
     (or all of it): the next segment is empty or a header cut short. fluxd drops it and starts, keeps working, and
     starts again after that.
-    FAILS with fluxd at 92090af: Journal.recover unlinks the header-cut segment and sets `last = nil`, forgetting
-    the previous segment, so Journal.init starts "segment 1" again as a new one: SegmentWriter appends a fresh
-    header to the end of journal-00000001.fjl (O_APPEND), the records that follow go after it, and the next start
-    refuses: "the journal is corrupt: .../journal-00000001.fjl at offset <its old length>: the length of the record
-    at <its old length> fails its checksum"."""
+    (Failed with fluxd at 92090af, fixed in a7e871b: Journal.recover unlinked the header-cut segment and set
+    `last = nil`, forgetting the previous segment, so Journal.init started "segment 1" again as a new one:
+    SegmentWriter appended a fresh header to the end of journal-00000001.fjl (O_APPEND), the records that followed
+    went after it, and the next start refused: "the journal is corrupt: .../journal-00000001.fjl at offset <its old
+    length>: the length of the record at <its old length> fails its checksum".)"""
     records: List[Record] = template["records"]
     work = tempfile.mkdtemp(prefix="fluxrollover-")
     try:

@@ -31,9 +31,15 @@ extension Journal {
         var entries: [HistoryEntry] = []
         var index: [UInt64: Int] = [:]
         var open = 0  // collected actions still missing a result
+        var skippedDamage: String?  // damage in a segment passed over: the seqs right after it may be lost
         for info in segmentInfos {
-            if let last = info.lastSeq, last < start, entries.isEmpty { continue }
-            if info.lastSeq == nil && entries.isEmpty { continue }
+            if entries.isEmpty, info.lastSeq.map({ $0 < start }) ?? true {
+                skippedDamage = info.damage ?? (info.lastSeq == nil ? skippedDamage : nil)
+                continue
+            }
+            if entries.isEmpty, let damage = skippedDamage, (info.firstSeq ?? 0) > start {
+                return HistoryPage(first: first, entries: [], damage: damage)
+            }
             let path = options.directory + "/" + Self.segmentName(info.number)
             guard let bytes = readWholeFile(path) else {
                 return HistoryPage(first: first, entries: entries, damage: "\(path) cannot be read")

@@ -13,10 +13,10 @@ struct JournalOperations {
         switch request {
         case .history(let idRaw, let from, let limit):
             let page = journal.history(from: from, limit: limit)
-            if let damage = page.damage {
-                // Never a page that looks whole but is not: the range asked for crosses damage.
-                let readable = page.entries.last.map { " (it reads up to seq \($0.action.seq))" } ?? ""
-                return .error(.notRetained, "the journal's history from seq \(from ?? page.first) on cannot be read whole\(readable): \(damage)")
+            if let damage = page.damage, page.entries.isEmpty {
+                // What reads before damage is answered (with `next`); a page from there on is this error, so a
+                // reader following `next` never gets a silent gap.
+                return .error(.notRetained, "the journal's history from seq \(from ?? page.first) on cannot be read: \(damage)")
             }
             let last = lastSeq()
             var j = JSONBuilder(capacity: 256 * page.entries.count + 64)

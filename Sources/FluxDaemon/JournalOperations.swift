@@ -33,7 +33,7 @@ struct JournalOperations {
                         o.field("targets", strings: a.targets)
                         o.array("results") { results in
                             for r in entry.results {
-                                results.object { ro in writeResult(r, &ro) }
+                                results.object { ro in Router.writeResult(r, to: &ro) }
                             }
                         }
                     }
@@ -60,24 +60,6 @@ struct JournalOperations {
             return .reply(b.finish())
         default:
             return .error(.unknownOp, "\(request.op.rawValue) is not a journal operation")
-        }
-    }
-
-    private func writeResult(_ r: TargetResult, _ o: inout JSONBuilder) {
-        o.field("store", r.store)
-        switch r.outcome {
-        case .done:
-            o.field("status", "done")
-            o.field("version", r.version)
-        case .rejected(let error):
-            o.field("status", "rejected")
-            o.rawField("error", error)
-        case .unavailable(let code, let message):
-            o.field("status", "unavailable")
-            o.object("error") { e in
-                e.field("code", code)
-                e.field("message", message)
-            }
         }
     }
 }

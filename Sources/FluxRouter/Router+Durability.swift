@@ -121,27 +121,28 @@ extension Router {
     func resultsJSON(_ results: [TargetResult]) -> [UInt8] {
         var j = JSONBuilder(capacity: 48 * results.count)
         j.array { list in
-            for r in results {
-                list.object { o in
-                    o.field("store", r.store)
-                    switch r.outcome {
-                    case .done:
-                        o.field("status", "done")
-                        o.field("version", r.version)
-                    case .rejected(let error):
-                        o.field("status", "rejected")
-                        o.rawField("error", error)
-                    case .unavailable(let code, let message):
-                        o.field("status", "unavailable")
-                        o.object("error") { e in
-                            e.field("code", code)
-                            e.field("message", message)
-                        }
-                    }
-                }
-            }
+            for r in results { list.object { o in Router.writeResult(r, to: &o) } }
         }
         return j.bytes
+    }
+
+    /// The members of one result object, as in `settled` (SPEC §8.3): for `recovered` and `history`.
+    public static func writeResult(_ r: TargetResult, to o: inout JSONBuilder) {
+        o.field("store", r.store)
+        switch r.outcome {
+        case .done:
+            o.field("status", "done")
+            o.field("version", r.version)
+        case .rejected(let error):
+            o.field("status", "rejected")
+            o.rawField("error", error)
+        case .unavailable(let code, let message):
+            o.field("status", "unavailable")
+            o.object("error") { e in
+                e.field("code", code)
+                e.field("message", message)
+            }
+        }
     }
 
     /// The seq of the newest accepted action (0: none yet; after a restart, the newest journaled one until the

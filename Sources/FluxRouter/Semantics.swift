@@ -432,40 +432,27 @@ extension Router {
     func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
-        if journal != nil {
+        let durable = journal != nil
+        if durable {
             // A durable fluxd keeps what is not final: it continues after the restart (SPEC §15.1).
             out.log(.notice, "stopping: \(pendingCount) actions stay accepted in the journal, saying goodbye to \(peers.count) peers")
-            let bye = byeFrame(reason: "restart")
-            for name in stores.keys.sorted() {
-                let store = stores[name]!
-                guard store.status == .up else { continue }
-                var b = FrameBuilder(op: "store-down")
-                b.string("store", name)
-                b.constant("reason", "shutdown")
-                let frame = b.finish(coalescing: .fence(key: store.key))
-                for sub in store.subscribers { out.send(sub, frame) }
+        } else {
+            out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
+            for action in unsettledActions() {
+                for i in action.targets.indices where action.result(at: i) == nil {
+                    action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
+                }
+                settle(action, &out)
             }
-            for id in peers.sortedIDs {
-                let peer = peers[id]!
-                guard !peer.closing else { continue }
-                out.send(peer, bye)
-                close(peer, &out)
-            }
-            return
-        }
-        out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
-        for action in unsettledActions() {
-            for i in action.targets.indices where action.result(at: i) == nil {
-                action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
-            }
-            settle(action, &out)
         }
         for name in stores.keys.sorted() {
             let store = stores[name]!
-            // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
-            // store's queue would expire at a later tick and be settled a second time.
-            store.queue.removeAll()
-            store.inflight.removeAll()
+            if !durable {
+                // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
+                // store's queue would expire at a later tick and be settled a second time.
+                store.queue.removeAll()
+                store.inflight.removeAll()
+            }
             guard store.status == .up else { continue }
             var b = FrameBuilder(op: "store-down")
             b.string("store", name)
@@ -473,8 +460,8 @@ extension Router {
             let frame = b.finish(coalescing: .fence(key: store.key))
             for sub in store.subscribers { out.send(sub, frame) }
         }
-        expiringStores.removeAll()
-        let bye = byeFrame(reason: "shutdown")
+        expiringStores.removeAll()  // (durable: no queued action is given up while fluxd stops)
+        let bye = byeFrame(reason: durable ? "restart" : "shutdown")
         for id in peers.sortedIDs {
             let peer = peers[id]!
             guard !peer.closing else { continue }

@@ -417,10 +417,9 @@ def test_a_store_publishing_on_a_full_disk_holds_frames_until_space_returns(bus)
 
 def test_the_log_says_when_space_returns(bus):
     """fluxd logs "new dispatches are refused disk-full until space returns" when a reservation fails; the operator
-    should also read when it accepts again. FAILS with fluxd at 92090af when the reservation is retried by a
-    loop iteration's commit (Journal.commit reserves again whenever less than half the reserve is left) rather than
-    by the journal timer: only the timer's path (Daemon.journalTimerFired) logs "space is back", so a fluxd that
-    handles any frame after space returned accepts again without a word."""
+    should also read when it accepts again. (Failed with fluxd at 92090af, fixed in a9c2a4e: when the reservation
+    was retried by a loop iteration's commit, which reserves again whenever less than half the reserve is left,
+    rather than by the journal timer, nothing was logged: only the timer's path said "space is back".)"""
     fluxd = start_bus(bus, "3m")
     ns = bus["ns"]
     store = connect(fluxd.socket_path, "store", "small-store")

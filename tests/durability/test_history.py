@@ -81,11 +81,10 @@ def test_a_damaged_segment_behind_a_checkpoint_does_not_silently_shorten_history
     damaged. But `history` must not then answer as if nothing were missing: paging through it (following `next`)
     gives every action from `first` on (they are contiguous here: one run, no restart), or the actions before the
     damage and then an error.
-    FAILS with fluxd at 92090af: Journal.history ignored JournalScan's problem and silently skipped the records
-    from the damaged one to the segment's end (first 1, last 60, no next, 41 entries).
-    Still FAILS at a7e871b, one page later: the first page now ends before the damage with next 18, but
-    `history from 18` skips the damaged segment (its lastSeq, 17, is below 18) and answers 37..60 without an
-    error, so a client following `next` still gets a silent gap (18..36)."""
+    (Failed with fluxd at 92090af: Journal.history ignored JournalScan's problem and silently skipped the records
+    from the damaged one to the segment's end: first 1, last 60, no next, 41 entries. Still failed at a7e871b one
+    page later: the first page ended before the damage with next 18, but `history from 18` skipped the damaged
+    segment and answered 37..60 without an error. Fixed in 9abea93/65f44ea.)"""
     work = tempfile.mkdtemp(prefix="fluxhistory-")
     data = os.path.join(work, "data")
     fluxd = Fluxd(os.path.join(work, "fluxd.sock"), data, work, ["--durability", "always", "--segment-bytes", "4096"])

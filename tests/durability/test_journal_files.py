@@ -237,9 +237,10 @@ def test_a_zeroed_tail_starting_inside_a_record_is_torn(template, where):
     """(a) The same power-loss tail, starting inside a record's header or in a record that more (zeroed) records
     follow: the last group commit's pages reached the disk only in part, and a page boundary can fall anywhere in
     a record. A torn tail: fluxd should drop it and start.
-    FAILS with fluxd at 92090af: it refuses to start as if the journal were corrupt ("the length of the record
-    at N fails its checksum" / "the checksum of the record at N does not match its B bytes"), because
-    JournalScan takes a tail of zeros as torn only when it begins exactly at a record's first byte."""
+    (Failed with fluxd at 92090af, fixed in a9c2a4e: it refused to start as if the journal were corrupt ("the
+    length of the record at N fails its checksum" / "the checksum of the record at N does not match its B
+    bytes"), because JournalScan took a tail of zeros as torn only when it began exactly at a record's first
+    byte.)"""
     records: List[Record] = template["records"]
     content: bytes = template["bytes"]
     if where == "the last record's length checksum":

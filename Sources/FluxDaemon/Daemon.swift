@@ -104,6 +104,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         self.config = config
         self.logger = logger
         self.journal = journal
+        self.journaled = journal != nil
         var coreConfig = DaemonCoreConfig(router: config.router)
         coreConfig.slowConsumerGrace = config.slowConsumerGrace
         core = DaemonCore(config: coreConfig, transport: self)
@@ -124,6 +125,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     /// The journal (nil: ephemeral).
     public let journal: Journal?
+    /// Whether there is one (a flag for the hot path).
+    private let journaled: Bool
     /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
     @exclusivity(unchecked) private var heldForJournal = false
     @exclusivity(unchecked) private var journalTimer: LoopTimer?
@@ -340,7 +343,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
         }
         core.handle(event, now: loop.now)
-        if journal != nil { loop.requestBeforeFlush() }
+        if journaled { loop.requestBeforeFlush() }
         armDeadlineTimer()
     }
 

@@ -127,15 +127,15 @@ public final class Journal: JournalWriting {
     public var recovered: JournalState
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
     public private(set) var openingNotes: [String] = []
-    public private(set) var refusal: JournalRefusal?
+    @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
     /// Whether written records wait for a sync (`batch`).
     public var hasUnsynced: Bool { writer.synced < writer.written }
     /// Counters for `info` and benchmarks.
-    public private(set) var writes: UInt64 = 0
-    public private(set) var syncs: UInt64 = 0
-    public private(set) var bytesWritten: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var writes: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var syncs: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var bytesWritten: UInt64 = 0
 
     /// What each segment holds (for retention and `history`): its first and last action's seq and the last
     /// one's time; nil seqs: no action in it.
@@ -149,7 +149,7 @@ public final class Journal: JournalWriting {
         /// Why its history cannot all be read (damage found in a segment behind a checkpoint), if so.
         public var damage: String?
     }
-    public private(set) var segmentInfos: [SegmentInfo] = []
+    @exclusivity(unchecked) public private(set) var segmentInfos: [SegmentInfo] = []
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
     public private(set) var checkpoints = 0
     public private(set) var segmentsDeleted = 0
@@ -159,15 +159,14 @@ public final class Journal: JournalWriting {
 
     /// The data directory's lock: held while this object lives (closed once, by its deinit).
     private let lock: LockFile
-    private var writer: SegmentWriter
+    @exclusivity(unchecked) private var writer: SegmentWriter
     var writerForReads: SegmentWriter { writer }
-    private var segmentNumber: Int
-    private var body: [UInt8] = []
+    @exclusivity(unchecked) private var segmentNumber: Int
     /// A reservation staged: the next commit syncs, whatever the mode.
-    private var mustSync = false
-    private var lastSync: UInt64 = 0
+    @exclusivity(unchecked) private var mustSync = false
+    @exclusivity(unchecked) private var lastSync: UInt64 = 0
     /// Where the disk space allocated ahead of the writes ends.
-    private var reservedEnd = 0
+    @exclusivity(unchecked) private var reservedEnd = 0
     /// Called to read the wall clock (ms since the Unix epoch) for action records.
     private let wallClock: () -> UInt64
     private let makeFile: (String) throws(StorageError) -> any AppendFile
@@ -253,9 +252,7 @@ public final class Journal: JournalWriting {
 
     @inline(__always)
     private func stage(_ encode: (inout [UInt8]) -> Void) {
-        body.removeAll(keepingCapacity: true)
-        encode(&body)
-        writer.append(body)
+        writer.appendEncoded(encode)
     }
 
     // MARK: - Committing

@@ -22,7 +22,7 @@ extension Router {
     }
 
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
-        guard let journal else { return }
+        guard journaling, let journal else { return }
         journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version)
     }
 
@@ -235,10 +235,11 @@ extension Router {
             let action = ActionRecord(
                 seq: a.seq, typeJSON: ArraySlice(Array(a.typeJSON)), origin: a.origin,
                 cause: a.cause.map { Int64($0) }, payload: ArraySlice(Array(a.payload)), dispatcher: stand,
-                id: a.id.map { ArraySlice(Array($0)) }, targets: targets, session: a.session.map { ArraySlice(Array($0)) })
+                id: a.id.map { ArraySlice(Array($0)) }, targets: targets)
             let dispatcher = a.session == nil ? stand : Peer(id: 0, creds: PeerCredentials(uid: a.uid), connectedAt: now,
                                                             account: memory.userAccount(uid: a.uid))
             dispatcher.closing = true
+            if let s = a.session { dispatcher.session = ArraySlice(Array(s)) }
             action.dispatcher = dispatcher
             pendingCount += 1
             dispatcher.unsettled += 1

@@ -46,7 +46,9 @@ public final class Router {
     @exclusivity(unchecked) var routes = RouteTable()
     @exclusivity(unchecked) var lastSeq: UInt64 = 0
     /// Where this run's records go (nil: an ephemeral fluxd). Set before the first event (SPEC §15).
-    @exclusivity(unchecked) public var journal: (any JournalWriting)?
+    @exclusivity(unchecked) public var journal: (any JournalWriting)? { didSet { journaling = journal != nil } }
+    /// Whether `journal` is set (a plain flag: the hot path of an ephemeral fluxd tests this, not the existential).
+    @exclusivity(unchecked) var journaling = false
     /// The seq high-water mark journaled: seqs up to it may be handed out (SPEC §15.1).
     @exclusivity(unchecked) var reservedSeq: UInt64 = 0
     /// Where `lastSeq` stood after a restore, and the newest seq the journal held then.

@@ -175,6 +175,8 @@ public struct JournalState: Sendable {
     /// Results that named no pending action or target (a journal written by a fluxd with a bug, or cut by a
     /// repair): counted, not fatal.
     public private(set) var strayResults = 0
+    /// What the segments a checkpoint covers hold, by number (from its summary records).
+    public private(set) var segmentSummaries: [Int: (firstSeq: UInt64, lastSeq: UInt64, lastTime: UInt64, actions: UInt64)] = [:]
 
     public init(outcomes: OutcomeLog = OutcomeLog()) {
         self.outcomes = outcomes
@@ -233,6 +235,8 @@ public struct JournalState: Sendable {
         case .outcome(let uid, let session, let id, let seq, let results):
             outcomes.insert(SessionKey(uid: uid, session: session, id: id), seq: seq, results: results, at: at)
             lastSeq = max(lastSeq, seq)
+        case .segmentSummary(let number, let firstSeq, let lastSeq, let lastTime, let actions):
+            segmentSummaries[Int(number)] = (firstSeq, lastSeq, lastTime, actions)
         }
     }
 }

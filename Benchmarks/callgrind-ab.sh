@@ -5,6 +5,9 @@
 #
 #   Benchmarks/callgrind-ab.sh BASE_FLUXD NEW_FLUXD [ROUNDS] [-- NEW_FLUXD_EXTRA_ARGS...]
 #
+# NEW_FLUXD runs --ephemeral unless extra arguments are given (e.g. -- --data-dir DATA --durability batch: DATA is
+# made under the run's temp folder when it is the word DATA); BASE_ARGS (environment) are the base's arguments
+# (none by default: a fluxd older than 0.3 has no --ephemeral).
 # Prints one line per (binary, workload): Ir per round trip, and the ratio NEW/BASE.
 set -euo pipefail
 BASE=${1:?usage: callgrind-ab.sh BASE_FLUXD NEW_FLUXD [ROUNDS]}
@@ -13,6 +16,8 @@ ROUNDS=${3:-20000}
 shift $(( $# >= 3 ? 3 : $# ))
 [ "${1:-}" = "--" ] && shift
 EXTRA=("$@")
+[ ${#EXTRA[@]} -eq 0 ] && EXTRA=(--ephemeral)
+read -r -a BASE_EXTRA <<< "${BASE_ARGS:-}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 T=$(mktemp -d /tmp/fluxbus-cgab-XXXXXX)
 trap '[ -n "${KEEP:-}" ] && cp "$T"/cg.* "$KEEP"/ ; rm -rf "$T"' EXIT
@@ -31,7 +36,7 @@ measure() {
     local label=$1 fluxd=$2 window=$3; shift 3
     local sock="$T/$label.sock"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$T/cg.$label" \
-        "$fluxd" --socket "$sock" --log-level warning "${FLUXD_MODE:---ephemeral}" "$@" > "$T/$label.out" 2> "$T/$label.err" &
+        "$fluxd" --socket "$sock" --log-level warning "${@//DATA/$T/data-$label}" > "$T/$label.out" 2> "$T/$label.err" &
     local vpid=$!
     wait_line "$T/$label.out" "fluxd ready"
     "$T/fluxbench" store --sys flux --addr "$sock" --topics 1 > "$T/$label.store" &
@@ -50,7 +55,7 @@ measure() {
 }
 
 for w in 64 1; do
-    base=$(measure "base-w$w" "$T/fluxd-base" "$w")
+    base=$(measure "base-w$w" "$T/fluxd-base" "$w" "${BASE_EXTRA[@]}")
     new=$(measure "new-w$w" "$T/fluxd-new" "$w" "${EXTRA[@]}")
     ratio=$(python3 -c "print(f'{$new/$base:.4f}')")
     echo "window $w: base $base Ir/round trip, new $new Ir/round trip, new/base $ratio"

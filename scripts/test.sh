@@ -82,6 +82,8 @@ run_suite "pytest examples/python (sync + asyncio clients, Store, vectors, polyg
     python3 -m pytest -q -p no:cacheprovider examples/python/tests
 run_suite "pytest protocol/conformance (scenarios against fluxd) + protocol/tools" \
     python3 -m pytest -q -p no:cacheprovider protocol/conformance protocol/tools/test_check_frozen.py
+run_suite "pytest tests/durability (crash and restart, torn and corrupt journals, the data directory's lock, disk full)" \
+    python3 -m pytest -q -p no:cacheprovider tests/durability
 run_suite "schema proxy (every frame of fluxd, fluxctl, Swift/Python/Node clients and stores validates)" \
     python3 -m pytest -q -p no:cacheprovider protocol/tools/test_schema_proxy.py
 run_suite "node --test examples/node (client, Store, vectors, conformance scenarios)" \

@@ -104,6 +104,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         self.config = config
         self.logger = logger
         self.journal = journal
+        self.journaled = journal != nil
         var coreConfig = DaemonCoreConfig(router: config.router)
         coreConfig.slowConsumerGrace = config.slowConsumerGrace
         core = DaemonCore(config: coreConfig, transport: self)
@@ -124,10 +125,28 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     /// The journal (nil: ephemeral).
     public let journal: Journal?
+    /// Whether there is one (a flag for the hot path).
+    private let journaled: Bool
     /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
     @exclusivity(unchecked) private var heldForJournal = false
     @exclusivity(unchecked) private var journalTimer: LoopTimer?
     @exclusivity(unchecked) private var journalFailureLogged = false
+    /// Whether new work was refused for a full disk when last looked at (its end is logged).
+    @exclusivity(unchecked) private var refusingDiskFull = false
+
+    /// Logs when the journal starts or stops refusing work for a full disk.
+    private func noteDiskFull() {
+        guard let journal else { return }
+        var now = false
+        if case .diskFull? = journal.refusal { now = true }
+        guard now != refusingDiskFull else { return }
+        refusingDiskFull = now
+        if now, case .diskFull(let why)? = journal.refusal {
+            logger.warning("journal: \(why); new dispatches are refused disk-full until space returns")
+        } else {
+            logger.notice("journal: space is back; accepting new work again")
+        }
+    }
 
     /// Writes what the router journaled while handling this iteration's events (before any frame is written):
     /// returns whether frames may be written now.
@@ -140,12 +159,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
                 heldForJournal = false
                 logger.notice("journal: written again; the frames held back go out")
             }
-            if case .diskFull(let why)? = journal.refusal, !journalFailureLogged {
-                journalFailureLogged = true
-                logger.warning("journal: \(why); new dispatches are refused disk-full until space returns")
-            } else if journal.refusal == nil {
-                journalFailureLogged = false
-            }
+            noteDiskFull()
             return true
         case .diskFull:
             if !heldForJournal {
@@ -171,12 +185,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             logger.critical("journal: \(why)")
         }
         if case .diskFull? = journal.refusal {
-            if journal.retrySpace(now: loop.now) {
-                journalFailureLogged = false
-                logger.notice("journal: space is back; accepting new work again")
-            }
+            journal.retrySpace(now: loop.now)
             loop.requestBeforeFlush()
         }
+        noteDiskFull()
     }
 
     /// Number of open connections.
@@ -331,7 +343,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
         }
         core.handle(event, now: loop.now)
-        if journal != nil { loop.requestBeforeFlush() }
+        if journaled { loop.requestBeforeFlush() }
         armDeadlineTimer()
     }
 

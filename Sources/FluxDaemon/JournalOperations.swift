@@ -13,6 +13,11 @@ struct JournalOperations {
         switch request {
         case .history(let idRaw, let from, let limit):
             let page = journal.history(from: from, limit: limit)
+            if let damage = page.damage, page.entries.isEmpty {
+                // What reads before damage is answered (with `next`); a page from there on is this error, so a
+                // reader following `next` never gets a silent gap.
+                return .error(.notRetained, "the journal's history from seq \(from ?? page.first) on cannot be read: \(damage)")
+            }
             let last = lastSeq()
             var j = JSONBuilder(capacity: 256 * page.entries.count + 64)
             j.array { list in
@@ -28,7 +33,7 @@ struct JournalOperations {
                         o.field("targets", strings: a.targets)
                         o.array("results") { results in
                             for r in entry.results {
-                                results.object { ro in writeResult(r, &ro) }
+                                results.object { ro in Router.writeResult(r, to: &ro) }
                             }
                         }
                     }
@@ -55,24 +60,6 @@ struct JournalOperations {
             return .reply(b.finish())
         default:
             return .error(.unknownOp, "\(request.op.rawValue) is not a journal operation")
-        }
-    }
-
-    private func writeResult(_ r: TargetResult, _ o: inout JSONBuilder) {
-        o.field("store", r.store)
-        switch r.outcome {
-        case .done:
-            o.field("status", "done")
-            o.field("version", r.version)
-        case .rejected(let error):
-            o.field("status", "rejected")
-            o.rawField("error", error)
-        case .unavailable(let code, let message):
-            o.field("status", "unavailable")
-            o.object("error") { e in
-                e.field("code", code)
-                e.field("message", message)
-            }
         }
     }
 }

@@ -10,6 +10,8 @@ public struct HistoryPage: Sendable, Equatable {
     /// The oldest seq the journal still holds (0: none).
     public var first: UInt64
     public var entries: [HistoryEntry]
+    /// Damage that cut the page short (a segment that does not read whole): the entries are those before it.
+    public var damage: String?
 }
 
 /// A store's state as it was (SPEC §8.12 `state-at`).
@@ -29,11 +31,21 @@ extension Journal {
         var entries: [HistoryEntry] = []
         var index: [UInt64: Int] = [:]
         var open = 0  // collected actions still missing a result
+        var skippedDamage: String?  // damage in a segment passed over: the seqs right after it may be lost
         for info in segmentInfos {
-            if let last = info.lastSeq, last < start, entries.isEmpty { continue }
-            if info.lastSeq == nil && entries.isEmpty { continue }
-            guard let bytes = readWholeFile(options.directory + "/" + Self.segmentName(info.number)) else { continue }
-            for range in JournalScan(bytes).records {
+            if entries.isEmpty, info.lastSeq.map({ $0 < start }) ?? true {
+                skippedDamage = info.damage ?? (info.lastSeq == nil ? skippedDamage : nil)
+                continue
+            }
+            if entries.isEmpty, let damage = skippedDamage, (info.firstSeq ?? 0) > start {
+                return HistoryPage(first: first, entries: [], damage: damage)
+            }
+            let path = options.directory + "/" + Self.segmentName(info.number)
+            guard let bytes = readWholeFile(path) else {
+                return HistoryPage(first: first, entries: entries, damage: "\(path) cannot be read")
+            }
+            let scan = JournalScan(bytes)
+            for range in scan.records {
                 guard let record = try? RecordDecoder.decode(bytes, range) else { continue }
                 switch record {
                 case .action(let a) where a.seq >= start && entries.count < limit:
@@ -47,6 +59,13 @@ extension Journal {
                 default:
                     continue
                 }
+            }
+            let isCurrent = info.number == segmentInfos.last?.number
+            if let problem = scan.problem {
+                return HistoryPage(first: first, entries: entries, damage: "\(path): \(problem)")
+            }
+            if scan.tornBytes > 0 && !isCurrent {
+                return HistoryPage(first: first, entries: entries, damage: "\(path) ends in a record cut short at offset \(scan.validEnd)")
             }
             if entries.count == limit && open == 0 { break }
         }

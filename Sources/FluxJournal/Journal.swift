@@ -127,15 +127,15 @@ public final class Journal: JournalWriting {
     public var recovered: JournalState
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
     public private(set) var openingNotes: [String] = []
-    public private(set) var refusal: JournalRefusal?
+    @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
     /// Whether written records wait for a sync (`batch`).
     public var hasUnsynced: Bool { writer.synced < writer.written }
     /// Counters for `info` and benchmarks.
-    public private(set) var writes: UInt64 = 0
-    public private(set) var syncs: UInt64 = 0
-    public private(set) var bytesWritten: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var writes: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var syncs: UInt64 = 0
+    @exclusivity(unchecked) public private(set) var bytesWritten: UInt64 = 0
 
     /// What each segment holds (for retention and `history`): its first and last action's seq and the last
     /// one's time; nil seqs: no action in it.
@@ -144,8 +144,12 @@ public final class Journal: JournalWriting {
         public var firstSeq: UInt64?
         public var lastSeq: UInt64?
         public var lastTime: UInt64 = 0
+        /// How many actions it holds (retention counts actions, not seqs: seqs jump after a restart).
+        public var actions: UInt64 = 0
+        /// Why its history cannot all be read (damage found in a segment behind a checkpoint), if so.
+        public var damage: String?
     }
-    public private(set) var segmentInfos: [SegmentInfo] = []
+    @exclusivity(unchecked) public private(set) var segmentInfos: [SegmentInfo] = []
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
     public private(set) var checkpoints = 0
     public private(set) var segmentsDeleted = 0
@@ -155,15 +159,14 @@ public final class Journal: JournalWriting {
 
     /// The data directory's lock: held while this object lives (closed once, by its deinit).
     private let lock: LockFile
-    private var writer: SegmentWriter
+    @exclusivity(unchecked) private var writer: SegmentWriter
     var writerForReads: SegmentWriter { writer }
-    private var segmentNumber: Int
-    private var body: [UInt8] = []
+    @exclusivity(unchecked) private var segmentNumber: Int
     /// A reservation staged: the next commit syncs, whatever the mode.
-    private var mustSync = false
-    private var lastSync: UInt64 = 0
+    @exclusivity(unchecked) private var mustSync = false
+    @exclusivity(unchecked) private var lastSync: UInt64 = 0
     /// Where the disk space allocated ahead of the writes ends.
-    private var reservedEnd = 0
+    @exclusivity(unchecked) private var reservedEnd = 0
     /// Called to read the wall clock (ms since the Unix epoch) for action records.
     private let wallClock: () -> UInt64
     private let makeFile: (String) throws(StorageError) -> any AppendFile
@@ -231,6 +234,7 @@ public final class Journal: JournalWriting {
         let last = segmentInfos.count - 1
         if segmentInfos[last].firstSeq == nil { segmentInfos[last].firstSeq = seq }
         segmentInfos[last].lastSeq = seq
+        segmentInfos[last].actions += 1
         segmentInfos[last].lastTime = time
         stage {
             RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
@@ -248,9 +252,7 @@ public final class Journal: JournalWriting {
 
     @inline(__always)
     private func stage(_ encode: (inout [UInt8]) -> Void) {
-        body.removeAll(keepingCapacity: true)
-        encode(&body)
-        writer.append(body)
+        writer.appendEncoded(encode)
     }
 
     // MARK: - Committing
@@ -291,16 +293,23 @@ public final class Journal: JournalWriting {
             mustSync = false
         }
         if writer.written >= options.segmentBytes { rollOver(now: now) }
-        if reservedEnd - writer.written < options.reserveBytes / 2 { reserveSpace() }
+        // Reserve again when less than half a reservation is left, and never past the segment's end (the
+        // reservation already reaches a little beyond it; the next segment gets its own).
+        let lowWater = min(options.reserveBytes / 2, max(0, options.segmentBytes - writer.written))
+        var diskFull = false
+        if case .diskFull? = refusal { diskFull = true }
+        if reservedEnd - writer.written < lowWater || diskFull { reserveSpace() }
         return .written
     }
 
     /// Allocates `reserveBytes` ahead of the writes; a failure for lack of space refuses new work until a later
     /// reservation succeeds (`retrySpace`).
     private func reserveSpace() {
+        // Up to the segment's end and a little past it (the record that crosses it), at most `reserveBytes`.
+        let bytes = min(options.reserveBytes, max(options.segmentBytes - writer.written, 0) + (256 << 10))
         do {
-            try writer.file.reserve(from: writer.written, bytes: options.reserveBytes)
-            reservedEnd = writer.written + options.reserveBytes
+            try writer.file.reserve(from: writer.written, bytes: bytes)
+            reservedEnd = writer.written + bytes
             if case .diskFull? = refusal { refusal = nil }
         } catch {
             if error.isDiskFull {
@@ -351,6 +360,7 @@ public final class Journal: JournalWriting {
         do {
             let next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
             try Self.syncDirectory(options.directory)
+            writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
             writer.file.close()
             writer = next
             segmentNumber += 1
@@ -372,10 +382,15 @@ public final class Journal: JournalWriting {
         guard let checkpointSource else { return }
         var file = SegmentHeader.bytes()
         var body: [UInt8] = []
-        checkpointSource { record in
+        func add(_ record: JournalRecord) {
             body.removeAll(keepingCapacity: true)
             RecordEncoder.record(record, into: &body)
             appendRecord(body, to: &file)
+        }
+        checkpointSource { add($0) }
+        for info in segmentInfos where info.number <= n {
+            add(.segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
+                                lastTime: info.lastTime, actions: info.actions))
         }
         let dir = options.directory
         do {
@@ -392,12 +407,12 @@ public final class Journal: JournalWriting {
     /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
     /// retention window, oldest first (history stays contiguous).
     private func applyRetention(coveredThrough covered: Int) {
-        let newest = segmentInfos.compactMap(\.lastSeq).max() ?? 0
-        let keepFromSeq = newest > options.retainActions ? newest - options.retainActions : 0
         let wall = wallClock()
         let keepFromTime = wall > options.retainAge ? wall - options.retainAge : 0
         while let first = segmentInfos.first, first.number <= covered, first.number < segmentNumber {
-            let beyondCount = (first.lastSeq ?? 0) < keepFromSeq
+            // Beyond the count when the segments after it hold the newest `retainActions` actions already.
+            let newer = segmentInfos.dropFirst().reduce(UInt64(0)) { $0 + $1.actions }
+            let beyondCount = newer >= options.retainActions
             let beyondAge = first.lastTime < keepFromTime
             guard beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1 else { break }
             unlink(options.directory + "/" + Self.segmentName(first.number))
@@ -413,6 +428,7 @@ public final class Journal: JournalWriting {
             return
         }
         checkpoint(through: segmentNumber, now: now)
+        writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
         writer.file.close()
     }
 
@@ -540,7 +556,18 @@ public final class Journal: JournalWriting {
         }
         // Segments the checkpoint covers are history only (kept for `history` until retention deletes them).
         for segment in all where segment.number <= covered {
-            infos.append(scanInfo(segment))
+            let info: SegmentInfo
+            if let s = state.segmentSummaries[segment.number] {
+                // Described by the checkpoint: not read now (damage in it is found, and said, when history reads it).
+                info = SegmentInfo(number: segment.number, firstSeq: s.actions > 0 ? s.firstSeq : nil,
+                                   lastSeq: s.actions > 0 ? s.lastSeq : nil, lastTime: s.lastTime, actions: s.actions)
+            } else {
+                info = scanInfo(segment)
+            }
+            if let damage = info.damage {
+                notes.append("history behind the checkpoint is damaged: \(damage); what follows it in that segment cannot be read (history and state-at say so)")
+            }
+            infos.append(info)
         }
         all.removeAll { $0.number <= covered }
         if let first = all.first, first.number != covered + 1 {
@@ -573,6 +600,7 @@ public final class Journal: JournalWriting {
                     if case .action(let a) = record {
                         if info.firstSeq == nil { info.firstSeq = a.seq }
                         info.lastSeq = a.seq
+                        info.actions += 1
                         info.lastTime = a.time
                     }
                     state.apply(record)
@@ -600,9 +628,10 @@ public final class Journal: JournalWriting {
                 notes.append("dropped a torn last record (\(scan.tornBytes) bytes at offset \(scan.validEnd) of \(segment.path)): a crash while it was written; it was never revealed to a peer in a durable mode")
             }
             if scan.validEnd < SegmentHeader.size {
-                // A crash while the header was written: the segment is rewritten from its start.
+                // A crash while a new segment was started (empty, or its header cut short): it goes, and the
+                // segment before it stays the last one (full, so a new segment follows it).
                 unlink(segment.path)
-                last = nil
+                notes.append("removed \(segment.path): a crash while it was started left no record in it")
                 continue
             }
             last = (segment.number, scan.validEnd)
@@ -616,12 +645,22 @@ public final class Journal: JournalWriting {
     /// The actions' seqs and times of a segment, read without applying it (a segment behind a checkpoint).
     static func scanInfo(_ segment: (number: Int, path: String)) -> SegmentInfo {
         var info = SegmentInfo(number: segment.number)
-        guard let bytes = readWholeFile(segment.path) else { return info }
-        for range in JournalScan(bytes).records {
+        guard let bytes = readWholeFile(segment.path) else {
+            info.damage = "\(segment.path) cannot be read"
+            return info
+        }
+        let scan = JournalScan(bytes)
+        switch scan.problem {
+        case .corrupt(let offset, let reason)?: info.damage = "\(segment.path) is damaged at offset \(offset): \(reason)"
+        case .notASegment(let reason)?: info.damage = "\(segment.path) is not a segment: \(reason)"
+        case nil: if scan.tornBytes > 0 { info.damage = "\(segment.path) ends in a record cut short at offset \(scan.validEnd)" }
+        }
+        for range in scan.records {
             if case .action(let a)? = try? RecordDecoder.decode(bytes, range) {
                 if info.firstSeq == nil { info.firstSeq = a.seq }
                 info.lastSeq = a.seq
                 info.lastTime = a.time
+                info.actions += 1
             }
         }
         return info
@@ -689,20 +728,20 @@ func readWholeFile(_ path: String) -> [UInt8]? {
     defer { close(fd) }
     var st = stat()
     guard fstat(fd, &st) == 0 else { return nil }
-    var out = [UInt8](repeating: 0, count: Int(st.st_size))
-    var at = 0
-    let ok = out.withUnsafeMutableBytes { raw -> Bool in
-        while at < raw.count {
-            let n = read(fd, raw.baseAddress! + at, raw.count - at)
-            if n < 0 { if errno == EINTR { continue }; return false }
+    let size = Int(st.st_size)
+    var ok = true
+    // Read into uninitialised storage (a zero-filled 64 MiB buffer cost a fifth of a restart).
+    let out = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+        var at = 0
+        while at < size {
+            let n = read(fd, buffer.baseAddress! + at, size - at)
+            if n < 0 { if errno == EINTR { continue }; ok = false; break }
             if n == 0 { break }
             at += n
         }
-        return true
+        count = at
     }
-    guard ok else { return nil }
-    if at < out.count { out.removeSubrange(at...) }
-    return out
+    return ok ? out : nil
 }
 
 func readSmallFile(_ path: String) -> String? {

@@ -51,6 +51,31 @@ public struct OutcomeLog: Sendable {
     public struct Entry: Sendable, Equatable {
         public var seq: UInt64
         public var results: [TargetResult]
+
+        public init(seq: UInt64, results: [TargetResult]) {
+            self.seq = seq
+            self.results = results
+        }
+
+        /// About what the entry takes in memory (its key included), for the memory budget.
+        public func bytes(_ key: SessionKey) -> Int {
+            var n = 96 + key.session.count + key.id.count
+            for r in results {
+                n += 48 + r.store.utf8.count
+                switch r.outcome {
+                case .done: break
+                case .rejected(let e): n += e.count
+                case .unavailable(let code, let message): n += code.utf8.count + message.utf8.count
+                }
+            }
+            return n
+        }
+    }
+
+    /// An outcome the log let go of: whose it was and how many bytes it held.
+    public struct Dropped: Sendable, Equatable {
+        public var uid: UInt32
+        public var bytes: Int
     }
 
     public let capacity: Int
@@ -65,24 +90,36 @@ public struct OutcomeLog: Sendable {
 
     public var count: Int { entries.count }
 
-    /// Remembers the outcome of the dispatch `key` (settled at `at`, in ms on the caller's clock).
-    public mutating func insert(_ key: SessionKey, seq: UInt64, results: [TargetResult], at: UInt64) {
-        entries[key] = Entry(seq: seq, results: results)
+    /// Remembers the outcome of the dispatch `key` (settled at `at`, in ms on the caller's clock). Returns what
+    /// it let go of to stay within `capacity` (an older outcome of the same key included).
+    @discardableResult
+    public mutating func insert(_ key: SessionKey, seq: UInt64, results: [TargetResult], at: UInt64) -> [Dropped] {
+        var dropped: [Dropped] = []
+        let entry = Entry(seq: seq, results: results)
+        if let previous = entries.updateValue(entry, forKey: key) {
+            dropped.append(Dropped(uid: key.uid, bytes: previous.bytes(key)))
+        }
         order.append((key, at, seq))
-        while order.count > capacity { dropOldest() }
+        while order.count > capacity { if let d = dropOldest() { dropped.append(d) } }
+        return dropped
     }
 
     public func outcome(_ key: SessionKey) -> Entry? { entries[key] }
 
-    /// Forgets outcomes older than the window.
-    public mutating func expire(now: UInt64) {
-        while let first = order.first, first.at + window < now { dropOldest() }
+    /// Forgets outcomes older than the window; returns what it let go of.
+    @discardableResult
+    public mutating func expire(now: UInt64) -> [Dropped] {
+        var dropped: [Dropped] = []
+        while let first = order.first, first.at + window < now { if let d = dropOldest() { dropped.append(d) } }
+        return dropped
     }
 
-    private mutating func dropOldest() {
+    private mutating func dropOldest() -> Dropped? {
         let first = order.removeFirst()
         // The same key may have been reused later: only its latest entry counts.
-        if let e = entries[first.key], e.seq == first.seq { entries.removeValue(forKey: first.key) }
+        guard let e = entries[first.key], e.seq == first.seq else { return nil }
+        entries.removeValue(forKey: first.key)
+        return Dropped(uid: first.key.uid, bytes: e.bytes(first.key))
     }
 
     /// Every outcome, oldest first (for a checkpoint).
@@ -138,6 +175,8 @@ public struct JournalState: Sendable {
     /// Results that named no pending action or target (a journal written by a fluxd with a bug, or cut by a
     /// repair): counted, not fatal.
     public private(set) var strayResults = 0
+    /// What the segments a checkpoint covers hold, by number (from its summary records).
+    public private(set) var segmentSummaries: [Int: (firstSeq: UInt64, lastSeq: UInt64, lastTime: UInt64, actions: UInt64)] = [:]
 
     public init(outcomes: OutcomeLog = OutcomeLog()) {
         self.outcomes = outcomes
@@ -196,6 +235,8 @@ public struct JournalState: Sendable {
         case .outcome(let uid, let session, let id, let seq, let results):
             outcomes.insert(SessionKey(uid: uid, session: session, id: id), seq: seq, results: results, at: at)
             lastSeq = max(lastSeq, seq)
+        case .segmentSummary(let number, let firstSeq, let lastSeq, let lastTime, let actions):
+            segmentSummaries[Int(number)] = (firstSeq, lastSeq, lastTime, actions)
         }
     }
 }

@@ -103,9 +103,16 @@ public struct JournalScan: Sendable, Equatable {
                 return
             }
             let length = Int(readBigEndian(segment, at))
+            // Where the file's last non-zero byte is: a record that fails and that only zeros follow was cut by a
+            // power loss (blocks allocated, not all written), not damaged.
+            func onlyZerosFrom(_ offset: Int) -> Bool {
+                var i = segment.count - 1
+                while i >= offset { if segment[i] != 0 { return false }; i -= 1 }
+                return true
+            }
             guard CRC32C.checksum(segment[at..<(at + 4)]) == readBigEndian(segment, at + 4) else {
-                if segment[at...].allSatisfy({ $0 == 0 }) {
-                    tornBytes = segment.count - at  // zeros to the end: blocks allocated, never written
+                if onlyZerosFrom(at + 8) {
+                    tornBytes = segment.count - at  // nothing but zeros after its length: the last record, not all written
                 } else {
                     problem = .corrupt(offset: at, reason: "the length of the record at \(at) fails its checksum")
                 }
@@ -123,7 +130,7 @@ public struct JournalScan: Sendable, Equatable {
                 return
             }
             if CRC32C.checksum(segment[bodyStart..<end]) != crc {
-                if end == segment.count {
+                if end == segment.count || onlyZerosFrom(end) {
                     tornBytes = segment.count - at  // the last record, not all of it reached the disk
                 } else {
                     problem = .corrupt(offset: at, reason: "the checksum of the record at \(at) does not match its \(length) bytes")

@@ -20,6 +20,8 @@ public enum RecordKind: UInt8, Sendable {
     case storePosition = 6
     /// The outcome of a settled dispatch made under a session (checkpoints only, SPEC §15.4).
     case outcome = 7
+    /// What a segment the checkpoint covers holds (checkpoints only): so a start reads no covered segment.
+    case segmentSummary = 8
 }
 
 /// An accepted action as journaled.
@@ -74,6 +76,9 @@ public enum JournalRecord: Sendable, Equatable {
     case snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
     case storePosition(store: String, version: UInt64, seq: UInt64)
     case outcome(uid: UInt32, session: [UInt8], id: [UInt8], seq: UInt64, results: [TargetResult])
+    /// Segment `number` holds `actions` actions, seqs `firstSeq...lastSeq` (0, 0 when none), the last one accepted
+    /// at `lastTime`.
+    case segmentSummary(number: UInt64, firstSeq: UInt64, lastSeq: UInt64, lastTime: UInt64, actions: UInt64)
 }
 
 /// Why a record body could not be decoded (corruption the checksum did not catch, or a newer record kind).
@@ -199,6 +204,9 @@ public enum RecordEncoder {
             storePosition(store: store, version: version, seq: seq, into: &out)
         case .outcome(let uid, let session, let id, let seq, let results):
             outcome(uid: uid, session: session, id: id, seq: seq, results: results, into: &out)
+        case .segmentSummary(let number, let firstSeq, let lastSeq, let lastTime, let actions):
+            out.append(RecordKind.segmentSummary.rawValue)
+            for v in [number, firstSeq, lastSeq, lastTime, actions] { varint(v, &out) }
         }
     }
 
@@ -307,6 +315,9 @@ public struct RecordDecoder {
                 results.append(TargetResult(store: store, outcome: try outcomeBody(), version: version))
             }
             return .outcome(uid: uid, session: session, id: id, seq: seq, results: results)
+        case .segmentSummary:
+            return .segmentSummary(number: try varint(), firstSeq: try varint(), lastSeq: try varint(),
+                                   lastTime: try varint(), actions: try varint())
         }
     }
 

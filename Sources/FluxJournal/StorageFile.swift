@@ -39,6 +39,8 @@ public protocol AppendFile: AnyObject {
     /// it cannot fail for lack of space): the journal keeps space reserved ahead of its writes, and a reservation
     /// that fails is how it learns the disk is full while it can still finish what it accepted.
     func reserve(from offset: Int, bytes: Int) throws(StorageError)
+    /// Gives back the space reserved from `offset` on (a segment that is closed keeps only its records).
+    func unreserve(from offset: Int, bytes: Int)
     /// The file's length.
     func length() throws(StorageError) -> Int
     /// Closes it (idempotent).
@@ -88,6 +90,11 @@ public final class PosixFile: AppendFile {
         if r != 0 && errno != EOPNOTSUPP && errno != ENOSYS {
             throw StorageError(operation: "fallocate", errno: errno, path: path)
         }
+    }
+
+    public func unreserve(from offset: Int, bytes: Int) {
+        guard bytes > 0 else { return }
+        _ = cfluxsys_release(fd, off_t(offset), off_t(bytes))  // best effort: a file system without it keeps them
     }
 
     public func length() throws(StorageError) -> Int {

@@ -206,10 +206,12 @@ struct DispatchRequest {
         case .value(let c) where Names.isValidInteger(c, positive: true): cause = c
         default: throw .badMessage("\"cause\" must be the seq of an action: an integer from 1 to 2^53-1", ref: ref)
         }
-        switch env.int(.seq) {
-        case .absent: seq = nil
-        case .value(let s) where Names.isValidInteger(s, positive: true): seq = s
-        default: throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref)
+        if env.span(.seq) == nil {  // (a table lookup, inlined: dispatches almost never carry one)
+            seq = nil
+        } else if case .value(let s) = env.int(.seq), Names.isValidInteger(s, positive: true) {
+            seq = s
+        } else {
+            throw .badMessage("\"seq\" must be an integer from 1 to 2^53-1", ref: ref)
         }
         payload = env.span(.payload)
     }

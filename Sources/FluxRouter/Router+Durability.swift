@@ -22,7 +22,7 @@ extension Router {
     }
 
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
-        guard let journal else { return }
+        guard journaling, let journal else { return }
         journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version)
     }
 
@@ -34,9 +34,33 @@ extension Router {
             results.append(TargetResult(store: store.name, outcome: action.result(at: i)!.journaled,
                                         version: action.version(at: i)))
         }
-        outcomes.expire(now: now)
-        outcomes.insert(SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id),
-                        seq: action.seq, results: results, at: now)
+        let key = SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id)
+        rememberOutcome(key, seq: action.seq, results: results)
+    }
+
+    /// Keeps an outcome, charged to its user's share of the memory budget (always: an outcome that was not kept
+    /// would later read as never sent), and returns what the log let go of.
+    func rememberOutcome(_ key: SessionKey, seq: UInt64, results: [TargetResult]) {
+        releaseOutcomes(outcomes.expire(now: now))
+        let entry = OutcomeLog.Entry(seq: seq, results: results)
+        memory.force(outcomeAccount(key.uid), entry.bytes(key))
+        releaseOutcomes(outcomes.insert(key, seq: seq, results: results, at: now))
+    }
+
+    func expireOutcomes() {
+        releaseOutcomes(outcomes.expire(now: now))
+    }
+
+    private func releaseOutcomes(_ dropped: [OutcomeLog.Dropped]) {
+        for d in dropped { memory.release(outcomeAccount(d.uid), d.bytes) }
+    }
+
+    /// The account a user's kept outcomes are charged to.
+    private func outcomeAccount(_ uid: UInt32) -> MemoryBudget.Account {
+        if let a = outcomeAccounts[uid] { return a }
+        let a = memory.userAccount(uid: uid)
+        outcomeAccounts[uid] = a
+        return a
     }
 
     // MARK: - recover (SPEC §8.12)
@@ -47,7 +71,7 @@ extension Router {
         }
         let uid = peer.account.uid
         let sessionText = SessionKey.text(session)
-        outcomes.expire(now: now)
+        expireOutcomes()
         // Unsettled actions of this session, by id (recover is rare: one pass over what is unsettled).
         var pending: [SessionKey: ActionRecord] = [:]
         for action in unsettledActions() {
@@ -97,27 +121,28 @@ extension Router {
     func resultsJSON(_ results: [TargetResult]) -> [UInt8] {
         var j = JSONBuilder(capacity: 48 * results.count)
         j.array { list in
-            for r in results {
-                list.object { o in
-                    o.field("store", r.store)
-                    switch r.outcome {
-                    case .done:
-                        o.field("status", "done")
-                        o.field("version", r.version)
-                    case .rejected(let error):
-                        o.field("status", "rejected")
-                        o.rawField("error", error)
-                    case .unavailable(let code, let message):
-                        o.field("status", "unavailable")
-                        o.object("error") { e in
-                            e.field("code", code)
-                            e.field("message", message)
-                        }
-                    }
-                }
-            }
+            for r in results { list.object { o in Router.writeResult(r, to: &o) } }
         }
         return j.bytes
+    }
+
+    /// The members of one result object, as in `settled` (SPEC §8.3): for `recovered` and `history`.
+    public static func writeResult(_ r: TargetResult, to o: inout JSONBuilder) {
+        o.field("store", r.store)
+        switch r.outcome {
+        case .done:
+            o.field("status", "done")
+            o.field("version", r.version)
+        case .rejected(let error):
+            o.field("status", "rejected")
+            o.rawField("error", error)
+        case .unavailable(let code, let message):
+            o.field("status", "unavailable")
+            o.object("error") { e in
+                e.field("code", code)
+                e.field("message", message)
+            }
+        }
     }
 
     /// The seq of the newest accepted action (0: none yet; after a restart, the newest journaled one until the
@@ -154,7 +179,7 @@ extension Router {
                 }
             }
         }
-        outcomes.expire(now: now)
+        expireOutcomes()
         for (key, entry) in outcomes.all {
             emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results))
         }
@@ -210,10 +235,11 @@ extension Router {
             let action = ActionRecord(
                 seq: a.seq, typeJSON: ArraySlice(Array(a.typeJSON)), origin: a.origin,
                 cause: a.cause.map { Int64($0) }, payload: ArraySlice(Array(a.payload)), dispatcher: stand,
-                id: a.id.map { ArraySlice(Array($0)) }, targets: targets, session: a.session.map { ArraySlice(Array($0)) })
+                id: a.id.map { ArraySlice(Array($0)) }, targets: targets)
             let dispatcher = a.session == nil ? stand : Peer(id: 0, creds: PeerCredentials(uid: a.uid), connectedAt: now,
                                                             account: memory.userAccount(uid: a.uid))
             dispatcher.closing = true
+            if let s = a.session { dispatcher.session = ArraySlice(Array(s)) }
             action.dispatcher = dispatcher
             pendingCount += 1
             dispatcher.unsettled += 1
@@ -230,7 +256,7 @@ extension Router {
             }
         }
         for (key, entry) in state.outcomes.all {
-            outcomes.insert(key, seq: entry.seq, results: entry.results, at: now)
+            rememberOutcome(key, seq: entry.seq, results: entry.results)
         }
     }
 }

@@ -46,7 +46,9 @@ public final class Router {
     @exclusivity(unchecked) var routes = RouteTable()
     @exclusivity(unchecked) var lastSeq: UInt64 = 0
     /// Where this run's records go (nil: an ephemeral fluxd). Set before the first event (SPEC §15).
-    @exclusivity(unchecked) public var journal: (any JournalWriting)?
+    @exclusivity(unchecked) public var journal: (any JournalWriting)? { didSet { journaling = journal != nil } }
+    /// Whether `journal` is set (a plain flag: the hot path of an ephemeral fluxd tests this, not the existential).
+    @exclusivity(unchecked) var journaling = false
     /// The seq high-water mark journaled: seqs up to it may be handed out (SPEC §15.1).
     @exclusivity(unchecked) var reservedSeq: UInt64 = 0
     /// Where `lastSeq` stood after a restore, and the newest seq the journal held then.
@@ -54,6 +56,8 @@ public final class Router {
     @exclusivity(unchecked) var restoredNewestSeq: UInt64 = 0
     /// Outcomes of settled dispatches made under a session, for `recover` (SPEC §15.4).
     @exclusivity(unchecked) var outcomes: OutcomeLog
+    /// The accounts kept outcomes are charged to, per user.
+    @exclusivity(unchecked) var outcomeAccounts: [UInt32: MemoryBudget.Account] = [:]
     @exclusivity(unchecked) var shuttingDown = false
     @exclusivity(unchecked) var draining = false
     /// Monitor peers (role monitor, handshake done), in connection order: they get every `event`.

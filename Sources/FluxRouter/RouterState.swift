@@ -208,8 +208,11 @@ final class ActionRecord {
     /// The peer that dispatched it (kept while the action is unsettled, even if that peer has gone), or the one
     /// that recovered it (`recover`, SPEC §15.4); after a restart, a stand-in that is gone.
     @exclusivity(unchecked) var dispatcher: Peer
-    /// The dispatcher's session (`hello.session`) when it gave one and asked for settlement.
-    let session: ArraySlice<UInt8>?
+    /// The dispatcher's session (`hello.session`) when it gave one and asked for settlement. (Read from the
+    /// dispatcher, which keeps it: one that recovers an action has the same session, and a restored action's
+    /// stand-in dispatcher holds the journaled one. Not a field of its own: the record stays in its allocation
+    /// size class.)
+    var session: ArraySlice<UInt8>? { id != nil ? dispatcher.session : nil }
     /// The dispatch id (raw JSON string) when the dispatcher asked for a settlement.
     let id: ArraySlice<UInt8>?
     /// The stores it goes to, sorted by name.
@@ -226,10 +229,8 @@ final class ActionRecord {
     }
 
     init(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: PeerID, cause: Int64?,
-         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry],
-         session: ArraySlice<UInt8>? = nil) {
+         payload: ArraySlice<UInt8>, dispatcher: Peer, id: ArraySlice<UInt8>?, targets: [StoreEntry]) {
         self.seq = seq
-        self.session = session
         self.typeJSON = typeJSON
         self.origin = origin
         self.cause = cause

@@ -195,7 +195,7 @@ extension Router {
         if targets.isEmpty {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out)
         }
-        if let journal, let refusal = journal.refusal { return failJournal(peer, refusal, &out) }
+        if journaling, let refusal = journal!.refusal { return failJournal(peer, refusal, &out) }
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out)
         }
@@ -222,8 +222,8 @@ extension Router {
         let action = ActionRecord(
             seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
             payload: payload,
-            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets, session: session)
-        if let journal {
+            dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
+        if journaling, let journal {
             if lastSeq > reservedSeq {
                 reservedSeq = lastSeq + config.seqBlock - 1
                 journal.reserveSeq(upTo: reservedSeq)
@@ -327,7 +327,7 @@ extension Router {
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
     func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
         guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
-        journalResult(action, store: store, result, version: store.version)
+        if journaling { journalResult(action, store: store, result, version: store.version) }
         action.setResult(at: i, result, version: store.version)
         if action.targets.count > 1 {
             for other in action.targets where other !== store && other.waitFor.contains(store.name) { pump(other, &out) }
@@ -340,7 +340,9 @@ extension Router {
         let dispatcher = action.dispatcher
         dispatcher.unsettled -= 1
         memory.release(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
-        if let session = action.session, let id = action.id { rememberOutcome(action, session: session, id: id) }
+        if action.session != nil, let session = action.session, let id = action.id {
+            rememberOutcome(action, session: session, id: id)
+        }
         let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
         guard toDispatcher || !monitors.isEmpty else { return }
         let results = resultsJSON(action)
@@ -379,7 +381,7 @@ extension Router {
         }
         store.retainedCost = cost
         store.version += 1
-        journal?.snapshot(store: store.name, version: store.version, seq: seq, state: state)
+        if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state) }
         var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
         b.raw("store", store.nameJSON)
         b.int("version", store.version)
@@ -432,40 +434,27 @@ extension Router {
     func shutdown(_ out: inout Output) {
         guard !shuttingDown else { return }
         shuttingDown = true
-        if journal != nil {
+        let durable = journal != nil
+        if durable {
             // A durable fluxd keeps what is not final: it continues after the restart (SPEC §15.1).
             out.log(.notice, "stopping: \(pendingCount) actions stay accepted in the journal, saying goodbye to \(peers.count) peers")
-            let bye = byeFrame(reason: "restart")
-            for name in stores.keys.sorted() {
-                let store = stores[name]!
-                guard store.status == .up else { continue }
-                var b = FrameBuilder(op: "store-down")
-                b.string("store", name)
-                b.constant("reason", "shutdown")
-                let frame = b.finish(coalescing: .fence(key: store.key))
-                for sub in store.subscribers { out.send(sub, frame) }
+        } else {
+            out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
+            for action in unsettledActions() {
+                for i in action.targets.indices where action.result(at: i) == nil {
+                    action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
+                }
+                settle(action, &out)
             }
-            for id in peers.sortedIDs {
-                let peer = peers[id]!
-                guard !peer.closing else { continue }
-                out.send(peer, bye)
-                close(peer, &out)
-            }
-            return
-        }
-        out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
-        for action in unsettledActions() {
-            for i in action.targets.indices where action.result(at: i) == nil {
-                action.setResult(at: i, .unavailable(.shuttingDown, "fluxd is shutting down"))
-            }
-            settle(action, &out)
         }
         for name in stores.keys.sorted() {
             let store = stores[name]!
-            // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
-            // store's queue would expire at a later tick and be settled a second time.
-            store.queue.removeAll()
-            store.inflight.removeAll()
+            if !durable {
+                // Every store's deliveries go, a down store's too: they are settled now, and one left in a down
+                // store's queue would expire at a later tick and be settled a second time.
+                store.queue.removeAll()
+                store.inflight.removeAll()
+            }
             guard store.status == .up else { continue }
             var b = FrameBuilder(op: "store-down")
             b.string("store", name)
@@ -473,8 +462,8 @@ extension Router {
             let frame = b.finish(coalescing: .fence(key: store.key))
             for sub in store.subscribers { out.send(sub, frame) }
         }
-        expiringStores.removeAll()
-        let bye = byeFrame(reason: "shutdown")
+        expiringStores.removeAll()  // (durable: no queued action is given up while fluxd stops)
+        let bye = byeFrame(reason: durable ? "restart" : "shutdown")
         for id in peers.sortedIDs {
             let peer = peers[id]!
             guard !peer.closing else { continue }

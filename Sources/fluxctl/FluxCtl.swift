@@ -107,8 +107,9 @@ struct GlobalOptions: ParsableArguments {
         let path = socketPath
         let source = socketSource
         do {
+            // A command line tool reports a lost fluxd (exit 3) rather than waiting for it to come back.
             return try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role, expectedServerUID: serverUID,
-                                                requestTimeout: requestDuration)
+                                                requestTimeout: requestDuration, reconnect: .disabled)
         } catch {
             switch error {
             case .untrustedServer(let path, let uid, let expected):

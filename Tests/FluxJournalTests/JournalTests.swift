@@ -38,6 +38,7 @@ struct JournalTests {
             .storePosition(store: "todos", version: 4, seq: 300),
             .outcome(uid: 1000, session: Array("s".utf8), id: Array("c-1".utf8), seq: 3,
                      results: [TargetResult(store: "a", outcome: .done, version: 9)]),
+            .segmentSummary(number: 3, firstSeq: 70000, lastSeq: 70100, lastTime: 1_795_000_000_000, actions: 101),
         ]
         for r in records {
             var body: [UInt8] = []
@@ -181,6 +182,7 @@ struct JournalTests {
             if failSync { throw StorageError(operation: "fdatasync", errno: EIO, path: path) }
             try inner.sync()
         }
+        func unreserve(from offset: Int, bytes: Int) {}
         func reserve(from offset: Int, bytes: Int) throws(StorageError) {
             if failReserve { throw StorageError(operation: "fallocate", errno: ENOSPC, path: path) }
         }

@@ -30,6 +30,7 @@ struct SegmentWriterTests {
             syncs += 1
         }
         func truncate(to length: Int) throws(StorageError) { bytes.removeLast(bytes.count - length) }
+        func unreserve(from offset: Int, bytes: Int) {}
         func reserve(from offset: Int, bytes: Int) throws(StorageError) {
             if let e = failReserves { throw StorageError(operation: "fallocate", errno: e, path: path) }
         }

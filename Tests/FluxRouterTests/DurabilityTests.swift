@@ -45,7 +45,7 @@ struct DurabilityTests {
             case .action(let a): return "action \(a.seq)"
             case .result(let seq, let s, _, let v): return "result \(seq) \(s) v\(v)"
             case .snapshot(let s, let v, let seq, _): return "snapshot \(s) v\(v) seq \(seq)"
-            case .storePosition, .outcome: return "checkpoint-only"
+            case .storePosition, .outcome, .segmentSummary: return "checkpoint-only"
             }
         }
         #expect(kinds == ["register todos", "snapshot todos v1 seq 0", "reserve 100", "action 1",
@@ -186,5 +186,33 @@ struct DurabilityTests {
         let w = bus.take(1)[0]
         #expect(w.str("epoch") == "e1" && w.str("durability") == "batch")
         #expect(try! Envelope(body: Array(w.raw("limits")!)).num("outcomeWindow") == 600_000)
+    }
+}
+
+extension DurabilityTests {
+    @Test("kept outcomes count against their user's share of the memory budget, and are released when the window lets them go")
+    func outcomesAreCharged() {
+        let bus = Self.durableBus(MemoryJournal()) { $0.maxOutcomes = 2 }
+        bus.store(1, "todos", handles: ["todo/*"])
+        bus.connect(2)
+        bus.send(2, #"{"op":"hello","protocol":1,"role":"client","session":"s"}"#)
+        _ = bus.take(2)
+        _ = bus.take(1)
+        let before = bus.router.memory.used
+        var seq = 0
+        for id in ["a", "b", "c", "d"] {
+            bus.send(2, #"{"op":"dispatch","id":"\#(id)","type":"todo/x","settle":true}"#)
+            seq += 1
+            bus.send(1, #"{"op":"done","store":"todos","seq":\#(seq)}"#)
+        }
+        let withTwo = bus.router.memory.used
+        #expect(withTwo > before)
+        #expect(bus.router.outcomes.count == 2)
+        bus.send(2, #"{"op":"recover","ids":["a","d"]}"#)
+        #expect(bus.take(2).last?.rawText("outcomes")?.contains(#"{"id":"a","status":"unknown"}"#) == true)
+        bus.advance(700_000)  // past the outcome window
+        bus.send(2, #"{"op":"recover","ids":["d"]}"#)
+        #expect(bus.router.outcomes.count == 0)
+        #expect(bus.router.memory.used < withTwo)
     }
 }

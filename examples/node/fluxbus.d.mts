@@ -10,7 +10,7 @@ export {
   BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
   NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, SlowConsumerError,
-  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, NotSentError, OutcomeUnknownError,
 } from './lib/errors.mjs';
 export type { ErrorFrame } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
@@ -23,9 +23,11 @@ export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
 export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';
 export type {
   Welcome, WelcomeLimits, StoreResult, Info, CallOptions, SubscribeOptions, DispatchOptions, SettleOptions, SendOptions,
-  ConnectOptions, ClientEvents,
+  ConnectOptions, ClientEvents, ConnectionState, ReconnectingEvent, ReconnectedEvent, StoreRegisteredEvent,
 } from './lib/client.mjs';
 export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
+export { DEFAULT_RECONNECT, reconnectPolicy, backoffDelay } from './lib/reconnect.mjs';
+export type { ReconnectOptions, ReconnectPolicy } from './lib/reconnect.mjs';
 export type { FrameWriter } from './lib/writer.mjs';
 export type { PendingReplies } from './lib/pending.mjs';
 export { Subscription, QueryReceipt } from './lib/subscription.mjs';

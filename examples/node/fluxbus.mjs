@@ -11,7 +11,7 @@ export {
   BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
   NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, SlowConsumerError,
-  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+  LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, NotSentError, OutcomeUnknownError,
 } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
 export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';
@@ -20,6 +20,7 @@ export { encodeFrame, FrameDecoder } from './lib/framing.mjs';
 export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
 export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';
 export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
+export { DEFAULT_RECONNECT, reconnectPolicy, backoffDelay } from './lib/reconnect.mjs';
 export { Subscription, QueryReceipt } from './lib/subscription.mjs';
 export { QuerySet } from './lib/query-set.mjs';
 export { Reject, Store, Unhandled } from './lib/store.mjs';

@@ -5,3 +5,14 @@
 /// fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length): allocates disk space without changing the file's length.
 /// Returns 0, or -1 with errno set.
 int cfluxsys_reserve(int fd, off_t offset, off_t length);
+
+/// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length): gives back the disk space of that
+/// range (space reserved past a closed segment's end). Returns 0, or -1 with errno set.
+int cfluxsys_release(int fd, off_t offset, off_t length);
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// CRC-32C (Castagnoli) of `n` bytes at `p`, continuing from `crc` (0 to start; the value is pre- and
+/// post-inverted as usual). Uses the CPU's crc32 instruction where it has one (SSE 4.2), else a table.
+uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n);

@@ -11,4 +11,7 @@ console.log('activity-store ready');
 const stop = async () => { await store.stop(); process.exit(0); };
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
+// The store reconnects by itself when fluxd restarts (and registers again); it exits once its client ends for good.
+store.client.on('disconnected', (reason) => console.log(`activity-store: lost fluxd (${reason.detail}); reconnecting`));
+store.client.on('store-registered', (name, { resumed, version }) => console.log(`activity-store: ${name} registered again (resumed ${resumed}, version ${version})`));
 store.client.on('close', () => process.exit(0));

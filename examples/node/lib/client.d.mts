@@ -4,6 +4,7 @@ import type { FluxError } from './errors.mjs';
 import type { FrameWriter } from './writer.mjs';
 import type { PendingReplies } from './pending.mjs';
 import type { Snapshot, Subscription, QueryReceipt } from './subscription.mjs';
+import type { ReconnectOptions } from './reconnect.mjs';
 
 export declare const DEFAULT_REQUEST_TIMEOUT: number;
 export declare const DEFAULT_CONNECT_TIMEOUT: number;
@@ -11,10 +12,15 @@ export declare const DEFAULT_CONNECT_TIMEOUT: number;
 /** `welcome.limits`: fluxd's limits for this connection (SPEC §8.1); fluxd may add more. */
 export interface WelcomeLimits {
   maxFrame: number; storeWindow: number; queueLimit: number; queueTimeout: number; handshakeTimeout: number;
-  maxPending: number; maxBacklog?: number; pingInterval?: number; maxPingsOut?: number;
+  maxPending: number; maxBacklog?: number; pingInterval?: number; maxPingsOut?: number; outcomeWindow?: number;
   [limit: string]: number | undefined;
 }
-export interface Welcome { peer: number; server: string; protocol: number; limits: WelcomeLimits }
+export interface Welcome {
+  peer: number; server: string; protocol: number; limits: WelcomeLimits;
+  /** Since fluxd 0.3.0: the history seqs and versions belong to (the same across restarts of a durable fluxd). */
+  epoch?: string;
+  durability?: 'always' | 'batch' | 'none' | 'ephemeral' | (string & {});
+}
 
 /** One target store's result in a settlement. */
 export interface StoreResult {
@@ -76,11 +82,50 @@ export interface ConnectOptions {
   expectedServerUid?: number;
   /** Bytes that may wait while fluxd does not read (default 16 MiB). */
   maxWriteQueue?: number;
+  /** Reconnect after a lost connection or fluxd's bye (default true); false = off; an object sets the backoff. */
+  reconnect?: boolean | ReconnectOptions;
+}
+
+/** `connecting` (Client.connect), `connected`, `reconnecting` (lost; trying again), `closed` (for good). */
+export type ConnectionState = 'connecting' | 'connected' | 'reconnecting' | 'closed';
+/** Before each reconnection attempt. */
+export interface ReconnectingEvent {
+  /** 1 for the first attempt after a loss. */
+  attempt: number;
+  /** ms until this attempt. */
+  delay: number;
+  /** Why the connection was lost (attempt 1), or why the previous attempt failed. */
+  error: FluxError;
+}
+/** The client is connected again (subscriptions, queries and stores are being restored). */
+export interface ReconnectedEvent {
+  attempt: number;
+  /** fluxd is another history (another `welcome.epoch`, or none): versions and seqs started over. */
+  epochChanged: boolean;
+  epoch: string | undefined;
+  /** ms from the loss to the new welcome. */
+  downtime: number;
+}
+/** A Store on this client registered again after a reconnection (and the first time). */
+export interface StoreRegisteredEvent {
+  resumed: boolean;
+  /** The version of the snapshot the store adopted (0: none). */
+  version: number;
+  /** Actions up to this seq are answered without running (SPEC §15.3). */
+  seq: number;
 }
 
 export interface ClientEvents {
-  /** The connection ended. */
+  /** The client ended for good (closed, reconnection off, given up, or refused). */
   close: [reason: FluxError];
+  /** The connection was lost (the client reconnects unless reconnection is off). */
+  disconnected: [reason: FluxError];
+  /** A reconnection attempt is due in `delay` ms. */
+  reconnecting: [event: ReconnectingEvent];
+  /** Connected again. */
+  reconnected: [event: ReconnectedEvent];
+  /** A store of this client is registered (after `store.start`, and again after each reconnection). */
+  'store-registered': [store: string, event: StoreRegisteredEvent];
   /** An error from fluxd that answered no call (e.g. no-handler for a fire-and-forget dispatch). */
   'error-frame': [error: FluxError];
   /** A heartbeat ping was answered. */
@@ -99,15 +144,25 @@ export declare class Client {
   static connect(options?: ConnectOptions): Promise<Client>;
   readonly name: string;
   readonly role: Role;
+  /** The current connection's welcome. */
   readonly welcome: Welcome;
+  /** This client's session, sent as `hello.session` on every connection (SPEC §15.4). */
+  readonly session: string;
+  readonly state: ConnectionState;
+  /** Whether a connection is up (false while reconnecting). */
+  readonly connected: boolean;
+  /** Reconnections made so far. */
+  readonly reconnects: number;
   requestTimeout: number | null;
   /** Errors from fluxd that answered no call (the last 256). */
   readonly errors: FluxError[];
   readonly closedReason: FluxError | null;
+  /** Whether the client ended for good. */
   readonly closed: boolean;
   readonly pingsAnswered: number;
   /** Whether writes wait for fluxd to read; see `flush`. */
   readonly backpressured: boolean;
+  /** The current connection's write queue. */
   readonly writer: FrameWriter;
   readonly pending: PendingReplies;
   readonly subscriptions: ReadonlyMap<string, ReadonlySet<Subscription<unknown>>>;
@@ -120,7 +175,10 @@ export declare class Client {
   abort(): void;
   /** Dispatches without waiting; returns the id. Throws WriteQueueFullError when the write queue is full. */
   dispatch(type: string, payload?: unknown, options?: DispatchOptions): string;
-  /** Dispatches and resolves with every target store's result. */
+  /**
+   * Dispatches and resolves with every target store's result. Across a lost connection it is recovered; it rejects
+   * with NotSentError if it never reached fluxd, OutcomeUnknownError if fluxd cannot say what became of it.
+   */
   dispatchAndSettle(type: string, payload?: unknown, options?: SettleOptions): Promise<Settlement>;
   /** Subscribes; leaving a `for await` over the subscription unsubscribes. */
   subscribe<S = unknown>(store: string, options?: SubscribeOptions): Promise<Subscription<S>>;
@@ -134,6 +192,7 @@ export declare class Client {
   ping(options?: CallOptions): Promise<number>;
   sendRaw(body: string | Uint8Array, options?: SendOptions): void;
   send(fields: { op: string; [field: string]: unknown }, options?: SendOptions): void;
+  /** Routes a store's messages to `sink`, and `{op: 'disconnected' | 'reconnected' | 'closed'}` about the connection. */
   attachStore(store: string, sink: (msg: { op: string; [field: string]: any }) => void): void;
 
   on<E extends keyof ClientEvents>(event: E, listener: (...args: ClientEvents[E]) => void): this;

@@ -3,14 +3,14 @@
 export declare const PROTOCOL_VERSION: 1;
 
 /** Ops any peer sends to fluxd. */
-export type C2DOp = 'bye' | 'dispatch' | 'get' | 'hello' | 'info' | 'ping' | 'pong' | 'query' | 'restart-worker'
-  | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
+export type C2DOp = 'bye' | 'dispatch' | 'get' | 'hello' | 'history' | 'info' | 'ping' | 'pong' | 'query' | 'recover'
+  | 'restart-worker' | 'state-at' | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
 /** Ops a store-role peer sends to fluxd. */
 export type S2DOp = 'done' | 'register' | 'reject' | 'state' | 'unregister';
 /** Ops fluxd sends. */
-export type D2COp = 'action' | 'bye' | 'error' | 'event' | 'got' | 'info' | 'missed' | 'ping' | 'pong' | 'queries'
-  | 'queries-changed' | 'query-ok' | 'registered' | 'settled' | 'snapshot' | 'store-down' | 'store-up' | 'subscribed'
-  | 'unquery-ok' | 'unsubscribed' | 'welcome' | 'worker' | 'workers';
+export type D2COp = 'action' | 'bye' | 'error' | 'event' | 'got' | 'history' | 'info' | 'missed' | 'ping' | 'pong'
+  | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'settled' | 'snapshot' | 'state-at'
+  | 'store-down' | 'store-up' | 'subscribed' | 'unquery-ok' | 'unsubscribed' | 'welcome' | 'worker' | 'workers';
 export type Op = C2DOp | S2DOp | D2COp;
 
 export declare const OpsByDirection: {
@@ -31,6 +31,7 @@ export declare const Ops: {
   readonly SUBSCRIBED: 'subscribed'; readonly UNQUERY: 'unquery'; readonly UNQUERY_OK: 'unquery-ok';
   readonly UNREGISTER: 'unregister'; readonly UNSUBSCRIBE: 'unsubscribe'; readonly UNSUBSCRIBED: 'unsubscribed';
   readonly WELCOME: 'welcome'; readonly WORKER: 'worker'; readonly WORKERS: 'workers';
+  readonly HISTORY: 'history'; readonly RECOVER: 'recover'; readonly RECOVERED: 'recovered'; readonly STATE_AT: 'state-at';
 };
 
 /** `hello.role`. */
@@ -49,7 +50,7 @@ export declare const ResultStatus: { readonly DONE: 'done'; readonly REJECTED: '
 export type ErrorCode = 'bad-frame' | 'too-large' | 'bad-json' | 'bad-message' | 'unknown-op' | 'handshake-required'
   | 'unsupported-version' | 'timeout' | 'forbidden' | 'name-taken' | 'cycle' | 'unknown-store' | 'no-handler'
   | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'slow-consumer' | 'limit-exceeded'
-  | 'too-many-connections' | 'memory-budget' | 'unresponsive';
+  | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained';
 export declare const ErrorCodes: {
   readonly BAD_FRAME: 'bad-frame'; readonly TOO_LARGE: 'too-large'; readonly BAD_JSON: 'bad-json';
   readonly BAD_MESSAGE: 'bad-message'; readonly UNKNOWN_OP: 'unknown-op'; readonly HANDSHAKE_REQUIRED: 'handshake-required';
@@ -59,13 +60,16 @@ export declare const ErrorCodes: {
   readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly SLOW_CONSUMER: 'slow-consumer';
   readonly LIMIT_EXCEEDED: 'limit-exceeded'; readonly TOO_MANY_CONNECTIONS: 'too-many-connections';
   readonly MEMORY_BUDGET: 'memory-budget'; readonly UNRESPONSIVE: 'unresponsive';
+  readonly DISK_FULL: 'disk-full'; readonly JOURNAL_FAILED: 'journal-failed'; readonly NOT_RETAINED: 'not-retained';
 };
 
 /** Codes of this library's own failures. */
-export type LocalErrorCode = 'disconnected' | 'wrong-server-uid' | 'no-fluxd' | 'timeout' | 'write-queue-full';
+export type LocalErrorCode = 'disconnected' | 'wrong-server-uid' | 'no-fluxd' | 'timeout' | 'write-queue-full' | 'not-sent'
+  | 'outcome-unknown';
 export declare const LocalErrorCodes: {
   readonly DISCONNECTED: 'disconnected'; readonly WRONG_SERVER_UID: 'wrong-server-uid'; readonly NO_FLUXD: 'no-fluxd';
-  readonly TIMEOUT: 'timeout'; readonly WRITE_QUEUE_FULL: 'write-queue-full';
+  readonly TIMEOUT: 'timeout'; readonly WRITE_QUEUE_FULL: 'write-queue-full'; readonly NOT_SENT: 'not-sent';
+  readonly OUTCOME_UNKNOWN: 'outcome-unknown';
 };
 
 /** Codes the Store class puts in its rejections. */

@@ -6,12 +6,12 @@ export const PROTOCOL_VERSION = 1;
 
 /** Ops a peer sends to fluxd (`c2d`: any role; `s2d`: a store-role peer) and ops fluxd sends (`d2c`). */
 export const OpsByDirection = Object.freeze({
-  c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'info', 'ping', 'pong', 'query', 'restart-worker',
-    'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
+  c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
+    'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
   s2d: Object.freeze(['done', 'register', 'reject', 'state', 'unregister']),
-  d2c: Object.freeze(['action', 'bye', 'error', 'event', 'got', 'info', 'missed', 'ping', 'pong', 'queries',
-    'queries-changed', 'query-ok', 'registered', 'settled', 'snapshot', 'store-down', 'store-up', 'subscribed',
-    'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
+  d2c: Object.freeze(['action', 'bye', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong', 'queries',
+    'queries-changed', 'query-ok', 'recovered', 'registered', 'settled', 'snapshot', 'state-at', 'store-down',
+    'store-up', 'subscribed', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
 });
 
 /** Every op name of protocol 1, as a constant (`Ops.QUERIES_CHANGED` is `'queries-changed'`). */
@@ -56,6 +56,12 @@ export const ErrorCodes = Object.freeze({
   MEMORY_BUDGET: 'memory-budget',
   /** heartbeat pings went unanswered, or a stalled store was closed (fatal) */
   UNRESPONSIVE: 'unresponsive',
+  /** fluxd's journal disk is full: new work refused until space returns; nothing accepted is lost */
+  DISK_FULL: 'disk-full',
+  /** fluxd's journal failed a sync: it accepts nothing more until restarted */
+  JOURNAL_FAILED: 'journal-failed',
+  /** history or a past state outside the journal's retention window, or an ephemeral fluxd */
+  NOT_RETAINED: 'not-retained',
 });
 
 /** Codes this library gives its own failures (never sent by fluxd). */
@@ -70,6 +76,10 @@ export const LocalErrorCodes = Object.freeze({
   TIMEOUT: 'timeout',
   /** a fire-and-forget send found the write queue full (fluxd is not reading); await `client.flush()` */
   WRITE_QUEUE_FULL: 'write-queue-full',
+  /** a dispatch never reached fluxd (`recover` said `unknown`, or the client closed before sending it); it may be sent again */
+  NOT_SENT: 'not-sent',
+  /** a dispatch was sent, its connection was lost and fluxd cannot say what became of it (no `recover`, new epoch) */
+  OUTCOME_UNKNOWN: 'outcome-unknown',
 });
 
 /** Codes the Store class puts in its rejections (the same in the Swift and Python store libraries). */

@@ -61,6 +61,9 @@ export declare class LimitExceededError extends ProtocolError<'limit-exceeded'> 
 export declare class TooManyConnectionsError extends ProtocolError<'too-many-connections'> { static readonly code: 'too-many-connections'; }
 export declare class MemoryBudgetError extends ProtocolError<'memory-budget'> { static readonly code: 'memory-budget'; }
 export declare class UnresponsiveError extends ProtocolError<'unresponsive'> { static readonly code: 'unresponsive'; }
+export declare class DiskFullError extends ProtocolError<'disk-full'> { static readonly code: 'disk-full'; }
+export declare class JournalFailedError extends ProtocolError<'journal-failed'> { static readonly code: 'journal-failed'; }
+export declare class NotRetainedError extends ProtocolError<'not-retained'> { static readonly code: 'not-retained'; }
 
 /** The class of each code of SPEC §11. */
 export declare const ErrorClasses: {
@@ -74,7 +77,8 @@ export declare const ErrorClasses: {
   readonly 'shutting-down': typeof ShuttingDownError; readonly 'unknown-worker': typeof UnknownWorkerError;
   readonly 'slow-consumer': typeof SlowConsumerError; readonly 'limit-exceeded': typeof LimitExceededError;
   readonly 'too-many-connections': typeof TooManyConnectionsError; readonly 'memory-budget': typeof MemoryBudgetError;
-  readonly unresponsive: typeof UnresponsiveError;
+  readonly unresponsive: typeof UnresponsiveError; readonly 'disk-full': typeof DiskFullError;
+  readonly 'journal-failed': typeof JournalFailedError; readonly 'not-retained': typeof NotRetainedError;
 };
 
 /** An `error` frame as an instance of its code's class (FluxError for unknown codes). */
@@ -121,4 +125,18 @@ export declare class WriteQueueFullError extends FluxError {
   code: 'write-queue-full';
   queuedBytes: number;
   limit: number;
+}
+/** A dispatch that never reached fluxd (`recover` said `unknown`, or the client closed before writing it): nothing happened. */
+export declare class NotSentError extends FluxError {
+  constructor(id: string, detail: string, cause?: Error);
+  code: 'not-sent';
+  /** The dispatch's id. */
+  id: string;
+}
+/** A dispatch sent before the connection was lost whose outcome fluxd cannot tell (new epoch, no `recover`, closed). */
+export declare class OutcomeUnknownError extends FluxError {
+  constructor(id: string, detail: string, cause?: Error);
+  code: 'outcome-unknown';
+  /** The dispatch's id. */
+  id: string;
 }

@@ -82,6 +82,9 @@ export class LimitExceededError extends coded(ErrorCodes.LIMIT_EXCEEDED) {}
 export class TooManyConnectionsError extends coded(ErrorCodes.TOO_MANY_CONNECTIONS) {}
 export class MemoryBudgetError extends coded(ErrorCodes.MEMORY_BUDGET) {}
 export class UnresponsiveError extends coded(ErrorCodes.UNRESPONSIVE) {}
+export class DiskFullError extends coded(ErrorCodes.DISK_FULL) {}
+export class JournalFailedError extends coded(ErrorCodes.JOURNAL_FAILED) {}
+export class NotRetainedError extends coded(ErrorCodes.NOT_RETAINED) {}
 
 /** The class of each code of SPEC §11. */
 export const ErrorClasses = Object.freeze({
@@ -92,6 +95,7 @@ export const ErrorClasses = Object.freeze({
   overloaded: OverloadedError, 'store-unavailable': StoreUnavailableError, 'shutting-down': ShuttingDownError,
   'unknown-worker': UnknownWorkerError, 'slow-consumer': SlowConsumerError, 'limit-exceeded': LimitExceededError,
   'too-many-connections': TooManyConnectionsError, 'memory-budget': MemoryBudgetError, unresponsive: UnresponsiveError,
+  'disk-full': DiskFullError, 'journal-failed': JournalFailedError, 'not-retained': NotRetainedError,
 });
 
 /** An `error` frame as an instance of its code's class (FluxError for codes this library does not know). */
@@ -181,5 +185,32 @@ export class WriteQueueFullError extends FluxError {
   constructor(queuedBytes, limit) {
     super(LocalErrorCodes.WRITE_QUEUE_FULL, `${queuedBytes} bytes already wait for fluxd to read them (maxWriteQueue ${limit}); await client.flush() before sending more`);
     this.queuedBytes = queuedBytes; this.limit = limit;
+  }
+}
+
+/**
+ * A dispatch that never reached fluxd: `recover` answered `unknown` for it after a reconnection (SPEC §15.4), or
+ * the client closed (or gave up reconnecting) before it was written. Nothing happened; it may be dispatched again.
+ * `id` is the dispatch's id; `cause` what ended the connection, if that is why.
+ */
+export class NotSentError extends FluxError {
+  /** @param {string} id @param {string} detail @param {Error} [cause] */
+  constructor(id, detail, cause = undefined) {
+    super(LocalErrorCodes.NOT_SENT, detail, false, id, cause);
+    /** @type {string} */ this.id = id;
+  }
+}
+
+/**
+ * A dispatch was sent, the connection was lost before its settlement, and fluxd cannot say what became of it: the
+ * fluxd reached after reconnecting is a new history (another `welcome.epoch`, or none: an ephemeral or older
+ * fluxd), it refused `recover` (`unknown-op` from a fluxd older than 0.3.0), or the client closed for good. The
+ * action may or may not have been accepted and applied; look at the state before dispatching it again.
+ */
+export class OutcomeUnknownError extends FluxError {
+  /** @param {string} id @param {string} detail @param {Error} [cause] */
+  constructor(id, detail, cause = undefined) {
+    super(LocalErrorCodes.OUTCOME_UNKNOWN, detail, false, id, cause);
+    /** @type {string} */ this.id = id;
   }
 }

@@ -5,3 +5,5 @@ export const kDeliver = Symbol('fluxbus.deliver');
 export const kEnd = Symbol('fluxbus.end');
 export const kStatus = Symbol('fluxbus.status');
 export const kFirst = Symbol('fluxbus.first');
+export const kRebase = Symbol('fluxbus.rebase');
+export const kLose = Symbol('fluxbus.lose');

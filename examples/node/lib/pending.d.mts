@@ -8,4 +8,6 @@ export declare class PendingReplies {
   /** Replies dropped because their call had given up. */
   readonly lateReplies: number;
   has(key: string): boolean;
+  /** Calls waiting for a reply with this key. */
+  count(key: string): number;
 }

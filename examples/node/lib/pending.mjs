@@ -5,7 +5,7 @@
 
 const MAX_OWED_KEYS = 4096; // replies owed to calls that gave up, remembered at most (oldest forgotten first)
 
-/** @typedef {{key: string, promise: Promise<any>, resolve: (msg: any) => void, reject: (err: Error) => void}} Waiter */
+/** @typedef {{key: string, promise: Promise<any>, resolve: (msg: any) => void, reject: (err: Error) => void, done?: boolean}} Waiter */
 
 export class PendingReplies {
   /** @type {Map<string, Waiter[]>} */ #waiters = new Map();
@@ -20,6 +20,8 @@ export class PendingReplies {
   get owed() { let n = 0; for (const c of this.#owed.values()) n += c; return n; }
   /** @param {string} key */
   has(key) { return this.#waiters.has(key); }
+  /** Calls waiting for a reply keyed `key`. @param {string} key */
+  count(key) { return this.#waiters.get(key)?.length ?? 0; }
 
   /** A new waiter for the reply keyed `key` (after any earlier waiter of the same key). @returns {Waiter} */
   add(key) {
@@ -36,14 +38,7 @@ export class PendingReplies {
    * will still come; it is dropped when it does. @param {Waiter} waiter @param {boolean} replyOwed
    */
   abandon(waiter, replyOwed) {
-    const list = this.#waiters.get(waiter.key);
-    const at = list ? list.indexOf(waiter) : -1;
-    if (at >= 0) {
-      list.splice(at, 1);
-      if (!list.length) this.#waiters.delete(waiter.key);
-      this.#size--;
-      if (replyOwed) this.expectLate(waiter.key);
-    }
+    if (this.#remove(waiter) && replyOwed) this.expectLate(waiter.key);
   }
 
   /** Remembers that one reply keyed `key` is owed to nobody (e.g. to an `unsubscribe` sent on cleanup). @param {string} key */
@@ -71,14 +66,35 @@ export class PendingReplies {
     const waiter = list.shift();
     if (!list.length) this.#waiters.delete(key);
     this.#size--;
+    waiter.done = true;
     if (msg.op === 'error') waiter.reject(toError(msg)); else waiter.resolve(msg);
     return 'settled';
+  }
+
+  /** Resolves one waiter with `value` (a reply that came another way, e.g. through `recovered`). @param {Waiter} waiter @param {any} value */
+  resolveWaiter(waiter, value) { if (this.#remove(waiter)) waiter.resolve(value); }
+
+  /** Rejects one waiter with `error`. @param {Waiter} waiter @param {Error} error */
+  rejectWaiter(waiter, error) { if (this.#remove(waiter)) waiter.reject(error); }
+
+  /** Forgets the replies owed to calls that gave up: the connection they were owed on is gone. */
+  forgetOwed() { this.#owed.clear(); }
+
+  #remove(waiter) {
+    const list = this.#waiters.get(waiter.key);
+    const at = list ? list.indexOf(waiter) : -1;
+    if (at < 0) return false;
+    list.splice(at, 1);
+    if (!list.length) this.#waiters.delete(waiter.key);
+    this.#size--;
+    waiter.done = true;
+    return true;
   }
 
   /** Rejects every waiter (the connection ended). @param {Error} reason */
   rejectAll(reason) {
     const lists = [...this.#waiters.values()];
     this.#waiters.clear(); this.#owed.clear(); this.#size = 0;
-    for (const list of lists) for (const waiter of list) waiter.reject(reason);
+    for (const list of lists) for (const waiter of list) { waiter.done = true; waiter.reject(reason); }
   }
 }

@@ -1,5 +1,6 @@
 // Types of store.mjs: store workers.
 import type { CallOptions, Client } from './client.mjs';
+import type { ReconnectOptions } from './reconnect.mjs';
 import type { ActiveQuery, QuerySet } from './query-set.mjs';
 
 /** What a store does with an action its patterns match but no handler takes. */
@@ -58,6 +59,8 @@ export interface StartOptions {
   /** ms for connecting and registering together (default 30000; null = none). */
   timeout?: number | null;
   maxWriteQueue?: number;
+  /** Reconnect and register again after a lost connection (default true); false = off; an object sets the backoff. */
+  reconnect?: boolean | ReconnectOptions;
 }
 
 export declare class Store<S = any> {
@@ -73,6 +76,12 @@ export declare class Store<S = any> {
   queries: ActiveQuery[];
   readonly querySet: QuerySet;
   client: Client | undefined;
+  /** Actions answered `done` without running: the adopted snapshot already included them (SPEC §15.3). */
+  readonly skipped: number;
+  /** The seq of the snapshot adopted at the last registration: actions up to it are skipped. */
+  readonly adoptedSeq: number;
+  /** Whether the store is registered on a live connection (false while its client reconnects). */
+  readonly registered: boolean;
   on<P = any>(pattern: string, handler: Handler<S, P>, options?: HandlerOptions): this;
   onQueries(queries: ActiveQuery[]): void;
   onError(error: unknown, context: ErrorContext): void;

@@ -1,12 +1,16 @@
 // Store workers: handlers for actions (answered in order, one at a time), rejections written for the person who
 // dispatched, the active query set, publishing state.
 import { Roles, StoreErrorCodes } from './constants.mjs';
-import { TimeoutError, errorFromFrame } from './errors.mjs';
+import { DisconnectedError, TimeoutError, errorFromFrame } from './errors.mjs';
 import { canonicalJSON } from './canonical.mjs';
 import { isValidPattern, isValidStoreName, patternMatches } from './names.mjs';
 import { Client, DEFAULT_CONNECT_TIMEOUT } from './client.mjs';
 import { Deadline } from './deadline.mjs';
 import { QuerySet } from './query-set.mjs';
+import { kLose } from './internal.mjs';
+
+/** Codes of a failed registration after a reconnection that trying again later cannot cure: the store stops. */
+const REGISTRATION_FINAL = new Set(['cycle', 'bad-message', 'forbidden']);
 
 /** What a store does with an action its patterns match but no handler takes (`new Store({unhandled})`). */
 export const Unhandled = Object.freeze({ REJECT: 'reject', IGNORE: 'ignore' });
@@ -112,8 +116,20 @@ function payloadCheck(spec) {
  * Handlers get a deep copy of the state and may be async. Follow-ups dispatched with `ctx.dispatch` carry
  * `cause` = the action's seq and are sent after the answer, only if the handler did not throw. `onQueries(queries)`
  * is called when the active queries change; `publish(state)` sends a state outside an action.
+ *
+ * Exactly once on the state (SPEC §15.3): on every registration (the first, and again after each reconnection of
+ * its client) the store adopts the snapshot fluxd sends, even when it holds a newer state itself (answers fluxd
+ * never recorded are undone; their actions come again), and answers `done` without running the handler for any
+ * action whose seq is at most the seq of that snapshot (it already includes it; `skipped` counts them). An action
+ * in hand when the connection is lost is not answered: fluxd delivers it again after the store registers again.
  */
 export class Store {
+  #gen = 0; // the connection generation; messages and answers of an earlier one are dropped
+  /** @type {'idle'|'registering'|'running'|'down'|'closed'} */ #phase = 'idle';
+  #adoptedSeq = 0;
+  #resumed = false;
+  /** @type {{resolve: (r: {resumed: boolean}) => void, reject: (err: unknown) => void}|null} start() waiting */ #starting = null;
+  /** @type {{state: any}|undefined} a state published while not registered, sent once registered again */ #unpublished = undefined;
   /**
    * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
    * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
@@ -141,7 +157,15 @@ export class Store {
     /** @type {Array<[string, Handler, ((payload: any) => ({message: string, field?: string}|undefined))|undefined]>} */ this.handlers = [];
     /** @type {Client|undefined} */ this.client = undefined;
     this.chain = Promise.resolve();
+    /** Actions answered `done` without running their handler: the adopted snapshot already included them (SPEC §15.3). */
+    this.skipped = 0;
   }
+
+  /** The seq of the snapshot adopted at the last registration (or `registered.seq`): actions up to it are skipped. */
+  get adoptedSeq() { return this.#adoptedSeq; }
+
+  /** Whether the store is registered on a live connection (false while its client reconnects). */
+  get registered() { return this.#phase === 'running'; }
 
   /**
    * Adds a handler for an action type or `prefix*` pattern. `payload` checks the payload before the handler runs
@@ -186,53 +210,114 @@ export class Store {
 
   /**
    * Connects, registers, adopts the retained state and starts serving actions. Resolves once registered;
-   * `timeout` (ms, default 30000; null = none) covers all of it. `heartbeat`, `expectedServerUid` and
-   * `maxWriteQueue` are passed to `Client.connect`. Rejects with Client.connect's errors, NameTakenError,
-   * CycleError, ... or TimeoutError (and closes the connection).
+   * `timeout` (ms, default 30000; null = none) covers all of it. `heartbeat`, `expectedServerUid`,
+   * `maxWriteQueue` and `reconnect` (default on: the store registers again after each reconnection, SPEC §15.5)
+   * are passed to `Client.connect`; `store.client` emits the connection's events ('disconnected', 'reconnecting',
+   * 'reconnected', and 'store-registered' once registered again). Rejects with Client.connect's errors,
+   * NameTakenError, CycleError, ... or TimeoutError (and closes the connection).
    * @param {{socketPath?: string, clientName?: string, heartbeat?: boolean, expectedServerUid?: number,
-   *          timeout?: number|null, maxWriteQueue?: number}} [options]
+   *          timeout?: number|null, maxWriteQueue?: number, reconnect?: boolean|Record<string, number|null>}} [options]
    * @returns {Promise<{resumed: boolean}>}
    */
-  async start({ socketPath, clientName, heartbeat = true, expectedServerUid, timeout = DEFAULT_CONNECT_TIMEOUT, maxWriteQueue } = {}) {
+  async start({ socketPath, clientName, heartbeat = true, expectedServerUid, timeout = DEFAULT_CONNECT_TIMEOUT, maxWriteQueue, reconnect } = {}) {
     if (!isValidStoreName(this.name)) throw new TypeError(`invalid store name ${JSON.stringify(this.name)}: 1-128 bytes of A-Z a-z 0-9 . _ : / -`);
     const deadline = new Deadline(timeout);
     const client = await Client.connect({
-      socketPath, name: clientName ?? `${this.name}-node`, role: Roles.STORE, heartbeat, expectedServerUid, maxWriteQueue,
+      socketPath, name: clientName ?? `${this.name}-node`, role: Roles.STORE, heartbeat, expectedServerUid, maxWriteQueue, reconnect,
       timeout: deadline.remaining === Infinity ? null : Math.ceil(deadline.remaining),
     });
     this.client = client;
-    let registered; let resumed = false;
-    const ready = new Promise((resolve, reject) => { registered = { resolve, reject }; });
-    let phase = 'registering';
-    client.attachStore(this.name, (msg) => {
-      if (phase === 'registering') {
-        if (msg.op === 'error' || msg.op === 'closed') { registered.reject(msg.op === 'error' ? errorFromFrame(msg) : client.closedReason); return; }
-        if (msg.op === 'registered') resumed = msg.resumed === true;
-        else if (msg.op === 'snapshot') this.#adopt(msg);
-        else if (msg.op === 'queries') { phase = 'running'; this.#queries(msg); registered.resolve({ resumed }); }
-        return;
-      }
-      this.chain = this.chain.then(() => this.#handle(msg)).catch((err) => this.#report(err, {}));
-    });
-    const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
-    if (this.queryDeltas) register.queryDeltas = true;
-    if (this.initialState !== undefined) register.state = this.initialState;
+    const ready = new Promise((resolve, reject) => { this.#starting = { resolve, reject }; });
+    client.attachStore(this.name, (msg) => this.#receive(msg));
     try {
-      client.send(register);
+      this.#register(false);
       return await deadline.race(ready, () => new TimeoutError(`timed out after ${deadline.ms} ms registering store '${this.name}'`, { timeoutMs: deadline.ms }));
     } catch (err) {
+      this.#starting = null;
       client.abort();
       throw err;
     }
   }
 
+  /** Sends `register`: first, and after each reconnection (before anything else goes on the new connection). */
+  #register(epochChanged) {
+    this.#gen++;
+    this.#phase = 'registering';
+    this.#resumed = false;
+    const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
+    if (this.queryDeltas) register.queryDeltas = true;
+    // fluxd uses `state` only when it retains no snapshot for the name. A fluxd of another epoch (restarted without
+    // its history) retains none: the state this process holds then carries on, rather than the initial one.
+    const state = epochChanged && this.state !== undefined ? this.state : this.initialState;
+    if (state !== undefined) register.state = state;
+    this.client.send(register);
+  }
+
+  /** Everything the client routes to this store, and the connection's ups and downs. */
+  #receive(msg) {
+    switch (msg.op) {
+      case 'disconnected': this.#gen++; this.#phase = 'down'; return; // the answer to an action in hand is dropped
+      case 'reconnected': this.#register(msg.epochChanged === true); return;
+      case 'closed': {
+        this.#gen++; this.#phase = 'closed';
+        const starting = this.#starting; this.#starting = null;
+        starting?.reject(this.client.closedReason);
+        return;
+      }
+      default:
+    }
+    if (this.#phase === 'registering') { this.#registration(msg); return; }
+    if (this.#phase !== 'running') return;
+    const gen = this.#gen;
+    this.chain = this.chain.then(() => this.#handle(msg, gen)).catch((err) => this.#report(err, {}));
+  }
+
+  /** registered, the retained snapshot, then queries (SPEC §8.2); or an error refusing the registration. */
+  #registration(msg) {
+    if (msg.op === 'error') {
+      const error = errorFromFrame(msg);
+      const starting = this.#starting; this.#starting = null;
+      if (starting) { starting.reject(error); return; } // start() rejects (and closes)
+      this.#report(error, {});
+      if (REGISTRATION_FINAL.has(error.code)) { this.client.close().catch(() => {}); return; }
+      // e.g. name-taken while fluxd has not yet seen the old connection go: connect again later, with backoff
+      this.client[kLose](new DisconnectedError(`store '${this.name}' could not register again: ${error.message}`, error));
+      return;
+    }
+    if (msg.op === 'registered') {
+      this.#resumed = msg.resumed === true;
+      this.#adoptedSeq = Number.isInteger(msg.seq) ? msg.seq : 0;
+      if (!msg.version) { this.state = undefined; this.version = 0; } // fluxd retains no state: neither does the store
+    } else if (msg.op === 'snapshot') {
+      // SPEC §15.3 rule 1: this is the store's state now, even if it held a newer one (never recorded by fluxd)
+      this.state = msg.state; this.version = msg.version;
+      if (Number.isInteger(msg.seq) && msg.seq > this.#adoptedSeq) this.#adoptedSeq = msg.seq;
+    } else if (msg.op === 'queries' || msg.op === 'queries-changed') {
+      this.#phase = 'running';
+      const unpublished = this.#unpublished; this.#unpublished = undefined;
+      if (unpublished) { try { this.publish(unpublished.state); } catch (err) { this.#report(err, {}); } }
+      this.#queries(msg);
+      const resumed = this.#resumed;
+      this.client.emit('store-registered', this.name, { resumed, version: this.version, seq: this.#adoptedSeq });
+      const starting = this.#starting; this.#starting = null;
+      starting?.resolve({ resumed });
+    }
+  }
+
   /**
-   * Publishes a new full state outside an action; nothing is sent if it is unchanged. Throws WriteQueueFullError
-   * when fluxd has not read `maxWriteQueue` bytes of this store's frames. @param {any} state
+   * Publishes a new full state outside an action; nothing is sent if it is unchanged. While the store is not
+   * registered (its client reconnects) the state is kept and published once it is registered again. Throws
+   * WriteQueueFullError when fluxd has not read `maxWriteQueue` bytes of this store's frames. @param {any} state
    */
   publish(state) {
     if (!this.client) throw new Error(`store '${this.name}' publishes before start()`);
     const text = canonicalJSON(state);
+    if (this.#phase !== 'running') { // registering, or the client reconnects: sent once the store is registered again
+      if (this.client.closed) throw this.client.closedReason;
+      this.#unpublished = { state };
+      this.state = state;
+      return;
+    }
     if (text === canonicalJSON(this.state)) return;
     this.client.sendRaw(`{"op":"state","store":${JSON.stringify(this.name)},"state":${text}}`);
     this.state = state;
@@ -284,12 +369,18 @@ export class Store {
     return { code: StoreErrorCodes.UNHANDLED_ACTION, message: `no handler for '${type}'; ${list}` };
   }
 
-  async #handle(msg) {
+  async #handle(msg, gen) {
+    if (gen !== this.#gen) return; // from a connection since lost: fluxd sends what is still due again
     if (msg.op === 'snapshot') return this.#adopt(msg);
     if (msg.op === 'queries' || msg.op === 'queries-changed') return this.#queries(msg);
     if (msg.op !== 'action' || this.client.closed) return;
     const client = this.client;
     const store = JSON.stringify(this.name);
+    if (msg.seq <= this.#adoptedSeq) { // SPEC §15.3 rule 2: the adopted snapshot already includes this action
+      this.skipped++;
+      client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq}}`, { force: true });
+      return;
+    }
     const reject = (error) => client.sendRaw(`{"op":"reject","store":${store},"seq":${msg.seq},"error":${canonicalJSON(error)}}`, { force: true });
     const followUps = [];
     const ctx = { seq: msg.seq, type: msg.type, origin: msg.origin, cause: msg.cause, redelivered: msg.redelivered === true,
@@ -309,9 +400,13 @@ export class Store {
     try {
       next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
     } catch (err) {
-      reject(this.#rejection(err, msg));
+      const error = this.#rejection(err, msg);
+      if (gen === this.#gen) reject(error);
       return;
     }
+    // The connection was lost while the handler ran: no answer, no state change. fluxd delivers the action again
+    // once the store registered again, and it is handled then from the state adopted (SPEC §15.3).
+    if (gen !== this.#gen) return;
     try {
       if (next !== undefined) text = canonicalJSON(next);
     } catch (err) {
@@ -328,6 +423,8 @@ export class Store {
     for (const [type, payload] of followUps) {
       try { client.dispatch(type, payload, { cause: msg.seq }); } catch (err) { this.#report(err, { type: msg.type, seq: msg.seq }); }
     }
-    if (client.backpressured) await client.flush(); // fluxd is not reading: take no more actions until it does
+    if (client.backpressured) { // fluxd is not reading: take no more actions until it does
+      try { await client.flush(); } catch { /* the client closed */ }
+    }
   }
 }

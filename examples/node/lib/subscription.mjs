@@ -3,7 +3,7 @@
 import { StoreStatus } from './constants.mjs';
 import { DisconnectedError, TimeoutError } from './errors.mjs';
 import { Deadline } from './deadline.mjs';
-import { kRelease, kDeliver, kEnd, kStatus, kFirst } from './internal.mjs';
+import { kRelease, kDeliver, kEnd, kStatus, kFirst, kRebase } from './internal.mjs';
 
 /**
  * @typedef {{store: string, version: number, seq: number, state: any}} Snapshot
@@ -12,11 +12,15 @@ import { kRelease, kDeliver, kEnd, kStatus, kFirst } from './internal.mjs';
 
 /**
  * A subscription to one store, made by `client.subscribe(store)`: an async iterator of snapshots (never an older
- * version after a newer one). Leaving a `for await` loop over it (break, return, throw) unsubscribes, as
- * `close()` does. `status` is fluxd's word on the store: `up`, `down` or `unknown` (never registered).
+ * version after a newer one, nor one version twice, across reconnections too). Leaving a `for await` loop over it
+ * (break, return, throw) unsubscribes, as `close()` does. `status` is fluxd's word on the store: `up`, `down` or
+ * `unknown` (never registered). It lasts across reconnections of its client and ends when the client closes.
+ * After a reconnection to a fluxd of another epoch (SPEC §15.1: a new history, e.g. an ephemeral fluxd restarted)
+ * it takes the next snapshot whatever its version, since versions then start over.
  */
 export class Subscription {
   /** @type {Snapshot[]} */ #queue = [];
+  /** Whether the next snapshot is taken whatever its version (the epoch changed). */ #rebase = false;
   /** @type {Array<(r: IteratorResult<Snapshot, undefined>) => void>} */ #waiters = [];
   /** @type {Array<() => void>} */ #firstWaiters = [];
   /** @type {Array<() => void>} */ #statusWaiters = [];
@@ -30,6 +34,9 @@ export class Subscription {
     /** Whether it ended (closed, unsubscribed, or the connection ended). */ this.ended = false;
   }
 
+  /** The client reconnected to another epoch: versions start over. @internal */
+  [kRebase]() { this.#rebase = true; }
+
   /** @param {string} status @internal */
   [kStatus](status) { this.status = /** @type {any} */ (status); this.#statusChanged(); }
 
@@ -39,7 +46,8 @@ export class Subscription {
   [kDeliver](msg) {
     if (this.ended) return;
     if (msg.op === 'snapshot') {
-      if (this.latest && msg.version <= this.latest.version) return;
+      if (this.latest && !this.#rebase && msg.version <= this.latest.version) return;
+      this.#rebase = false;
       const snap = { store: msg.store, version: msg.version, seq: msg.seq, state: msg.state };
       this.latest = snap;
       const waiter = this.#waiters.shift();

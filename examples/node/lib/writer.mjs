@@ -8,7 +8,10 @@ import { WriteQueueFullError } from './errors.mjs';
 
 export const DEFAULT_MAX_WRITE_QUEUE = 16 * 1024 * 1024;
 
-/** @typedef {{bytes: Uint8Array, state: 'waiting'|'queued'|'sent'|'cancelled'}} WriteEntry */
+/**
+ * A frame on its way. `state` 'offline' is the client's: the frame waits for the next connection (reconnecting).
+ * @typedef {{bytes: Uint8Array, state: 'waiting'|'queued'|'sent'|'cancelled'|'offline', [field: string]: any}} WriteEntry
+ */
 
 export class FrameWriter {
   /** @type {WriteEntry[]} accepted, waiting for 'drain' */ #queue = [];
@@ -47,13 +50,27 @@ export class FrameWriter {
 
   /**
    * Queues one frame as soon as there is room, after the sends already waiting for room (order is kept).
-   * `cancel(entry)` takes it back while it has not reached the socket. @param {Uint8Array} bytes @returns {WriteEntry}
+   * `cancel(entry)` takes it back while it has not reached the socket. An entry (e.g. one `takeUnsent` gave back
+   * from an earlier connection's writer) is queued as it is. @param {Uint8Array|WriteEntry} frame @returns {WriteEntry}
    */
-  enqueue(bytes) {
+  enqueue(frame) {
     if (this.#closed) throw this.#closed;
-    /** @type {WriteEntry} */ const entry = { bytes, state: 'waiting' };
-    if (!this.#waiting.length && this.#fits(bytes.length)) this.#accept(entry); else this.#waiting.push(entry);
+    /** @type {WriteEntry} */ const entry = frame instanceof Uint8Array ? { bytes: frame, state: 'waiting' } : frame;
+    entry.state = 'waiting';
+    if (!this.#waiting.length && this.#fits(entry.bytes.length)) this.#accept(entry); else this.#waiting.push(entry);
     return entry;
+  }
+
+  /**
+   * The frames accepted or waiting for room that never reached the socket, in order, taken out of this writer
+   * (state 'offline'): the connection was lost, and the client sends some of them again on the next one.
+   * @returns {WriteEntry[]}
+   */
+  takeUnsent() {
+    const unsent = [...this.#queue, ...this.#waiting];
+    this.#queue = []; this.#waiting = []; this.queuedBytes = 0;
+    for (const e of unsent) e.state = 'offline';
+    return unsent;
   }
 
   /** Takes back a frame not yet handed to the socket. @param {WriteEntry} entry @returns {boolean} false if it was sent */

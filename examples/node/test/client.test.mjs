@@ -135,8 +135,8 @@ test('name-taken, store down and up', async () => {
   assert.equal(again.state, 1);
 });
 
-test('the connection ending ends subscriptions and rejects calls', async () => {
-  const client = await connect();
+test('with reconnect: false, the connection ending ends subscriptions and rejects calls', async () => {
+  const client = await connect({ reconnect: false });
   const sub = await client.subscribe('todos');
   const ended = (async () => { const seen = []; for await (const s of sub) seen.push(s); return seen; })();
   await fluxd.stop();

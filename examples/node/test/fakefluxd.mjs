@@ -15,7 +15,7 @@ export const LIMITS = {
 class FakePeer {
   constructor(fake, socket) {
     this.fake = fake; this.socket = socket;
-    /** @type {any[]} */ this.messages = []; this.waiter = null; this.closed = false; this.hello = undefined;
+    /** @type {any[]} */ this.messages = []; this.waiter = null; this.closed = false; this.hello = undefined; this.welcomed = false;
     const decoder = new FrameDecoder();
     socket.on('data', (d) => { for (const e of decoder.feed(d)) if ('frame' in e) this.#handle(JSON.parse(e.frame.toString('utf8'))); });
     socket.on('close', () => { this.closed = true; this.#wake(); });
@@ -30,7 +30,10 @@ class FakePeer {
         this.send({ op: 'error', code: this.fake.refuse, message: 'refused by the fake', fatal: true });
         this.socket.end();
       } else {
-        this.send({ op: 'welcome', protocol: 1, server: 'fakefluxd/0', peer: ++this.fake.peerIds, limits: this.fake.limits });
+        const welcome = { op: 'welcome', protocol: 1, server: 'fakefluxd/0', peer: ++this.fake.peerIds, limits: this.fake.limits };
+        if (this.fake.epoch !== undefined) welcome.epoch = this.fake.epoch;
+        this.send(welcome);
+        this.welcomed = true;
       }
     } else if (msg.op === 'ping') {
       this.send(typeof msg.id === 'string' ? { op: 'pong', id: msg.id } : { op: 'pong' });
@@ -63,12 +66,14 @@ class FakePeer {
 export class FakeFluxd {
   /**
    * `refuse`: answer hello with that fatal error; `refuseAtConnect`: send it and close as soon as a connection is
-   * accepted, before any hello (what fluxd does past its connection limits); `silent`: never answer hello.
-   * @param {{limits?: Record<string, number>, refuse?: string, refuseAtConnect?: string, silent?: boolean}} [options]
+   * accepted, before any hello (what fluxd does past its connection limits); `silent`: never answer hello;
+   * `epoch`: welcome.epoch (none by default, as fluxd before 0.3.0). `refuse`, `silent` and `epoch` may be changed
+   * between connections (a restarted fluxd).
+   * @param {{limits?: Record<string, number>, refuse?: string, refuseAtConnect?: string, silent?: boolean, epoch?: string}} [options]
    */
-  static async start({ limits = LIMITS, refuse, refuseAtConnect, silent = false } = {}) {
+  static async start({ limits = LIMITS, refuse, refuseAtConnect, silent = false, epoch } = {}) {
     const fake = new FakeFluxd();
-    fake.limits = { ...limits }; fake.refuse = refuse; fake.silent = silent; fake.peerIds = 0;
+    fake.limits = { ...limits }; fake.refuse = refuse; fake.silent = silent; fake.peerIds = 0; fake.epoch = epoch;
     fake.directory = fs.mkdtempSync(path.join(os.tmpdir(), 'fakefluxd-'));
     fake.socketPath = path.join(fake.directory, 'fluxd.sock');
     /** @type {FakePeer[]} */ fake.all = []; /** @type {FakePeer[]} */ fake.incoming = []; fake.waiter = null;
@@ -97,6 +102,14 @@ export class FakeFluxd {
     const peer = this.incoming.shift();
     if (withHello) await peer.expectOp('hello', timeout);
     return peer;
+  }
+  /** The next connection that was welcomed (skipping those refused meanwhile). */
+  async acceptWelcomed(timeout = 5000) {
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      const peer = await this.accept(Math.max(1, deadline - Date.now()));
+      if (peer.welcomed) return peer;
+    }
   }
   async close() {
     for (const peer of this.all) peer.socket.destroy();

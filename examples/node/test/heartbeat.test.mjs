@@ -87,9 +87,9 @@ for (const when of ['after-hello', 'at-connect']) {
 }
 
 for (const code of ['unresponsive', 'memory-budget']) {
-  test(`${code} ends the connection; pending calls reject with it as cause`, async () => {
+  test(`${code} ends the connection (reconnect: false); pending calls reject with it as cause`, async () => {
     const f = await fake();
-    const client = await connect({ socketPath: f.socketPath });
+    const client = await connect({ socketPath: f.socketPath, reconnect: false });
     const peer = await f.accept();
     const call = client.info({ timeout: 5000 });
     await peer.expectOp('info');

@@ -4,7 +4,8 @@
 // stops being an error, so the declarations are proven to reject them, not only to accept the right ones.
 import {
   Client, Store, Reject, FluxError, NoHandlerError, StoreRejectedError, TimeoutError, NoFluxdError, DisconnectedError,
-  LimitExceededError, ErrorCodes, StoreStatus, StoreErrorCodes, Unhandled, errorFromFrame,
+  LimitExceededError, ErrorCodes, StoreStatus, StoreErrorCodes, Unhandled, errorFromFrame, NotSentError,
+  OutcomeUnknownError, DEFAULT_RECONNECT, reconnectPolicy, backoffDelay,
 } from 'fluxbus';
 import type { Settlement, Snapshot, Subscription, ActiveQuery } from 'fluxbus';
 
@@ -117,4 +118,45 @@ export function wrongCalls(client: Client, counter: Store<Counter>, sub: Subscri
   counter.on('counter/set', () => undefined, { payload: { to: 'text' } });
   // @ts-expect-error publish takes the store's state type
   counter.publish({ count: 1 });
+}
+
+/** Reconnection: the events a UI shows, and the errors of dispatches a lost connection left in doubt. */
+export async function reconnectingView(socketPath: string): Promise<string[]> {
+  const log: string[] = [];
+  const client = await Client.connect({ socketPath, reconnect: { initialDelay: 50, maxDelay: 2000, maxAttempts: 20, giveUpAfter: null } });
+  client.on('disconnected', (reason) => { log.push(`offline: ${reason.code}`); });
+  client.on('reconnecting', ({ attempt, delay, error }) => { log.push(`attempt ${attempt} in ${delay} ms (${error.code})`); });
+  client.on('reconnected', ({ epochChanged, epoch, downtime }) => { log.push(`back after ${downtime} ms${epochChanged ? `, new history ${epoch ?? '?'}` : ''}`); });
+  client.on('store-registered', (store, { resumed, seq }) => { log.push(`${store} registered (resumed ${resumed}, seq ${seq})`); });
+  const state: 'connecting' | 'connected' | 'reconnecting' | 'closed' = client.state;
+  log.push(`${state}, session ${client.session}, epoch ${client.welcome.epoch ?? 'none'}, ${client.welcome.durability ?? 'ephemeral'}`);
+  try {
+    await client.dispatchAndSettle('counter/add', { by: 1 });
+  } catch (error) {
+    if (error instanceof NotSentError) { const code: 'not-sent' = error.code; log.push(`${code}: ${error.id}`); }
+    else if (error instanceof OutcomeUnknownError) log.push(`check the state before retrying ${error.id}`);
+    else throw error;
+  }
+  const store = new Store<Counter>({ name: 'counter', handles: ['counter/*'], initialState: { value: 0 } });
+  await store.start({ socketPath, reconnect: false });
+  log.push(`registered ${String(store.registered)}, adopted seq ${store.adoptedSeq}, skipped ${store.skipped}`);
+  log.push(`${backoffDelay(reconnectPolicy({ jitter: 0 }), 3)} ms, default max ${DEFAULT_RECONNECT.maxDelay} ms`);
+  await store.stop();
+  await client.close();
+  return log;
+}
+
+/** Wrong uses of the reconnection API: each line must stay a type error. */
+export function wrongReconnects(client: Client, store: Store<Counter>): void {
+  // @ts-expect-error reconnect is a boolean or an options object
+  void Client.connect({ reconnect: 'always' });
+  // @ts-expect-error the backoff's fields are numbers of ms
+  void Client.connect({ reconnect: { initialDelay: '50ms' } });
+  // @ts-expect-error a 'reconnected' listener gets {attempt, epochChanged, epoch, downtime}
+  client.on('reconnected', (info: { attempt: string }) => { void info; });
+  // @ts-expect-error skipped is read-only
+  store.skipped = 0;
+  // @ts-expect-error the state is one of four
+  const state: 'open' = client.state;
+  void state;
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""A Python store worker for the polyglot demo: store "audit" counts every todo action by type."""
+"""A Python store worker for the polyglot demo: store "audit" counts every todo action by type.
+
+When fluxd goes away (restarted, crashed) the store does not exit: it says so, reconnects with backoff, registers
+again and goes on from the state fluxd kept (a durable fluxd) or from its own (an ephemeral one that lost it)."""
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fluxbus import Reject, Store, on  # noqa: E402
+from fluxbus import ConnectionEvent, Reject, Store, on  # noqa: E402
 
 
 class Audit(Store):
@@ -21,7 +24,16 @@ class Audit(Store):
         return state
 
     def on_registered(self, resumed):
-        print("audit-store ready", flush=True)
+        print("audit-store ready" + (f" (resumed at version {self.version})" if resumed else ""), flush=True)
+
+    def on_connection_event(self, event):
+        if event.kind == ConnectionEvent.DISCONNECTED:
+            print(f"audit-store: lost fluxd ({event.reason}); waiting for it", flush=True)
+        elif event.kind == ConnectionEvent.RECONNECTED:
+            print("audit-store: reconnected" + (" (fluxd lost its state: a new epoch)" if event.epoch_changed
+                                                 else ""), flush=True)
+        elif event.kind == ConnectionEvent.GAVE_UP:
+            print(f"audit-store: {event.reason}", flush=True)
 
 
 if __name__ == "__main__":

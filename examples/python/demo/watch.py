@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """A Python view client for the polyglot demo: prints every snapshot of the todos store until it holds
-``--count`` todos, then prints the final state as JSON and exits."""
+``--count`` todos, then prints the final state as JSON and exits. It rides out fluxd restarts: the client
+reconnects and the subscription goes on (never the same version twice)."""
 import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fluxbus import Client  # noqa: E402
+from fluxbus import Client, ConnectionEvent  # noqa: E402
+
+
+def show(event):
+    if event.kind in (ConnectionEvent.DISCONNECTED, ConnectionEvent.RECONNECTED, ConnectionEvent.GAVE_UP):
+        print(f"python-watch: {event}", flush=True)
+
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--store", default="todos")
 parser.add_argument("--count", type=int, default=3)
 args = parser.parse_args()
-with Client.connect(os.environ.get("FLUXBUS_SOCKET"), name="py-watch", timeout=60) as client:
+with Client.connect(os.environ.get("FLUXBUS_SOCKET"), name="py-watch", timeout=60, on_connection_event=show) as client:
     with client.subscribe(args.store) as sub:
         print("python-watch ready", flush=True)
         for snap in sub:

@@ -6,21 +6,23 @@ Standard library only, Python 3.9+.
 - :class:`AsyncClient` (``fluxbus.aio``): asyncio client; every call that talks to fluxd is a coroutine.
 - :class:`Store`, :class:`AsyncStore`, :func:`on`, :class:`Reject` (``fluxbus.store``): write a store worker.
 - ``fluxbus.errors``: :class:`FluxError` and one subclass per protocol error code, :class:`ActionRejectedError`,
-  :class:`FluxConnectionError`, :class:`FluxTimeoutError`.
+  :class:`FluxConnectionError`, :class:`FluxTimeoutError`, :class:`NotSentError`, :class:`OutcomeUnknownError`.
+- ``fluxbus.reconnect``: :class:`Reconnect` (how clients and stores reconnect) and :class:`ConnectionEvent`.
 - ``fluxbus.protocol``: the wire vocabulary (ops, roles, statuses, error codes), checked against ``protocol/``.
 - ``fluxbus.wire``: frames, the strict envelope check, message types.
 """
 from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
 from .client import Client, QueryReceipt, StoreRegistration, Subscription, connect
 from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONError, BadMessageError, CycleError,
-                     Disconnected, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
+                     Disconnected, DiskFullError, JournalFailedError, NotRetainedError, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
                      FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
-                     MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, OverloadedError,
-                     ShuttingDownError, SlowConsumerError, StoreUnavailableError, TooManyConnectionsError,
-                     UnknownOpError, UnknownStoreError, UnknownWorkerError, UnresponsiveError,
-                     UnsupportedVersionError, WrongServerUIDError, error_class)
-from .protocol import (ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op, ResultStatus, Role,
-                       StoreStatus)
+                     MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
+                     OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StoreUnavailableError,
+                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError,
+                     UnresponsiveError, UnsupportedVersionError, WrongServerUIDError, error_class)
+from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
+                       Op, RecoverStatus, ResultStatus, Role, StoreStatus)
+from .reconnect import ConnectionEvent, Reconnect
 from .store import ActionContext, AsyncStore, Reject, Store, StoreBase, on
 from .wire import (LIMIT_EXCEEDED, MEMORY_BUDGET, TOO_MANY_CONNECTIONS, UNRESPONSIVE, WRONG_SERVER_UID, ActiveQuery,
                    Envelope, EnvelopeError, FrameDecoder, QuerySet, Settlement, Snapshot, StoreResult,
@@ -33,14 +35,17 @@ __all__ = [
     "Subscription", "connect", "on",
     # errors
     "ERROR_CLASSES", "ActionRejectedError", "BadFrameError", "BadJSONError", "BadMessageError", "CycleError",
-    "Disconnected", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
+    "Disconnected", "DiskFullError", "JournalFailedError", "NotRetainedError", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
     "HandshakeRequiredError", "HandshakeTimeoutError", "LimitExceededError", "MemoryBudgetError", "NameTakenError",
-    "NoHandlerError", "NotConnectedError", "OverloadedError", "ShuttingDownError", "SlowConsumerError",
+    "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
+    "ShuttingDownError", "SlowConsumerError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
     "UnknownWorkerError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    # reconnection
+    "ConnectionEvent", "Reconnect",
     # protocol vocabulary
-    "ERROR_CODES", "STORE_BAD_PAYLOAD", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op", "ResultStatus", "Role",
-    "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
+    "DURABILITY_MODES", "ERROR_CODES", "STORE_BAD_PAYLOAD", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op",
+    "RecoverStatus", "ResultStatus", "Role", "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
     # wire types
     "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot",
     "StoreResult", "SubscriptionEvent", "Welcome", "check_envelope", "default_socket_path", "expected_server_uid",

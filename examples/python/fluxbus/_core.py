@@ -3,17 +3,24 @@ routing what fluxd sends, deadlines, and subscription and query bookkeeping. ``c
 the socket."""
 from __future__ import annotations
 
+import collections
 import itertools
+import logging
 import os
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+import uuid
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from .errors import BadJSONError, Disconnected, FluxError, FluxTimeoutError
-from .protocol import Op, StoreStatus
+from .errors import (BadJSONError, Disconnected, FluxError, FluxTimeoutError, NotSentError, OutcomeUnknownError)
+from .protocol import BYE_RESTART, Op, RecoverStatus, StoreStatus
+from .reconnect import ConnectionCallback, ConnectionEvent, Reconnect, ReconnectOption, reconnect_policy
 from .wire import (PROTOCOL_VERSION, Snapshot, SubscriptionEvent, Welcome, default_socket_path, dumps, encode_frame,
                    is_valid_action_type, is_valid_store_name, loads, route_key)
 
 Message = Dict[str, Any]
+log = logging.getLogger("fluxbus")
+#: Ids one ``recover`` may carry (SPEC §8.12).
+MAX_RECOVER_IDS = 4096
 
 
 def format_seconds(seconds: float) -> str:
@@ -45,6 +52,12 @@ class Deadline:
 NO_LIMIT = Deadline(None)
 
 
+def describe(error: BaseException) -> str:
+    """An error in one line for a connection event: its message without the code, first line only."""
+    text = error.message if isinstance(error, FluxError) and error.message else str(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def resolve_socket_path(socket_path: Optional[str], env: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
     """The socket to connect to and where that came from, for error messages: ``socket_path`` if given, else
     :func:`default_socket_path` (from ``$FLUXBUS_SOCKET``, ``$XDG_RUNTIME_DIR`` or the default path)."""
@@ -62,15 +75,38 @@ def resolve_socket_path(socket_path: Optional[str], env: Optional[Mapping[str, s
 
 class ClientCore:
     """What both clients do without touching the socket. A subclass provides ``_send_raw(frame)``,
-    ``_finish(reason)`` and the ``_on_*`` hooks that :meth:`_route` calls."""
+    ``_finish(reason)`` and the ``_on_*`` hooks that :meth:`_route` calls.
+
+    Reconnection bookkeeping lives here too: the session id sent as ``hello.session`` on every connection, the
+    live queries and the unsettled dispatches to declare and ``recover`` again, the frames that re-establish a
+    connection's subscriptions, queries and stores (:meth:`_replay_frames`), and the connection events."""
 
     _closed: Optional[Disconnected]
     #: The default timeout of a call, in seconds (``None``: no limit).
     timeout: Optional[float] = None
+    _subscriptions: Dict[str, Any]
+    _stores: Dict[str, Any]
 
-    def __init__(self) -> None:
+    def __init__(self, reconnect: ReconnectOption = None, on_connection_event: Optional[ConnectionCallback] = None,
+                 session: Optional[str] = None) -> None:
         self._ids: Iterator[int] = itertools.count(1)
         self._closed = None
+        #: The reconnection policy (:class:`fluxbus.Reconnect`).
+        self.reconnect: Reconnect = reconnect_policy(reconnect)
+        #: This client's session (``hello.session``, SPEC §15.4): the same on every connection it makes.
+        self.session: str = session or uuid.uuid4().hex
+        #: Called with each :class:`fluxbus.ConnectionEvent` (see :attr:`connection_events`).
+        self.on_connection_event: Optional[ConnectionCallback] = on_connection_event
+        #: The latest connection events, oldest first.
+        self.connection_events: Deque[ConnectionEvent] = collections.deque(maxlen=64)
+        #: ``welcome.epoch`` of the current (or last) connection; ``None`` from a fluxd older than 0.3.0.
+        self.epoch: Optional[str] = None
+        self._live_queries: Dict[str, bytes] = {}  # query id -> its query frame, declared again on reconnecting
+        self._unsettled: Dict[str, int] = {}  # id of a settle dispatch sent -> generation of the connection
+        self._recovering: Dict[str, List[str]] = {}  # id of a recover request -> the dispatch ids it asks about
+        self._closing = False  # close() was called, or the client ended: the end of a connection is not a loss
+        self._user_closed = False  # close() or abort() was called
+        self._established = False  # the first handshake succeeded (reconnecting needs one)
 
     def _deadline(self, timeout: Optional[float]) -> Deadline:
         """The deadline of a call given ``timeout`` (``None``: the client's default :attr:`timeout`)."""
@@ -91,10 +127,12 @@ class ClientCore:
         return encode_frame(dumps(fields))
 
     @staticmethod
-    def _hello_frame(role: str, name: str, heartbeat: bool = True) -> bytes:
+    def _hello_frame(role: str, name: str, heartbeat: bool = True, session: Optional[str] = None) -> bytes:
         fields: Message = {"op": Op.HELLO, "protocol": PROTOCOL_VERSION, "role": role, "name": name}
         if heartbeat:
             fields["heartbeat"] = True  # fluxd pings us when it heard nothing for welcome.limits.pingInterval
+        if session:
+            fields["session"] = session  # settlements survive a lost connection (SPEC §15.4)
         return encode_frame(dumps(fields))
 
     @staticmethod
@@ -146,11 +184,98 @@ class ClientCore:
         head = dumps(fields)[:-1]  # canonical envelope without its closing brace
         return encode_frame(head + b',"' + key.encode() + b'":' + raw + b"}")
 
+    # -- reconnecting -------------------------------------------------------------------------------------------
+
+    def _reconnects(self) -> bool:
+        """Whether a connection that ends now is followed by reconnecting."""
+        return (self.reconnect.enabled and self._established and not self._closing and self._closed is None)
+
+    def _emit(self, event: ConnectionEvent) -> None:
+        """Records a connection event and hands it to :attr:`on_connection_event` (whose failures are logged)."""
+        self.connection_events.append(event)
+        log.info("fluxbus %s: %s", self.name or self.role, event)  # type: ignore[attr-defined]
+        callback = self.on_connection_event
+        if callback is not None:
+            try:
+                self._deliver_event(callback, event)
+            except Exception:  # a UI callback must not break the connection
+                log.exception("fluxbus: the connection event callback failed")
+
+    def _ended_for_good(self, end: Disconnected) -> None:
+        """A connection ended and the client does not reconnect (reconnection off): tells the UI, unless the
+        user closed the client."""
+        if self._established and not self._user_closed:
+            self._emit(ConnectionEvent(ConnectionEvent.DISCONNECTED, reason=describe(end), will_reconnect=False,
+                                       error=end.error))
+
+    def _deliver_event(self, callback: ConnectionCallback, event: ConnectionEvent) -> None:
+        callback(event)
+
+    def _epoch_changed(self, epoch: Optional[str]) -> bool:
+        """Whether a connection with ``welcome.epoch`` = ``epoch`` belongs to another history than the last one
+        (an epoch missing on either side counts as changed: an older fluxd does not keep seqs across runs)."""
+        return epoch is None or self.epoch is None or epoch != self.epoch
+
+    def _replay_frames(self, epoch_changed: bool) -> Tuple[List[bytes], List[str]]:
+        """What a new connection sends right after ``welcome``, before anything else (SPEC §15.5): ``subscribe``
+        for every subscription, the live queries again, ``register`` for every store, then (same epoch)
+        ``recover`` for the settle dispatches sent and not settled. Returns the frames and, when the epoch
+        changed, the ids that cannot be recovered."""
+        frames = [self._frame({"op": Op.SUBSCRIBE, "store": store}) for store in list(self._subscriptions)]
+        frames += list(self._live_queries.values())
+        frames += [registration._register_frame() for registration in list(self._stores.values())
+                   if registration._sent]
+        ids = list(self._unsettled)
+        if epoch_changed:
+            return frames, ids
+        for start in range(0, len(ids), MAX_RECOVER_IDS):
+            chunk = ids[start:start + MAX_RECOVER_IDS]
+            key = self._next_id("rc")
+            self._recovering[key] = chunk
+            frames.append(self._frame({"op": Op.RECOVER, "id": key, "ids": chunk}))
+        return frames, []
+
+    @staticmethod
+    def _lost_dispatch_error(ident: str, lost: Optional[Disconnected], why: str) -> FluxError:
+        """The error of a settle dispatch whose connection was lost and whose outcome fluxd cannot give: not sent
+        when fluxd said ``bye`` (other than ``restart``) on that connection, since fluxd settles everything it
+        accepted before its ``bye`` (SPEC §8.8); else outcome unknown."""
+        reason = str(lost) if lost is not None else "connection lost"
+        bye = lost.bye_reason if lost is not None else None
+        if bye is not None and bye != BYE_RESTART:
+            return NotSentError(f"dispatch {ident} was not sent: fluxd said bye ({bye}) before accepting it; "
+                                f"it may be dispatched again", ref=ident)
+        return OutcomeUnknownError(f"the outcome of dispatch {ident} is unknown: {why} ({reason}); the action may "
+                                   f"or may not have been applied", ref=ident)
+
+    def _recovered_outcomes(self, key: str, msg: Message) -> List[Tuple[str, Union[Message, FluxError]]]:
+        """What a ``recovered`` reply (or an ``error`` answering ``recover``) says of each dispatch id it was
+        asked about: the ``settled`` message to hand to the waiting call, or the error to raise. Ids still
+        ``pending`` are left out (their ``settled`` follows on this connection)."""
+        ids = self._recovering.pop(key, [])
+        if msg.get("op") == Op.ERROR:  # an older fluxd (unknown-op), or one that refused it (bad-message)
+            error = FluxError.from_frame(msg)
+            return [(ident, OutcomeUnknownError(f"the outcome of dispatch {ident} is unknown: fluxd refused to "
+                                                f"recover it ({error})", ref=ident)) for ident in ids]
+        found: List[Tuple[str, Union[Message, FluxError]]] = []
+        for outcome in msg.get("outcomes", []):
+            if not isinstance(outcome, dict) or not isinstance(outcome.get("id"), str):
+                continue
+            ident, status = outcome["id"], outcome.get("status")
+            if status == RecoverStatus.SETTLED:
+                found.append((ident, {"op": Op.SETTLED, "id": ident, "seq": outcome.get("seq", 0),
+                                      "results": outcome.get("results", [])}))
+            elif status == RecoverStatus.UNKNOWN:
+                found.append((ident, NotSentError(f"dispatch {ident} was not sent: fluxd never accepted it before "
+                                                  f"the connection was lost; it may be dispatched again",
+                                                  ref=ident)))
+        return found
+
     # -- incoming -----------------------------------------------------------------------------------------------
 
     @staticmethod
     def _welcome_from(msg: Message) -> Welcome:
-        return Welcome(msg["peer"], msg.get("server", ""), dict(msg.get("limits", {})), msg["protocol"])
+        return Welcome.from_frame(msg)
 
     @staticmethod
     def _snapshot_from(msg: Message) -> Snapshot:
@@ -204,14 +329,21 @@ class ClientCore:
             error = FluxError.from_frame(msg)
             self._on_error(key, msg, error)
             if error.fatal:
-                self._finish(Disconnected(f"fluxd closed the connection: {error}", error))
+                self._connection_ending(Disconnected(f"fluxd closed the connection: {error}", error))
         elif kind == "ping":
             try:
                 self._send_raw(self._pong_frame(msg))
             except FluxError:
                 pass  # the connection is ending; the reader will see it
         elif kind == "bye":
-            self._finish(Disconnected(f"fluxd said bye ({msg.get('reason')})"))
+            reason = msg.get("reason") if isinstance(msg.get("reason"), str) else None
+            self._connection_ending(Disconnected(f"fluxd said bye ({reason})", bye_reason=reason))
+
+    def _connection_ending(self, reason: Disconnected) -> None:
+        """fluxd said ``bye`` or sent a fatal error: the connection is about to end. Without reconnection that
+        ends the client; with it, the reader notices the end and reconnects."""
+        if not self._reconnects():
+            self._finish(reason)
 
 
 class SubscriptionCore:
@@ -232,6 +364,7 @@ class SubscriptionCore:
         self.timeout: Optional[float] = None
         self._first_deadline: Optional[Deadline] = None
         self._down_reason: Optional[str] = None
+        self._take_any = False  # after reconnecting to another epoch: the next snapshot whatever its version
 
     def _enqueue(self, snap: Snapshot) -> None:
         raise NotImplementedError
@@ -247,11 +380,27 @@ class SubscriptionCore:
         self._first_deadline = deadline if timeout is not None else None
         self._status_changed()
 
+    def _resubscribed(self, msg: Message) -> None:
+        """fluxd's ``subscribed`` for the subscription made again after reconnecting."""
+        status = msg.get("status")
+        self.status = status if isinstance(status, str) else StoreStatus.UNKNOWN
+        self.events.append(SubscriptionEvent("resubscribed", self.store, status=self.status,
+                                             version=msg.get("version")))
+        self._status_changed()
+
+    def _epoch_changed(self) -> None:
+        """The client reconnected to another history: versions start over, so the next snapshot is taken
+        whatever its version (SPEC §15.1)."""
+        self._take_any = True
+
     def _deliver(self, msg: Message) -> None:
         op = msg["op"]
         if op == Op.SNAPSHOT:
             snap = Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state"))
-            if self.latest is None or snap.version > self.latest.version:
+            # Never a version twice, nor an older one: a subscription made again after reconnecting is sent the
+            # retained snapshot, which this one may already have delivered (SPEC §15.5).
+            if self.latest is None or snap.version > self.latest.version or self._take_any:
+                self._take_any = False
                 self.latest = snap
                 if self.first_snapshot is None:
                     self.first_snapshot = snap
@@ -306,3 +455,64 @@ class QueryReceiptCore:
         self.store = store
         self.query = query
         self.active = True
+
+
+class RegistrationCore:
+    """What a store registration keeps to register again on a new connection, and which connection it is
+    registered on. ``version``, ``seq`` and ``resumed`` are those of fluxd's last ``registered`` (SPEC §8.2);
+    :attr:`registrations` counts them (1, then one more after each reconnection).
+
+    Answers (``done``, ``reject``) belong to the connection that delivered the action: one delivered on a lost
+    connection is not answered on the next (fluxd delivers it again, marked ``redelivered``)."""
+
+    def __init__(self, client: Any, store: str):
+        self.client = client
+        self.store = store
+        self.version = 0
+        self.seq = 0
+        self.resumed = False
+        #: How many times fluxd answered ``registered`` for this registration (re-registrations included).
+        self.registrations = 0
+        #: Returns the state to offer as ``register.state`` when registering again after a lost connection
+        #: (``None``: the one given to ``register``). fluxd uses it only when it retains no snapshot of the
+        #: store, e.g. after an ephemeral fluxd restarted. :class:`fluxbus.Store` offers its current state.
+        self.offer_state: Optional[Callable[[], Any]] = None
+        self._fields: Message = {}
+        self._sent = False  # the first register went out: a new connection registers the store again
+        self._generation = 0  # the connection (generation) the store is registered on; 0: none yet
+        self._action_gens: Dict[int, int] = {}  # seq of an action handed out -> the connection it came on
+
+    def _register_frame(self) -> bytes:
+        fields = dict(self._fields)
+        if self.offer_state is not None:
+            try:
+                state = self.offer_state()
+                dumps(state)
+            except Exception:  # noqa: BLE001 (keep the original initial state)
+                log.exception("fluxbus: store %s: offer_state failed", self.store)
+            else:
+                if state is None:
+                    fields.pop("state", None)
+                else:
+                    fields["state"] = state
+        return ClientCore._frame(fields)
+
+    def _registered(self, msg: Message, generation: int) -> None:
+        self.version = msg.get("version", 0)
+        self.seq = msg.get("seq", 0)
+        self.resumed = msg.get("resumed") is True
+        self._generation = generation
+        self.registrations += 1
+
+    def _handed_out(self, msg: Any) -> None:
+        """Remembers which connection an action handed to the store came on."""
+        if isinstance(msg, dict) and msg.get("op") == Op.ACTION and isinstance(msg.get("seq"), int):
+            self._action_gens[msg["seq"]] = self._generation
+
+    def _answer_generation(self, seq: int) -> int:
+        return self._action_gens.pop(seq, self._generation)
+
+    @property
+    def live(self) -> bool:
+        """Whether the store is registered on the client's current connection."""
+        return self._generation != 0 and self._generation == self.client._live_generation()

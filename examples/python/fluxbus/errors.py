@@ -8,7 +8,10 @@ Every exception is a :class:`FluxError` (``.code``, ``.message``, ``.fatal``, ``
     ├── FluxConnectionError       no connection: nothing listens at the path, ... (code ``no-fluxd``)
     │   ├── Disconnected          the connection ended; calls on it raise this (code ``disconnected``)
     │   ├── WrongServerUIDError   fluxd runs as another uid than expected (``wrong-server-uid``)
-    │   └── TooManyConnectionsError   fluxd refused the connection (``too-many-connections``)
+    │   ├── TooManyConnectionsError   fluxd refused the connection (``too-many-connections``)
+    │   ├── NotSentError          a dispatch lost with the connection never reached fluxd (``not-sent``)
+    │   └── OutcomeUnknownError   a dispatch lost with the connection may or may not have been accepted
+    │                             (``outcome-unknown``)
     └── FluxTimeoutError          a call's time ran out; also a builtin ``TimeoutError`` (code ``timed-out``)
 
 An error fluxd sends becomes the class of its code (:func:`error_class`); a code this library does not know
@@ -28,6 +31,8 @@ NO_FLUXD = "no-fluxd"
 DISCONNECTED = "disconnected"
 TIMED_OUT = "timed-out"
 WRONG_SERVER_UID = "wrong-server-uid"
+NOT_SENT = "not-sent"
+OUTCOME_UNKNOWN = "outcome-unknown"
 
 _DESCRIPTIONS = {
     ErrorCode.LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (live queries, query bytes, "
@@ -106,10 +111,14 @@ class Disconnected(FluxConnectionError):
     why)."""
     default_code = DISCONNECTED
     _code_in_text = True
+    #: The ``reason`` of fluxd's ``bye`` when the connection ended with one (``shutdown``, ``restart``), else None.
+    bye_reason: Optional[str] = None
 
-    def __init__(self, message: str = "connection closed", error: Optional[FluxError] = None):
+    def __init__(self, message: str = "connection closed", error: Optional[FluxError] = None,
+                 bye_reason: Optional[str] = None):
         super().__init__(message, True)
         self.error = error
+        self.bye_reason = bye_reason
 
 
 #: Another name for :class:`Disconnected`: a call on a connection that is not (or no longer) open.
@@ -120,6 +129,36 @@ class WrongServerUIDError(FluxConnectionError):
     """``connect`` refused fluxd: its listener runs as another uid than expected (``SO_PEERCRED``)."""
     default_code = WRONG_SERVER_UID
     _code_in_text = True
+
+
+class NotSentError(FluxConnectionError):
+    """A dispatch made with settlement did not reach fluxd: the connection was lost before fluxd accepted it
+    (fluxd answered ``recover`` with ``unknown`` for its id, or it said ``bye`` before reading it, SPEC §8.8,
+    §15.4). Nothing happened; the caller may dispatch it again. Code ``not-sent``; ``ref`` is the dispatch id.
+    Not fatal: the client carries on (it has reconnected, or is reconnecting)."""
+    default_code = NOT_SENT
+    _code_in_text = True
+
+    def __init__(self, message: str = "", fatal: bool = False, ref: Optional[str] = None,
+                 code: Optional[str] = None):
+        super().__init__(message, fatal, ref, code)
+
+
+#: Another name for :class:`NotSentError`.
+NotSent = NotSentError
+
+
+class OutcomeUnknownError(FluxConnectionError):
+    """A dispatch made with settlement was sent, the connection was lost before its settlement, and fluxd cannot
+    say what became of it: a fluxd that restarted without its journal (a new ``welcome.epoch``, or an older fluxd
+    without sessions), one that refused ``recover``, or a client that stopped reconnecting. The action may or may
+    not have been accepted and applied. Code ``outcome-unknown``; ``ref`` is the dispatch id."""
+    default_code = OUTCOME_UNKNOWN
+    _code_in_text = True
+
+    def __init__(self, message: str = "", fatal: bool = False, ref: Optional[str] = None,
+                 code: Optional[str] = None):
+        super().__init__(message, fatal, ref, code)
 
 
 class FluxTimeoutError(_CodedError, TimeoutError):
@@ -275,12 +314,30 @@ class UnresponsiveError(_CodedError):
     default_code = ErrorCode.UNRESPONSIVE
 
 
+class DiskFullError(_CodedError):
+    """``disk-full``: a durable fluxd's journal disk is full; the dispatch (or a new store's registration) was
+    refused, what was accepted before is kept, and fluxd accepts again once a journal write succeeds."""
+    default_code = ErrorCode.DISK_FULL
+
+
+class JournalFailedError(_CodedError):
+    """``journal-failed``: a durable fluxd could not sync its journal; it accepts nothing more until restarted."""
+    default_code = ErrorCode.JOURNAL_FAILED
+
+
+class NotRetainedError(_CodedError):
+    """``not-retained``: ``history`` or ``state-at`` asked for what the journal no longer keeps (or an ephemeral
+    fluxd, which keeps none)."""
+    default_code = ErrorCode.NOT_RETAINED
+
+
 #: SPEC §11 code -> its exception class.
 ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     BadFrameError, FrameTooLargeError, BadJSONError, BadMessageError, UnknownOpError, HandshakeRequiredError,
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
+    DiskFullError, JournalFailedError, NotRetainedError,
 )}
 
 

@@ -23,6 +23,7 @@ class Op:
     GET = "get"
     GOT = "got"
     HELLO = "hello"
+    HISTORY = "history"
     INFO = "info"
     MISSED = "missed"
     PING = "ping"
@@ -31,6 +32,8 @@ class Op:
     QUERIES_CHANGED = "queries-changed"
     QUERY = "query"
     QUERY_OK = "query-ok"
+    RECOVER = "recover"
+    RECOVERED = "recovered"
     REGISTER = "register"
     REGISTERED = "registered"
     REJECT = "reject"
@@ -38,6 +41,7 @@ class Op:
     SETTLED = "settled"
     SNAPSHOT = "snapshot"
     STATE = "state"
+    STATE_AT = "state-at"
     STOP_WORKER = "stop-worker"
     STORE_DOWN = "store-down"
     STORE_UP = "store-up"
@@ -55,16 +59,16 @@ class Op:
 
 #: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``).
 OPS_TO_FLUXD: FrozenSet[str] = frozenset({
-    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RESTART_WORKER,
-    Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
+    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.HISTORY, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RECOVER,
+    Op.RESTART_WORKER, Op.STATE_AT, Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
 })
 #: Ops only a store-role peer sends to fluxd (``s2d``).
 OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
 #: Ops fluxd sends to a peer (``d2c``).
 OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
-    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
-    Op.QUERIES_CHANGED, Op.QUERY_OK, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP,
-    Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
+    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.QUERIES_CHANGED, Op.QUERY_OK, Op.RECOVERED, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STATE_AT,
+    Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
 })
 #: Direction name (as in ``schemas/index.json``) -> the ops sent that way.
 OPS_BY_DIRECTION = {"c2d": OPS_TO_FLUXD, "s2d": OPS_FROM_STORE, "d2c": OPS_FROM_FLUXD}
@@ -99,6 +103,23 @@ class ResultStatus:
 
 RESULT_STATUSES: Tuple[str, ...] = (ResultStatus.DONE, ResultStatus.REJECTED, ResultStatus.UNAVAILABLE)
 
+class RecoverStatus:
+    """One outcome of ``recovered`` (SPEC §8.12, §15.4)."""
+    SETTLED = "settled"  #: the action's seq and results, as ``settled`` carries them
+    PENDING = "pending"  #: accepted, not final yet: its ``settled`` follows on this connection
+    UNKNOWN = "unknown"  #: fluxd never accepted a dispatch with this id in this session: it was not sent
+
+
+RECOVER_STATUSES: Tuple[str, ...] = (RecoverStatus.SETTLED, RecoverStatus.PENDING, RecoverStatus.UNKNOWN)
+
+#: ``welcome.durability`` (SPEC §8.12): a durable fluxd's sync mode, or ``ephemeral`` (memory only).
+DURABILITY_MODES: Tuple[str, ...] = ("always", "batch", "none", "ephemeral")
+
+#: ``bye.reason`` of a durable fluxd that stops: its accepted actions continue when it runs again (SPEC §8.12).
+BYE_RESTART = "restart"
+#: ``bye.reason`` of a fluxd that exits: every action it accepted was settled before this ``bye`` (SPEC §8.8).
+BYE_SHUTDOWN = "shutdown"
+
 #: A supervised worker's ``state`` (``worker``/``workers`` replies, SPEC §8.11).
 WORKER_STATES: Tuple[str, ...] = ("starting", "running", "backing-off", "stopping", "stopped", "failed")
 
@@ -127,6 +148,9 @@ class ErrorCode:
     TOO_MANY_CONNECTIONS = "too-many-connections"
     MEMORY_BUDGET = "memory-budget"
     UNRESPONSIVE = "unresponsive"
+    DISK_FULL = "disk-full"
+    JOURNAL_FAILED = "journal-failed"
+    NOT_RETAINED = "not-retained"
 
 
 #: Every code of the SPEC §11 table, in its order.
@@ -136,6 +160,7 @@ ERROR_CODES: Tuple[str, ...] = (
     ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
     ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.SLOW_CONSUMER,
     ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
+    ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED,
 )
 
 # Codes the store libraries (Swift, Python, Node) put in a ``reject``'s error object. Not SPEC §11 codes: a

@@ -13,7 +13,8 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 from .aio import AsyncClient, AsyncStoreRegistration
 from .client import Client, StoreRegistration
 from .errors import Disconnected, FluxError
-from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, Op
+from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op
+from .reconnect import ConnectionEvent, ReconnectOption
 from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
@@ -123,12 +124,17 @@ class StoreBase:
     #: default) rejects it with ``store/unhandled-action`` naming the type and the handled types, so that a
     #: typo does not look like success; ``"ignore"`` answers ``done`` without a change.
     unhandled: str = "reject"
+    #: Reconnect when the connection is lost (a :class:`fluxbus.Reconnect` policy, ``True`` or ``False``).
+    reconnect: ReconnectOption = True
 
     def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
-                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None,
+                 reconnect: ReconnectOption = None):
         self.socket_path = socket_path
         self.client_name = client_name or f"{self.name}-py"
         self.expected_server_uid = expected_server_uid
+        if reconnect is not None:
+            self.reconnect = reconnect
         if unhandled is not None:
             self.unhandled = unhandled
         if self.unhandled not in UNHANDLED_MODES:
@@ -137,8 +143,19 @@ class StoreBase:
         self.state: Any = None
         self._state_json = dumps(None)
         self.version = 0
+        #: The seq of the snapshot adopted at the last registration (``registered.seq`` if there was none):
+        #: actions up to it are already in the state, and are answered ``done`` without running the handler.
+        self.adopted_seq = 0
+        #: Actions answered without running their handler because the adopted snapshot included them.
+        self.skipped_actions = 0
+        #: How many times the store registered (1, then one more after each reconnection).
+        self.registrations = 0
         self.queries: List[ActiveQuery] = []
         self._query_set = QuerySet()
+        self._registering = False
+        self._adopt_next = False
+        self._resumed = False
+        self._name_taken_retries = 0
         self._handlers: List[Tuple[str, Handler]] = []
         for attribute in dir(type(self)):
             function = getattr(type(self), attribute, None)
@@ -191,10 +208,69 @@ class StoreBase:
         return ("reject", failure_error(ctx.type, error, payload))
 
     def _adopt(self, msg: Dict[str, Any]) -> None:
-        if msg["version"] >= self.version:
+        """A snapshot of the store: the one that follows ``registered`` is adopted whatever it holds (SPEC §15.3
+        rule 1: after fluxd restarted, a store that stayed alive rewinds to the retained snapshot; the actions it
+        applied since are delivered again); later ones only when newer."""
+        if self._adopt_next:
+            self._adopt_next = False
+            if self.version and msg["version"] < self.version:
+                log.info("store %s: rewinding from version %d to fluxd's retained version %d (seq %d)", self.name,
+                         self.version, msg["version"], msg["seq"])
             self.version = msg["version"]
             self.state = msg.get("state")
             self._state_json = dumps(self.state)
+            self.adopted_seq = msg["seq"]
+        elif msg["version"] >= self.version:
+            self.version = msg["version"]
+            self.state = msg.get("state")
+            self._state_json = dumps(self.state)
+
+    def _begin_registration(self, msg: Dict[str, Any]) -> None:
+        """fluxd answered ``registered``: the retained snapshot (if any) follows, then ``queries``."""
+        self._registering = True
+        self._resumed = msg.get("resumed") is True
+        self._adopt_next = msg.get("version", 0) > 0
+        self.adopted_seq = msg.get("seq", 0)  # replaced by the snapshot's seq when one follows
+        self.registrations += 1
+        self._name_taken_retries = 0
+
+    def _already_applied(self, ctx: "ActionContext") -> bool:
+        """SPEC §15.3 rule 2: an action whose seq is at most the adopted snapshot's is already in the state."""
+        if ctx.seq > self.adopted_seq:
+            return False
+        self.skipped_actions += 1
+        log.info("store %s: action %d (%s) is already in the adopted snapshot (seq %d): answered done without "
+                 "running the handler", self.name, ctx.seq, ctx.type, self.adopted_seq)
+        return True
+
+    #: How many times in a row a registration refused ``name-taken`` after reconnecting is tried again.
+    NAME_TAKEN_RETRIES = 5
+
+    def _retry_registration(self, error: FluxError) -> bool:
+        """A registration made again after reconnecting was refused ``name-taken``: fluxd may not have seen the
+        end of the old connection yet. Reconnects (with backoff) to register again, a few times in a row."""
+        registration = self.registration
+        if error.code != ErrorCode.NAME_TAKEN or registration is None or registration.live:
+            return False
+        if registration.registrations == 0 or self._name_taken_retries >= self.NAME_TAKEN_RETRIES:
+            return False
+        self._name_taken_retries += 1
+        log.warning("store %s: registering again was refused (%s); reconnecting to try again (%d/%d)", self.name,
+                    error, self._name_taken_retries, self.NAME_TAKEN_RETRIES)
+        registration.client.drop_connection(f"store {self.name!r} was still registered: trying again")
+        return True
+
+    def _state_to_offer(self) -> Any:
+        """The ``register.state`` offered when registering again after a lost connection: the current state
+        (fluxd uses it only if it retains no snapshot, e.g. an ephemeral fluxd that restarted)."""
+        return self.state if self.version else self.initial_state
+
+    def on_connection_event(self, event: ConnectionEvent) -> Any:
+        """Called with each :class:`fluxbus.ConnectionEvent` of the store's connection (``disconnected``,
+        ``reconnecting``, ``reconnected``, ``gave-up``): on the client's reader thread for :class:`Store`, on the
+        loop for :class:`AsyncStore`. Default: a log line (the client logs them too, at info level)."""
+        if event.kind in (ConnectionEvent.DISCONNECTED, ConnectionEvent.GAVE_UP):
+            log.warning("store %s: %s", self.name, event)
 
     def _apply_queries(self, msg: Dict[str, Any]) -> List[ActiveQuery]:
         """A full ``queries`` set, or a ``queries-changed`` delta applied to the set kept so far."""
@@ -242,11 +318,22 @@ class Store(StoreBase):
     for heartbeats (:attr:`heartbeat`); the client's reader thread answers them even while a handler runs.
 
     The store's thread waits for fluxd's messages without polling; :meth:`stop` wakes it.
+
+    **Reconnecting** (:attr:`reconnect`, on by default). When the connection is lost (fluxd restarted, the
+    socket dropped) the store keeps running: its client reconnects with backoff and registers the store again,
+    offering its current state (used by fluxd only if it retains none). The store then adopts the snapshot
+    fluxd sends after ``registered``, even one older than its state in memory (SPEC §15.3 rule 1), and answers
+    ``done`` without running the handler to an action whose seq is at most that snapshot's seq
+    (:attr:`adopted_seq`; rule 2), so each action takes effect on the state exactly once. :meth:`on_registered`
+    is called after each registration, :meth:`on_connection_event` with each connection event. Effects outside
+    the state happen again when an action is delivered again (``ctx.redelivered``): make them idempotent, keyed
+    by ``ctx.seq``.
     """
 
     def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
-                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
-        super().__init__(socket_path, client_name, expected_server_uid, unhandled)
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None,
+                 reconnect: ReconnectOption = None):
+        super().__init__(socket_path, client_name, expected_server_uid, unhandled, reconnect)
         self.client: Optional[Client] = None
         self.registration: Optional[StoreRegistration] = None
         self._lock = threading.RLock()
@@ -259,35 +346,34 @@ class Store(StoreBase):
         """Called (on the store's thread) whenever the active queries change; default: nothing."""
 
     def on_registered(self, resumed: bool) -> None:
-        """Called once registration is complete and the retained state adopted."""
+        """Called each time registration is complete and the retained state adopted (after the first
+        connection, and after each reconnection)."""
 
     # -- running ------------------------------------------------------------------------------------------------
 
     def connect(self) -> Client:
         """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
         client = Client.connect(self.socket_path, self.client_name, role="store", heartbeat=self.heartbeat,
-                                expected_server_uid=self.expected_server_uid)
+                                expected_server_uid=self.expected_server_uid, reconnect=self.reconnect,
+                                on_connection_event=self.on_connection_event)
         try:
             registration = client.register(self.name, self.handles, self.wait_for, self.initial_state,
                                            self.query_deltas)
+            registration.offer_state = self._state_to_offer
             self.client, self.registration = client, registration
-            while True:
+            self._begin_registration({"version": registration.version, "seq": registration.seq,
+                                      "resumed": registration.resumed})
+            while self._registering:
                 msg = registration.next(timeout=client.timeout)
                 if msg is None:  # stop() during registration
                     break
-                if msg.get("op") == Op.SNAPSHOT:
-                    self._adopt(msg)
-                elif msg.get("op") == Op.QUERIES:
-                    self._queries(msg)
-                    break
-                elif msg.get("op") == Op.ERROR:
+                if msg.get("op") == Op.ERROR:
                     raise FluxError.from_frame(msg)
+                self._handle(msg)  # (not handle_message: overrides see what follows the first registration)
         except BaseException:
             self.client = self.registration = None
             client.close()
             raise
-        self.on_registered(registration.resumed)
-        self.ready.set()
         return client
 
     def run(self) -> None:
@@ -331,32 +417,47 @@ class Store(StoreBase):
 
     def publish(self, state: Any) -> None:
         """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged.
-        Safe to call from another thread."""
+        Safe to call from another thread. Raises :class:`~fluxbus.errors.NotSentError` (and keeps the state)
+        while the store is reconnecting: it adopts the retained snapshot when it registers again, so publish
+        again from :meth:`on_registered` if need be."""
         with self._lock:
             encoded = dumps(state)
             if encoded == self._state_json:
                 return
             if self.registration is None:
                 raise self._not_connected()
+            self.registration.publish(state)
             self.state = state
             self._state_json = encoded
-            self.registration.publish(state)
 
     # -- handling -----------------------------------------------------------------------------------------------
 
     def handle_message(self, msg: Dict[str, Any]) -> None:
-        """Handles one message fluxd sent the store (after registration)."""
+        """Handles one message fluxd sent the store (after registration): actions, ``queries``, and after a
+        reconnection ``registered`` again and the snapshot to adopt."""
+        self._handle(msg)
+
+    def _handle(self, msg: Dict[str, Any]) -> None:
         op = msg.get("op")
         if op == Op.ACTION:
             self._handle_action(msg)
         elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
             self._queries(msg)
+            if self._registering and op == Op.QUERIES:
+                self._registering = False
+                self.on_registered(self._resumed)
+                self.ready.set()
         elif op == Op.SNAPSHOT:
             with self._lock:
                 self._adopt(msg)
+        elif op == Op.REGISTERED:
+            with self._lock:
+                self._begin_registration(msg)
         elif op == Op.ERROR:
             error = FluxError.from_frame(msg)
-            log.warning("store %s: fluxd refused an answer or state: %s", self.name, error)
+            if self._retry_registration(error):
+                return
+            log.warning("store %s: fluxd refused an answer, state or registration: %s", self.name, error)
             assert self.client is not None
             self.client.errors.append(error)
 
@@ -366,6 +467,9 @@ class Store(StoreBase):
         handler = self.handler_for(ctx.type)
         payload = msg.get("payload")
         with self._lock:
+            if self._already_applied(ctx):
+                self.registration.done(ctx.seq)
+                return
             if handler is None:
                 kind, body = self._unhandled_answer(ctx)
             else:
@@ -379,10 +483,10 @@ class Store(StoreBase):
                 except Exception as error:  # a bug in a handler must not wedge the store
                     kind, body = self._failure_answer(ctx, error, payload)
             if kind == "done":
-                self.registration.done(ctx.seq, body)
+                answered = self.registration.done(ctx.seq, body)
             else:
-                self.registration.reject(ctx.seq, body)
-        if kind == "done":
+                answered = self.registration.reject(ctx.seq, body)
+        if kind == "done" and answered:  # not when the action's connection was lost: it comes again
             for follow_type, follow_payload in ctx.follow_ups:
                 self.client.dispatch(follow_type, follow_payload, cause=ctx.seq)
 
@@ -412,11 +516,14 @@ class AsyncStore(StoreBase):
     Actions are handled one at a time, in order, on the event loop; while an ``async`` handler awaits, the
     connection keeps answering heartbeats, and :meth:`publish` from other tasks waits until the action is
     answered. Every call that talks to fluxd is a coroutine (:meth:`publish`, :meth:`stop`).
+
+    Reconnecting, adopting the retained snapshot and skipping actions already in it work as in :class:`Store`.
     """
 
     def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
-                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None):
-        super().__init__(socket_path, client_name, expected_server_uid, unhandled)
+                 expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None,
+                 reconnect: ReconnectOption = None):
+        super().__init__(socket_path, client_name, expected_server_uid, unhandled, reconnect)
         self.client: Optional[AsyncClient] = None
         self.registration: Optional[AsyncStoreRegistration] = None
         self._stopping = False
@@ -438,35 +545,33 @@ class AsyncStore(StoreBase):
         """Called whenever the active queries change (may be ``async def``); default: nothing."""
 
     def on_registered(self, resumed: bool) -> Any:
-        """Called once registration is complete and the retained state adopted (may be ``async def``)."""
+        """Called each time registration is complete and the retained state adopted (may be ``async def``)."""
 
     # -- running ------------------------------------------------------------------------------------------------
 
     async def connect(self) -> AsyncClient:
         """Connects and registers (``registered``, adopt the retained snapshot, ``queries``)."""
         client = await AsyncClient.connect(self.socket_path, self.client_name, role="store",
-                                           heartbeat=self.heartbeat, expected_server_uid=self.expected_server_uid)
+                                           heartbeat=self.heartbeat, expected_server_uid=self.expected_server_uid,
+                                           reconnect=self.reconnect, on_connection_event=self.on_connection_event)
         try:
             registration = await client.register(self.name, self.handles, self.wait_for, self.initial_state,
                                                  self.query_deltas)
+            registration.offer_state = self._state_to_offer
             self.client, self.registration = client, registration
-            while True:
+            self._begin_registration({"version": registration.version, "seq": registration.seq,
+                                      "resumed": registration.resumed})
+            while self._registering:
                 msg = await registration.next(timeout=client.timeout)
                 if msg is None:  # stop() during registration
                     break
-                if msg.get("op") == Op.SNAPSHOT:
-                    self._adopt(msg)
-                elif msg.get("op") == Op.QUERIES:
-                    await self._queries(msg)
-                    break
-                elif msg.get("op") == Op.ERROR:
+                if msg.get("op") == Op.ERROR:
                     raise FluxError.from_frame(msg)
+                await self._handle(msg)  # (not handle_message, as in Store.connect)
         except BaseException:
             self.client = self.registration = None
             await client.close()
             raise
-        await _maybe_await(self.on_registered(registration.resumed))
-        self.ready.set()
         return client
 
     async def run(self) -> None:
@@ -508,32 +613,46 @@ class AsyncStore(StoreBase):
             await self.client.close()
 
     async def publish(self, state: Any) -> None:
-        """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged."""
+        """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged.
+        Raises :class:`~fluxbus.errors.NotSentError` while reconnecting, as :meth:`Store.publish`."""
         async with self._locked():
             encoded = dumps(state)
             if encoded == self._state_json:
                 return
             if self.registration is None:
                 raise self._not_connected()
+            await self.registration.publish(state)
             self.state = state
             self._state_json = encoded
-            await self.registration.publish(state)
 
     # -- handling -----------------------------------------------------------------------------------------------
 
     async def handle_message(self, msg: Dict[str, Any]) -> None:
-        """Handles one message fluxd sent the store (after registration)."""
+        """Handles one message fluxd sent the store (after registration): actions, ``queries``, and after a
+        reconnection ``registered`` again and the snapshot to adopt."""
+        await self._handle(msg)
+
+    async def _handle(self, msg: Dict[str, Any]) -> None:
         op = msg.get("op")
         if op == Op.ACTION:
             await self._handle_action(msg)
         elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
             await self._queries(msg)
+            if self._registering and op == Op.QUERIES:
+                self._registering = False
+                await _maybe_await(self.on_registered(self._resumed))
+                self.ready.set()
         elif op == Op.SNAPSHOT:
             async with self._locked():
                 self._adopt(msg)
+        elif op == Op.REGISTERED:
+            async with self._locked():
+                self._begin_registration(msg)
         elif op == Op.ERROR:
             error = FluxError.from_frame(msg)
-            log.warning("store %s: fluxd refused an answer or state: %s", self.name, error)
+            if self._retry_registration(error):
+                return
+            log.warning("store %s: fluxd refused an answer, state or registration: %s", self.name, error)
             assert self.client is not None
             self.client.errors.put_nowait(error)
 
@@ -560,6 +679,9 @@ class AsyncStore(StoreBase):
         handler = self.handler_for(ctx.type)
         payload = msg.get("payload")
         async with self._locked():
+            if self._already_applied(ctx):
+                await self.registration.done(ctx.seq)
+                return
             if handler is None:
                 kind, body = self._unhandled_answer(ctx)
             else:
@@ -569,10 +691,10 @@ class AsyncStore(StoreBase):
                 except Exception as error:  # a bug in a handler must not wedge the store
                     kind, body = self._failure_answer(ctx, error, payload)
             if kind == "done":
-                await self.registration.done(ctx.seq, body)
+                answered = await self.registration.done(ctx.seq, body)
             else:
-                await self.registration.reject(ctx.seq, body)
-        if kind == "done":
+                answered = await self.registration.reject(ctx.seq, body)
+        if kind == "done" and answered:  # not when the action's connection was lost: it comes again
             for follow_type, follow_payload in ctx.follow_ups:
                 await self.client.dispatch(follow_type, follow_payload, cause=ctx.seq)
 

@@ -355,11 +355,23 @@ def check_envelope(body: bytes) -> Envelope:
 
 @dataclass(frozen=True)
 class Welcome:
-    """fluxd's ``welcome`` (SPEC §8.1): this connection's peer id and the limits in force."""
+    """fluxd's ``welcome`` (SPEC §8.1): this connection's peer id and the limits in force; since fluxd 0.3.0 also
+    ``epoch`` (the history its seqs and versions belong to: the same across restarts of a durable fluxd, new for
+    every run of an ephemeral one; ``None`` from an older fluxd) and ``durability`` (``always``, ``batch``,
+    ``none`` or ``ephemeral``; ``None`` from an older fluxd), SPEC §8.12, §15.1."""
     peer: int
     server: str
     limits: Dict[str, int]
     protocol: int = PROTOCOL_VERSION
+    epoch: Optional[str] = None
+    durability: Optional[str] = None
+
+    @classmethod
+    def from_frame(cls, msg: Dict[str, Any]) -> "Welcome":
+        epoch = msg.get("epoch")
+        durability = msg.get("durability")
+        return cls(msg["peer"], msg.get("server", ""), dict(msg.get("limits", {})), msg["protocol"],
+                   epoch if isinstance(epoch, str) else None, durability if isinstance(durability, str) else None)
 
 
 @dataclass(frozen=True)
@@ -440,7 +452,8 @@ class Settlement:
 @dataclass(frozen=True)
 class SubscriptionEvent:
     """A non-snapshot event of a subscription: ``kind`` is ``subscribed`` (``status`` up/down/unknown),
-    ``store-down`` (``reason``) or ``store-up`` (``version``)."""
+    ``store-down`` (``reason``), ``store-up`` (``version``) or ``resubscribed`` (the client subscribed again
+    after reconnecting: ``status`` and ``version`` of fluxd's ``subscribed``)."""
     kind: str
     store: str
     status: Optional[str] = None
@@ -501,7 +514,7 @@ class QuerySet:
         return len(self._by_key)
 
 
-_REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED})
+_REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED, Op.RECOVERED})
 _SUBSCRIPTION = frozenset({Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP})
 _STORE = frozenset({Op.REGISTERED, Op.QUERIES, Op.QUERIES_CHANGED, Op.ACTION})
 

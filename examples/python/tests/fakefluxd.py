@@ -5,6 +5,11 @@ answers ``hello`` itself (``welcome`` with the limits given, or the ``refuse`` e
 sends that error and closes as soon as a connection is accepted, before any hello) and, if ``auto_pong``, the
 client's own ``ping`` requests; everything else the test reads with :meth:`FakePeer.expect` and answers with
 :meth:`FakePeer.send`. ``close()`` ends every connection and removes the socket and its directory.
+
+For reconnection tests: ``welcome_extra`` (e.g. ``{"epoch": "e1"}``) goes into every ``welcome`` and may be
+changed between connections; while ``hold`` is an unset :class:`threading.Event`, new connections get no
+``welcome`` (the client stays in its handshake); :meth:`FakePeer.hang_up` ends a connection as fluxd does
+(whatever was sent is still read, then end of stream).
 """
 import json
 import os
@@ -60,6 +65,13 @@ class FakePeer:
     def expect_op(self, op, timeout=5.0):
         return self.expect(lambda m: m.get("op") == op, timeout, f"op {op!r}")
 
+    def hang_up(self):
+        """Ends the connection from the fake's side: the peer reads what was sent, then the end of the stream."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
     def wait_closed(self, timeout=5.0):
         assert self.closed.wait(timeout), "fake fluxd: the peer did not close"
 
@@ -99,9 +111,11 @@ class FakePeer:
                 self.send({"op": "error", "code": self.fake.refuse, "message": "refused by the fake", "fatal": True})
                 self.sock.shutdown(socket.SHUT_WR)
                 return
+            if self.fake.hold is not None:
+                assert self.fake.hold.wait(30), "fake fluxd: held a handshake for 30 s"
             self.fake.peer_ids += 1
             self.send({"op": "welcome", "protocol": 1, "server": "fakefluxd/0", "peer": self.fake.peer_ids,
-                       "limits": self.fake.limits})
+                       "limits": self.fake.limits, **self.fake.welcome_extra})
         elif op == "ping" and self.fake.auto_pong:
             reply = {"op": "pong"}
             if "id" in msg:
@@ -113,8 +127,10 @@ class FakePeer:
 
 
 class FakeFluxd:
-    def __init__(self, limits=None, refuse=None, auto_pong=True, refuse_at_connect=None):
+    def __init__(self, limits=None, refuse=None, auto_pong=True, refuse_at_connect=None, welcome_extra=None):
         self.limits = dict(LIMITS if limits is None else limits)
+        self.welcome_extra = dict(welcome_extra or {})
+        self.hold = None
         self.refuse = refuse
         self.refuse_at_connect = refuse_at_connect
         self.auto_pong = auto_pong
@@ -153,13 +169,23 @@ class FakeFluxd:
         peer.expect_op("hello", timeout)
         return peer
 
-    def close(self):
+    def stop_listening(self):
+        """No more connections: the socket file goes away (as when fluxd is not running)."""
         try:
             self.listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.listener.close()
         self._thread.join(5)
+        try:
+            os.unlink(self.socket_path)
+        except OSError:
+            pass
+
+    def close(self):
+        if self.hold is not None:
+            self.hold.set()
+        self.stop_listening()
         for peer in self._all:
             peer.close()
         shutil.rmtree(self.directory, ignore_errors=True)

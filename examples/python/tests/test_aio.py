@@ -81,7 +81,7 @@ def test_async_query_receipt(fluxd):
 
 def test_async_disconnect_ends_subscriptions(fluxd, todos):
     async def scenario():
-        client = await AsyncClient.connect(fluxd.socket_path)
+        client = await AsyncClient.connect(fluxd.socket_path, reconnect=False)  # (reconnecting: test_reconnect.py)
         sub = await client.subscribe("todos")
         await sub.next(10)
         fluxd.process.terminate()

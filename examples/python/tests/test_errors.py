@@ -170,3 +170,25 @@ def test_default_path_is_named(scratch, monkeypatch):
     path = os.path.join(scratch, "fluxbus", "fluxd.sock")
     for error in connect_both():
         assert str(error).startswith(f"no fluxd at {path} (from $XDG_RUNTIME_DIR): no such socket\n")
+
+
+def test_lost_dispatch_errors():
+    """NotSentError (the dispatch never reached fluxd: dispatch it again) and OutcomeUnknownError (it may or may
+    not have been applied) are connection errors that leave the client running."""
+    from fluxbus import NotSent, NotSentError, OutcomeUnknownError
+    assert NotSent is NotSentError
+    for cls, code in ((NotSentError, "not-sent"), (OutcomeUnknownError, "outcome-unknown")):
+        error = cls("dispatch d-3 was not sent", ref="d-3")
+        assert isinstance(error, FluxConnectionError) and not isinstance(error, Disconnected)
+        assert (error.code, error.ref, error.fatal) == (code, "d-3", False)
+        assert str(error) == f"{code}: dispatch d-3 was not sent"
+    assert Disconnected("x", bye_reason="restart").bye_reason == "restart" and Disconnected("y").bye_reason is None
+
+
+def test_welcome_epoch_and_durability():
+    from fluxbus import Welcome
+    old = Welcome.from_frame({"op": "welcome", "protocol": 1, "server": "fluxd/0.2.0", "peer": 3, "limits": {}})
+    assert (old.peer, old.epoch, old.durability) == (3, None, None)
+    new = Welcome.from_frame({"op": "welcome", "protocol": 1, "server": "fluxd/0.3.0", "peer": 4, "limits": {},
+                              "epoch": "e-1", "durability": "batch"})
+    assert (new.epoch, new.durability) == ("e-1", "batch")

@@ -144,7 +144,8 @@ def test_too_many_connections_is_raised_by_connect(when):
 
 @pytest.mark.parametrize("code", ["unresponsive", "memory-budget"])
 def test_fatal_codes_end_the_connection_and_say_why(fake, code):
-    client = Client.connect(fake.socket_path)
+    # without reconnection (with it, the client reconnects: tests/test_reconnect.py)
+    client = Client.connect(fake.socket_path, reconnect=False)
     peer = fake.accept()
     try:
         result = {}

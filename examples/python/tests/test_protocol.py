@@ -52,6 +52,10 @@ def test_roles_and_statuses_match_the_schema_enums():
     assert list(protocol.RESULT_STATUSES) == result["enum"]
     worker = schema("worker.d2c.schema.json")["properties"]["worker"]["properties"]["state"]
     assert list(protocol.WORKER_STATES) == worker["enum"]
+    outcome = schema("recovered.d2c.schema.json")["properties"]["outcomes"]["items"]["properties"]["status"]
+    assert list(protocol.RECOVER_STATUSES) == outcome["enum"]
+    assert list(protocol.DURABILITY_MODES) == schema("welcome.d2c.schema.json")["properties"]["durability"]["enum"]
+    assert protocol.BYE_RESTART in schema("bye.d2c.schema.json")["properties"]["reason"]["examples"]
 
 
 @pytest.mark.parametrize("code", spec_error_codes())

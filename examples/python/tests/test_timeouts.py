@@ -220,7 +220,7 @@ def test_connect_timeout_covers_the_handshake(silent):
 def test_send_timeout_when_fluxd_does_not_read(silent):
     server = silent(welcome=True)
     big = "x" * (8 << 20)
-    client = Client.connect(server.socket_path, timeout=5)
+    client = Client.connect(server.socket_path, timeout=5, reconnect=False)
     try:
         start = time.monotonic()
         with pytest.raises(FluxTimeoutError, match="timed out after 0.3 s sending to fluxd"):
@@ -229,6 +229,17 @@ def test_send_timeout_when_fluxd_does_not_read(silent):
         assert client.closed  # part of the frame went out: the stream cannot be used any more
     finally:
         client.close()
+    # With reconnection (the default) the cut stream is dropped and the client connects again.
+    client = Client.connect(server.socket_path, timeout=5)
+    try:
+        with pytest.raises(FluxTimeoutError, match="the frame was sent in part, so the connection was closed"):
+            client.dispatch("big/thing", big, timeout=0.3)
+        client.wait_connected(5)
+        assert not client.closed and len(server.connections) == 3
+        lost = [e for e in client.connection_events if e.kind == "disconnected"]
+        assert len(lost) == 1 and "a frame was cut short" in lost[0].reason
+    finally:
+        client.close(timeout=0.1)
 
     async def scenario():
         client = await AsyncClient.connect(server.socket_path, timeout=5)

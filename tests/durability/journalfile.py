@@ -1,0 +1,206 @@
+"""Reading fluxd's journal segments (docs/journal.md, format version 1) from Python, for the torn and corrupt
+journal tests: the 12-byte header ("FLUXJRNL", u16 version, 2 reserved bytes), then records of a u32 big-endian
+body length, the CRC-32C of those 4 length bytes, the CRC-32C of the body, and the body.
+
+Only what the tests need of the bodies is decoded (kind byte, then varints and length-prefixed byte strings):
+seq reservations, registrations, actions, results and snapshots."""
+
+import glob
+import json
+import os
+import struct
+from typing import Any, Dict, List, Optional, Tuple
+
+MAGIC = b"FLUXJRNL"
+HEADER = 12
+RECORD_HEADER = 12
+
+
+def _crc32c_table() -> List[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720)
+
+
+def frame_record(body: bytes) -> bytes:
+    length = struct.pack(">I", len(body))
+    return length + struct.pack(">I", crc32c(length)) + struct.pack(">I", crc32c(body)) + body
+
+
+class Record:
+    """One whole record of a segment: where it starts and ends, its body, and what the body says."""
+
+    def __init__(self, start: int, body: bytes):
+        self.start = start
+        self.body = body
+        self.end = start + RECORD_HEADER + len(body)
+        self.kind, self.fields = decode_body(body)
+
+    def __repr__(self) -> str:
+        return f"Record({self.kind} @{self.start}..{self.end} {self.fields})"
+
+
+def parse_segment(data: bytes) -> List[Record]:
+    """The records of a whole, undamaged segment (AssertionError if it is not one)."""
+    assert data[:8] == MAGIC, "not a journal segment"
+    (version,) = struct.unpack(">H", data[8:10])
+    assert version == 1, f"segment format version {version}; these tests read version 1"
+    records = []
+    at = HEADER
+    while at < len(data):
+        assert len(data) - at >= RECORD_HEADER, f"a record header cut short at {at}"
+        length_bytes = data[at:at + 4]
+        (length,) = struct.unpack(">I", length_bytes)
+        (length_crc,) = struct.unpack(">I", data[at + 4:at + 8])
+        (body_crc,) = struct.unpack(">I", data[at + 8:at + 12])
+        assert crc32c(length_bytes) == length_crc, f"the length of the record at {at} fails its checksum"
+        body = data[at + RECORD_HEADER:at + RECORD_HEADER + length]
+        assert len(body) == length, f"the record at {at} is cut short"
+        assert crc32c(body) == body_crc, f"the body of the record at {at} fails its checksum"
+        records.append(Record(at, body))
+        at += RECORD_HEADER + length
+    return records
+
+
+class _Reader:
+    def __init__(self, body: bytes):
+        self.body = body
+        self.at = 0
+
+    def byte(self) -> int:
+        b = self.body[self.at]
+        self.at += 1
+        return b
+
+    def varint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+
+    def bytes(self) -> bytes:
+        n = self.varint()
+        out = self.body[self.at:self.at + n]
+        assert len(out) == n
+        self.at += n
+        return out
+
+    def string(self) -> str:
+        return self.bytes().decode()
+
+    def strings(self) -> List[str]:
+        return [self.string() for _ in range(self.varint())]
+
+
+KINDS = {1: "seq-reserve", 2: "register", 3: "action", 4: "result", 5: "snapshot", 6: "store-position", 7: "outcome"}
+
+
+def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
+    """The kind and the fields the tests use. Kinds the tests do not decode keep their kind name only."""
+    r = _Reader(body)
+    kind = KINDS.get(r.byte(), "unknown")
+    f: Dict[str, Any] = {}
+    try:
+        if kind == "seq-reserve":
+            f["upTo"] = r.varint()
+        elif kind == "register":
+            f["store"] = r.string()
+            f["handles"] = r.strings()
+            f["waitFor"] = r.strings()
+        elif kind == "action":
+            f["seq"] = r.varint()
+            f["time"] = r.varint()
+            f["type"] = json.loads(r.bytes())
+            f["origin"] = r.varint()
+            flags = r.byte()
+            if flags & 1:
+                f["cause"] = r.varint()
+            if flags & 2:
+                f["id"] = json.loads(r.bytes())
+            if flags & 4:
+                f["session"] = json.loads(r.bytes())
+                f["uid"] = r.varint()
+            f["payload"] = json.loads(r.bytes())
+            f["targets"] = r.strings()
+        elif kind == "result":
+            f["seq"] = r.varint()
+            f["store"] = r.string()
+            f["version"] = r.varint()
+            f["outcome"] = {0: "done", 1: "rejected", 2: "unavailable"}.get(r.byte(), "?")
+        elif kind == "snapshot":
+            f["store"] = r.string()
+            f["version"] = r.varint()
+            f["seq"] = r.varint()
+            f["state"] = json.loads(r.bytes())
+    except (IndexError, AssertionError, ValueError) as e:
+        raise AssertionError(f"a {kind} record does not decode as these tests expect ({e}): {body!r}")
+    return kind, f
+
+
+def segments(data_dir: str) -> List[str]:
+    return sorted(glob.glob(os.path.join(data_dir, "journal-*.fjl")))
+
+
+def checkpoints(data_dir: str) -> List[str]:
+    return sorted(glob.glob(os.path.join(data_dir, "checkpoint-*.fjc")))
+
+
+class Expected:
+    """What a fluxd recovering exactly `records` (whole, in order) must show for one store and one session."""
+
+    def __init__(self, records: List[Record], store: str, session: str):
+        self.snapshot: Optional[Dict[str, Any]] = None
+        self.answered_seq = 0
+        self.actions: Dict[int, Dict[str, Any]] = {}  # seq -> action fields
+        self.results: Dict[int, Dict[str, Any]] = {}
+        self.highest_seq = 0
+        for rec in records:
+            f = rec.fields
+            if rec.kind == "seq-reserve":
+                self.highest_seq = max(self.highest_seq, f["upTo"])
+            elif rec.kind == "action":
+                self.actions[f["seq"]] = f
+                self.highest_seq = max(self.highest_seq, f["seq"])
+            elif rec.kind == "result" and f["store"] == store:
+                self.results[f["seq"]] = f
+                if f["outcome"] != "unavailable":
+                    self.answered_seq = max(self.answered_seq, f["seq"])
+            elif rec.kind == "snapshot" and f["store"] == store:
+                self.snapshot = f
+        self.session = session
+
+    def status(self, aid: str) -> str:
+        """What `recover` must say of dispatch id `aid` of the session."""
+        for seq, a in self.actions.items():
+            if a.get("id") == aid and a.get("session") == self.session:
+                return "settled" if seq in self.results else "pending"
+        return "unknown"
+
+    def seq_of(self, aid: str) -> Optional[int]:
+        for seq, a in self.actions.items():
+            if a.get("id") == aid:
+                return seq
+        return None
+
+    def unsettled(self) -> List[int]:
+        return sorted(seq for seq in self.actions if seq not in self.results)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates Benchmarks/RESULTS.md: every workload of issue 6 against fluxd, the bare Unix-socket relay (the
 # floor) and the peer brokers (Redis, Mosquitto, NATS, D-Bus), and the durability workload of issue 15 (8), in one
-# run (~15-20 minutes on 2 cores, about 6 of them workload 8).
+# run (~15-20 minutes on 2 cores, 2-6 of them workload 8).
 #
 #   scripts/bench.sh                 full run
 #   scripts/bench.sh --scale 0.1     quick run (every count x0.1)

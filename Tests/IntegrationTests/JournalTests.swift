@@ -10,8 +10,7 @@ struct JournalReplayTests {
     func waitingForAStoreThatIsDown() async throws {
         let data = try TempDirectory(prefix: "fluxdata")
         defer { data.remove() }
-        let bus = try await Bus.started(fluxdArguments: ["--data-dir", data.path])
-        defer { Task { await bus.shutDown() } }
+        try await withBus(["--data-dir", data.path]) { bus in
         let todo = try await bus.start("todo-store")
         let client = try await bus.connect("limits")
         #expect(client.welcome.limits.queueTimeout == 300_000)
@@ -30,7 +29,7 @@ struct JournalReplayTests {
             state = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)
         }
         #expect(state.stdout.contains("tea"), "\(state)\n\(bus.fluxd.stderr)")
-        await bus.shutDown()
+        }
     }
 
     @Test("an exported journal replayed into a fresh todo-store on an ephemeral bus reproduces the final state, though one action was given up (store down) when journaled")
@@ -39,7 +38,9 @@ struct JournalReplayTests {
         defer { data.remove() }
         let work = try TempDirectory(prefix: "fluxreplay")
         defer { work.remove() }
-        let bus = try await Bus.started(fluxdArguments: ["--data-dir", data.path, "--queue-timeout", "300"])
+        let file = work.path + "/session.jsonl"
+        var final = FluxctlResult(status: 0, stdout: "", stderr: "")
+        try await withBus(["--data-dir", data.path, "--queue-timeout", "300"]) { bus in
         var todo = try await bus.start("todo-store")
         func dispatch(_ type: String, _ payload: String) async throws -> FluxctlResult {
             try await fluxctl(["dispatch", type, payload, "--wait", "--json"], socket: bus.socketPath)
@@ -59,16 +60,14 @@ struct JournalReplayTests {
         #expect(export.lines[4].contains(#""status":"unavailable""#), "\(export)")
         let human = try await fluxctl(["journal", "--tail", "2"], socket: bus.socketPath)
         #expect(human.lines.count == 2 && human.stdout.contains("todo/create") && human.stdout.contains("unavailable"), "\(human)")
-        let file = work.path + "/session.jsonl"
         try export.stdout.write(toFile: file, atomically: true, encoding: .utf8)
-        let final = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)
+        final = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)
         // A past state: after the first action (seq 1), only milk.
         let past = try await fluxctl(["state", "todos", "--seq", "1", "--json"], socket: bus.socketPath)
         #expect(past.status == 0 && past.stdout.contains("milk") && !past.stdout.contains("eggs"), "\(past)")
-        await bus.shutDown()
+        }
 
-        let fresh = try await Bus.started(fluxdArguments: ["--replay"])  // ephemeral
-        defer { Task { await fresh.shutDown() } }
+        try await withBus(["--replay"]) { fresh in  // ephemeral
         _ = try await fresh.start("todo-store")
         let replay = try await fluxctl(["replay", file], socket: fresh.socketPath)
         #expect(replay.status == 0, "\(replay)")
@@ -81,6 +80,6 @@ struct JournalReplayTests {
             return String(decoding: d, as: UTF8.self)
         }
         #expect(stateOf(again) != nil && stateOf(again) == stateOf(final), "replayed: \(again)\njournaled: \(final)")
-        await fresh.shutDown()
+        }
     }
 }

@@ -75,7 +75,7 @@ def test_every_implementation_finds_fluxd_at_the_default_path(kind):
         pytest.skip(f"{plain_folder}/fluxd.sock exists: another fluxd may be using the plain default")
     log_path = os.path.join(base, "fluxd.log")
     with open(log_path, "w") as log:
-        fluxd = subprocess.Popen([FLUXD], env=env, stdout=log, stderr=subprocess.STDOUT)
+        fluxd = subprocess.Popen([FLUXD, "--ephemeral"], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         path = listening_path(fluxd, log_path)
         assert os.path.dirname(os.path.dirname(path)) == expected_directory(kind, base), \

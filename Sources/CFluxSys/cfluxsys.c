@@ -70,3 +70,7 @@ uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 #endif
     return ~c;
 }
+
+int cfluxsys_allocate(int fd, off_t offset, off_t length) {
+    return fallocate(fd, 0, offset, length);
+}

@@ -64,7 +64,7 @@ extension Journal {
             if let problem = scan.problem {
                 return HistoryPage(first: first, entries: entries, damage: "\(path): \(problem)")
             }
-            if scan.tornBytes > 0 && !isCurrent {
+            if scan.tornBytes > 0 && !isCurrent && !isZeros(bytes, from: scan.validEnd) {
                 return HistoryPage(first: first, entries: entries, damage: "\(path) ends in a record cut short at offset \(scan.validEnd)")
             }
             if entries.count == limit && open == 0 { break }

@@ -106,6 +106,8 @@ public final class Journal: JournalWriting {
         /// Disk space kept allocated ahead of the writes (SPEC §15.2: when it cannot be allocated, new work is
         /// refused `disk-full` while what was accepted still finishes in the space reserved).
         public var reserveBytes = 16 << 20
+        /// Zeros written ahead at most per loop iteration (bounds how long one iteration spends on them).
+        public var reserveStep = 1 << 20
         /// Seqs reserved at a time (each reservation is one synced record).
         public var seqBlock: UInt64 = 1 << 16
         /// Cut a corrupt journal back to its last good record instead of refusing to start.
@@ -202,7 +204,8 @@ public final class Journal: JournalWriting {
                 try Self.syncDirectory(dir)
                 segmentInfos.append(SegmentInfo(number: segmentNumber))
             }
-            reserveSpace()
+            reservedEnd = (try? writer.file.length()) ?? writer.written  // zeros a previous run reserved
+            reserveSpace()  // at start too: a full disk is refused from the start
         }
     }
 
@@ -278,6 +281,7 @@ public final class Journal: JournalWriting {
                 try writer.write()
             } catch {
                 if error.isDiskFull {
+                    reservedEnd = writer.written  // the writer cut the file back to its last whole record
                     if refusal == nil { refusal = .diskFull("the journal's disk is full (\(error)); retrying") }
                     return .diskFull
                 }
@@ -293,25 +297,43 @@ public final class Journal: JournalWriting {
             mustSync = false
         }
         if writer.written >= options.segmentBytes { rollOver(now: now) }
-        // Reserve again when less than half a reservation is left, and never past the segment's end (the
-        // reservation already reaches a little beyond it; the next segment gets its own).
+        // More zeros ahead once less than half the reserve is left (never past the segment's end; while the
+        // disk is full the timer retries, `retrySpace`).
         let lowWater = min(options.reserveBytes / 2, max(0, options.segmentBytes - writer.written))
-        var diskFull = false
-        if case .diskFull? = refusal { diskFull = true }
-        if reservedEnd - writer.written < lowWater || diskFull { reserveSpace() }
+        if reservedEnd - writer.written < lowWater, !isDiskFull { reserveSpace() }
         return .written
     }
 
-    /// Allocates `reserveBytes` ahead of the writes; a failure for lack of space refuses new work until a later
-    /// reservation succeeds (`retrySpace`).
+    private var isDiskFull: Bool {
+        if case .diskFull? = refusal { return true }
+        return false
+    }
+
+    /// How far the segment should hold zeros: `reserveBytes` past the writes, but not past the segment's end
+    /// and a little more (the record that crosses it; the next segment reserves its own).
+    private var reserveTarget: Int {
+        min(writer.written + options.reserveBytes, options.segmentBytes + (256 << 10))
+    }
+
+    /// Grows the zeros ahead of the writes towards `reserveTarget`, by at most `reserveStep` a call (a loop
+    /// iteration writes and syncs at most that much of them); a failure for lack of space refuses new work
+    /// until a later reservation succeeds (`retrySpace`), while what was accepted finishes in the zeros there.
     private func reserveSpace() {
-        // Up to the segment's end and a little past it (the record that crosses it), at most `reserveBytes`.
-        let bytes = min(options.reserveBytes, max(options.segmentBytes - writer.written, 0) + (256 << 10))
+        // `always` writes the zeros, a step at a time, at start too (they are written and synced on the loop
+        // thread); the other modes only allocate them, all at once.
+        let writeZeros = options.durability == .always
+        let step = !writeZeros ? Int.max / 2 : options.reserveStep
+        let end = min(reserveTarget, max(reservedEnd, writer.written) + step)
+        guard end > reservedEnd else {
+            if isDiskFull { refusal = nil }
+            return
+        }
         do {
-            try writer.file.reserve(from: writer.written, bytes: bytes)
-            reservedEnd = writer.written + bytes
-            if case .diskFull? = refusal { refusal = nil }
+            try writer.file.reserve(upTo: end, writeZeros: writeZeros)
+            reservedEnd = end
+            if isDiskFull { refusal = nil }
         } catch {
+            reservedEnd = max(writer.written, (try? writer.file.length()) ?? reservedEnd)  // the zeros that made it
             if error.isDiskFull {
                 if refusal == nil { refusal = .diskFull("no space to reserve for the journal (\(error))") }
             } else if refusal == nil {
@@ -360,12 +382,12 @@ public final class Journal: JournalWriting {
         do {
             let next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
             try Self.syncDirectory(options.directory)
-            writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
+            try? writer.file.truncate(to: writer.written)  // a closed segment keeps no zeros past its records
             writer.file.close()
             writer = next
             segmentNumber += 1
             segmentInfos.append(SegmentInfo(number: segmentNumber))
-            reservedEnd = 0
+            reservedEnd = writer.written
             reserveSpace()
         } catch {
             // The full segment stays in use; the next commit tries again.
@@ -428,7 +450,7 @@ public final class Journal: JournalWriting {
             return
         }
         checkpoint(through: segmentNumber, now: now)
-        writer.file.unreserve(from: writer.written, bytes: max(0, reservedEnd - writer.written))
+        try? writer.file.truncate(to: writer.written)
         writer.file.close()
     }
 
@@ -587,7 +609,7 @@ public final class Journal: JournalWriting {
             case .corrupt(let offset, let reason)?:
                 cut = (offset, reason)
             case nil:
-                if scan.tornBytes > 0 && !isLast {
+                if scan.tornBytes > 0 && !isLast && !isZeros(bytes, from: scan.validEnd) {
                     cut = (scan.validEnd, "a record cut short in a segment that later segments follow")
                 }
             }
@@ -623,7 +645,11 @@ public final class Journal: JournalWriting {
                 infos.append(info)
                 return (segment.number, c.offset)
             }
-            if scan.tornBytes > 0 {
+            if scan.tornBytes > 0 && isZeros(bytes, from: scan.validEnd) {
+                // Zeros reserved ahead of the writes (not a record): the last segment goes on writing over them;
+                // an earlier one (a crash before it was closed) gives them back.
+                if !isLast { try truncateFile(segment.path, to: scan.validEnd) }
+            } else if scan.tornBytes > 0 {
                 try truncateFile(segment.path, to: scan.validEnd)
                 notes.append("dropped a torn last record (\(scan.tornBytes) bytes at offset \(scan.validEnd) of \(segment.path)): a crash while it was written; it was never revealed to a peer in a durable mode")
             }
@@ -653,7 +679,10 @@ public final class Journal: JournalWriting {
         switch scan.problem {
         case .corrupt(let offset, let reason)?: info.damage = "\(segment.path) is damaged at offset \(offset): \(reason)"
         case .notASegment(let reason)?: info.damage = "\(segment.path) is not a segment: \(reason)"
-        case nil: if scan.tornBytes > 0 { info.damage = "\(segment.path) ends in a record cut short at offset \(scan.validEnd)" }
+        case nil:
+            if scan.tornBytes > 0 && !isZeros(bytes, from: scan.validEnd) {
+                info.damage = "\(segment.path) ends in a record cut short at offset \(scan.validEnd)"
+            }
         }
         for range in scan.records {
             if case .action(let a)? = try? RecordDecoder.decode(bytes, range) {
@@ -720,6 +749,21 @@ final class LockFile {
     let fd: Int32
     init(fd: Int32) { self.fd = fd }
     deinit { close(fd) }
+}
+
+/// Whether every byte of `bytes` from `offset` on is zero (eight at a time).
+func isZeros(_ bytes: [UInt8], from offset: Int) -> Bool {
+    bytes.withUnsafeBytes { raw in
+        var i = offset
+        let n = raw.count
+        while i < n && i % 8 != 0 { if raw[i] != 0 { return false }; i += 1 }
+        while i + 8 <= n {
+            if raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < n { if raw[i] != 0 { return false }; i += 1 }
+        return true
+    }
 }
 
 func readWholeFile(_ path: String) -> [UInt8]? {

@@ -27,7 +27,7 @@ public final class SegmentWriter {
             synced = existingLength
         } else {
             let header = SegmentHeader.bytes()
-            try Self.append(header, to: file)
+            try Self.write(header, to: file, at: 0)
             written = header.count
             synced = 0
         }
@@ -69,9 +69,11 @@ public final class SegmentWriter {
         if let failure { throw failure }
         guard !staged.isEmpty else { return }
         do {
-            try Self.append(staged, to: file)
+            try Self.write(staged, to: file, at: written)
         } catch {
-            try? file.truncate(to: written)  // no torn record left by a failed write (ENOSPC mid-record)
+            // No torn record left by a failed write (ENOSPC mid-record): the file ends at the last whole record
+            // (the zeros reserved past it go too; the journal reserves again).
+            try? file.truncate(to: written)
             throw error
         }
         written += staged.count
@@ -79,10 +81,10 @@ public final class SegmentWriter {
         stagedCount = 0
     }
 
-    private static func append(_ bytes: [UInt8], to file: any AppendFile) throws(StorageError) {
+    private static func write(_ bytes: [UInt8], to file: any AppendFile, at offset: Int) throws(StorageError) {
         var failure: StorageError?
         bytes.withUnsafeBytes { raw in
-            do throws(StorageError) { try file.append(raw) } catch { failure = error }
+            do throws(StorageError) { try file.write(raw, at: offset) } catch { failure = error }
         }
         if let failure { throw failure }
     }

@@ -98,8 +98,10 @@ struct JournalTests {
         }
         let segment = Journal.segments(dir.path)[0].path
         let whole = try [UInt8](Data(contentsOf: URL(fileURLWithPath: segment)))
-        // Torn: cut the last record short.
-        try Data(whole.dropLast(3)).write(to: URL(fileURLWithPath: segment))
+        // Torn: cut the last record short (the file goes on past it with zeros reserved ahead: cut those too).
+        let end = JournalScan(whole).validEnd
+        #expect(whole[end...].allSatisfy { $0 == 0 } && whole.count > end, "zeros are reserved past the records")
+        try Data(whole[..<(end - 3)]).write(to: URL(fileURLWithPath: segment))
         do {
             let journal = try Journal(options: options)
             #expect(journal.openingNotes.contains { $0.contains("dropped a torn last record") })
@@ -174,17 +176,17 @@ struct JournalTests {
         var path: String { inner.path }
         var failReserve = false, failWrite = false, failSync = false
         init(path: String) throws(StorageError) { inner = try PosixFile(path: path) }
-        func append(_ bytes: UnsafeRawBufferPointer) throws(StorageError) {
+        func write(_ bytes: UnsafeRawBufferPointer, at offset: Int) throws(StorageError) {
             if failWrite { throw StorageError(operation: "write", errno: ENOSPC, path: path) }
-            try inner.append(bytes)
+            try inner.write(bytes, at: offset)
         }
         func sync() throws(StorageError) {
             if failSync { throw StorageError(operation: "fdatasync", errno: EIO, path: path) }
             try inner.sync()
         }
-        func unreserve(from offset: Int, bytes: Int) {}
-        func reserve(from offset: Int, bytes: Int) throws(StorageError) {
-            if failReserve { throw StorageError(operation: "fallocate", errno: ENOSPC, path: path) }
+        func reserve(upTo end: Int, writeZeros: Bool) throws(StorageError) {
+            if failReserve { throw StorageError(operation: "write", errno: ENOSPC, path: path) }
+            try inner.reserve(upTo: end, writeZeros: writeZeros)
         }
         func truncate(to length: Int) throws(StorageError) { try inner.truncate(to: length) }
         func length() throws(StorageError) -> Int { try inner.length() }

@@ -18,21 +18,22 @@ struct SegmentWriterTests {
         var failReserves: Int32?
         var syncs = 0
 
-        func append(_ raw: UnsafeRawBufferPointer) throws(StorageError) {
-            if let e = failWrites {
-                bytes += raw.prefix(partialBytes)
-                throw StorageError(operation: "write", errno: e, path: path)
-            }
-            bytes += raw
+        func write(_ raw: UnsafeRawBufferPointer, at offset: Int) throws(StorageError) {
+            let data = failWrites == nil ? Array(raw) : Array(raw.prefix(partialBytes))
+            if bytes.count < offset + data.count { bytes += [UInt8](repeating: 0, count: offset + data.count - bytes.count) }
+            bytes.replaceSubrange(offset..<(offset + data.count), with: data)
+            if let e = failWrites { throw StorageError(operation: "write", errno: e, path: path) }
         }
         func sync() throws(StorageError) {
             if let e = failSyncs { throw StorageError(operation: "fdatasync", errno: e, path: path) }
             syncs += 1
         }
-        func truncate(to length: Int) throws(StorageError) { bytes.removeLast(bytes.count - length) }
-        func unreserve(from offset: Int, bytes: Int) {}
-        func reserve(from offset: Int, bytes: Int) throws(StorageError) {
-            if let e = failReserves { throw StorageError(operation: "fallocate", errno: e, path: path) }
+        func truncate(to length: Int) throws(StorageError) {
+            if length <= bytes.count { bytes.removeLast(bytes.count - length) } else { bytes += [UInt8](repeating: 0, count: length - bytes.count) }
+        }
+        func reserve(upTo end: Int, writeZeros: Bool) throws(StorageError) {
+            if let e = failReserves { throw StorageError(operation: "write", errno: e, path: path) }
+            if bytes.count < end { bytes += [UInt8](repeating: 0, count: end - bytes.count) }
         }
         func length() throws(StorageError) -> Int { bytes.count }
         func close() {}

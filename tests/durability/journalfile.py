@@ -65,6 +65,8 @@ def parse_segment(data: bytes) -> List[Record]:
     records = []
     at = HEADER
     while at < len(data):
+        if not any(data[at:]):
+            break  # zeros fluxd reserved ahead of its writes (docs/journal.md): not a record
         assert len(data) - at >= RECORD_HEADER, f"a record header cut short at {at}"
         length_bytes = data[at:at + 4]
         (length,) = struct.unpack(">I", length_bytes)
@@ -155,6 +157,14 @@ def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
     except (IndexError, AssertionError, ValueError) as e:
         raise AssertionError(f"a {kind} record does not decode as these tests expect ({e}): {body!r}")
     return kind, f
+
+
+def records_end(path: str) -> int:
+    """Where a segment's records end (fluxd keeps zeros reserved past them: the file is longer)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    records = parse_segment(data)
+    return records[-1].end if records else HEADER
 
 
 def segments(data_dir: str) -> List[str]:

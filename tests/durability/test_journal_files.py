@@ -29,7 +29,7 @@ from typing import List, Optional
 import pytest
 
 from fluxproto import Conn, Fluxd, connect
-from journalfile import Expected, Record, checkpoints, parse_segment, segments
+from journalfile import Expected, Record, checkpoints, parse_segment, records_end, segments
 
 STORE = "ledger"
 SESSION = "journal-client"
@@ -70,6 +70,10 @@ def template():
     with open(segs[0], "rb") as f:
         content = f.read()
     records = parse_segment(content)
+    # fluxd keeps zeros reserved past the records (docs/journal.md): the cases work on the records alone.
+    content = content[:records[-1].end]
+    with open(segs[0], "wb") as f:
+        f.write(content)
     kinds = [r.kind for r in records[-3:]]
     assert kinds == ["snapshot", "result", "action"], records[-4:]
     yield {"base": base, "data": data, "segment": os.path.basename(segs[0]), "bytes": content, "records": records}
@@ -172,7 +176,9 @@ def damaged_case(template, damaged: bytes, tag: str) -> List[str]:
             break
         whole.append(r)
     boundary = whole[-1].end
-    torn = boundary < len(damaged)
+    # A torn piece of nothing but zero bytes (a length's high bytes, or a zeroed tail) cannot be told from the zeros
+    # fluxd reserves past its records (docs/journal.md): it is dropped all the same, without a line in the log.
+    torn = boundary < len(damaged) and any(damaged[boundary:])
     work = tempfile.mkdtemp(prefix="fluxtorn-")
     try:
         data = copy_data(template, work)
@@ -191,7 +197,7 @@ def damaged_case(template, damaged: bytes, tag: str) -> List[str]:
                 problems.append(f"{tag}: no 'dropped a torn last record' in the log:\n{log}")
             if not torn and "dropped a torn" in log:
                 problems.append(f"{tag}: a torn record dropped at a record boundary:\n{log}")
-            size = os.path.getsize(path)
+            size = records_end(path)  # (the file goes on with the zeros fluxd reserves again)
             if size != boundary:
                 problems.append(f"{tag}: the segment is {size} bytes after the start, not cut back to {boundary}")
             problems += check_recovered(fluxd, Expected(whole, STORE, SESSION), tag)
@@ -288,8 +294,8 @@ def test_a_flipped_byte_in_the_middle_refuses_to_start_and_repair_cuts_there(tem
                     log = fluxd.stderr()
                     if "repaired the journal" not in log or f"offset {record.start}" not in log or "lost" not in log:
                         problems.append(f"{tag}: --repair does not say where it cut and what was lost:\n{log}")
-                    if os.path.getsize(path) != record.start:
-                        problems.append(f"{tag}: --repair left {os.path.getsize(path)} bytes, not {record.start}")
+                    if records_end(path) != record.start:
+                        problems.append(f"{tag}: --repair left records to {records_end(path)}, not {record.start}")
                     before = [r for r in records if r.end <= record.start]
                     problems += check_recovered(fluxd, Expected(before, STORE, SESSION), tag)
                 finally:

@@ -16,3 +16,7 @@ int cfluxsys_release(int fd, off_t offset, off_t length);
 /// CRC-32C (Castagnoli) of `n` bytes at `p`, continuing from `crc` (0 to start; the value is pre- and
 /// post-inverted as usual). Uses the CPU's crc32 instruction where it has one (SSE 4.2), else a table.
 uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n);
+
+/// fallocate(fd, 0, offset, length): allocates disk space and extends the file's length over it (reads as
+/// zeros). Returns 0, or -1 with errno set.
+int cfluxsys_allocate(int fd, off_t offset, off_t length);

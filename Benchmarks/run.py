@@ -96,6 +96,23 @@ class Proc:
                 self.p.wait(timeout=5)
 
 
+def records_end(path, size):
+    """Where a journal segment's records end: the file's last non-zero byte (the zeros after it are reserved)."""
+    try:
+        with open(path, "rb") as f:
+            end = size
+            while end > 0:
+                start = max(0, end - (1 << 20))
+                f.seek(start)
+                chunk = f.read(end - start).rstrip(b"\0")
+                if chunk:
+                    return start + len(chunk)
+                end = start
+            return 0
+    except OSError:
+        return size
+
+
 def data_bytes(d):
     """What a broker keeps in data directory `d`: `journal` = the apparent size of fluxd's journal segments
     (journal-*.fjl) or of Redis's AOF files (appendonlydir/), `checkpoints` = fluxd's checkpoint-*.fjc, `allocated`
@@ -116,7 +133,11 @@ def data_bytes(d):
                 except (OSError, ValueError, IndexError):
                     pass
             out["allocated"] += st.st_blocks * 512
-            if name.startswith("journal-") and name.endswith(".fjl") or root.endswith("appendonlydir"):
+            if name.startswith("journal-") and name.endswith(".fjl"):
+                # Records only: fluxd keeps zeros reserved past them (docs/journal.md), which are not journal.
+                out["journal"] += records_end(os.path.join(root, name), st.st_size)
+                out["segments"] += 1
+            elif root.endswith("appendonlydir"):
                 out["journal"] += st.st_size
                 out["segments"] += 1
             elif name.startswith("checkpoint-") and name.endswith(".fjc"):

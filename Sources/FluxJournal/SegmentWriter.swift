@@ -89,6 +89,10 @@ public final class SegmentWriter {
         if let failure { throw failure }
     }
 
+    /// Records that what is written now is being made durable elsewhere (a sync on another thread, whose failure
+    /// the journal handles).
+    func markSynced() { synced = written }
+
     /// Makes everything written durable. A failure is final (see the type's comment).
     public func sync() throws(StorageError) {
         if let failure { throw failure }

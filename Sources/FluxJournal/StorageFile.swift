@@ -43,6 +43,9 @@ public protocol AppendFile: AnyObject {
     func reserve(upTo end: Int, writeZeros: Bool) throws(StorageError)
     /// The file's length.
     func length() throws(StorageError) -> Int
+    /// A second descriptor of the file (closed by the caller), for an `fdatasync` on another thread; nil where
+    /// there is none (the journal then syncs on its own thread).
+    func duplicateDescriptor() -> Int32?
     /// Closes it (idempotent).
     func close()
 }
@@ -116,6 +119,12 @@ public final class PosixFile: AppendFile {
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw StorageError(operation: "fstat", errno: errno, path: path) }
         return Int(st.st_size)
+    }
+
+    public func duplicateDescriptor() -> Int32? {
+        guard fd >= 0 else { return nil }
+        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        return copy >= 0 ? copy : nil
     }
 
     public func close() {

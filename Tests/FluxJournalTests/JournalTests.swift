@@ -189,6 +189,7 @@ struct JournalTests {
             try inner.reserve(upTo: end, writeZeros: writeZeros)
         }
         func truncate(to length: Int) throws(StorageError) { try inner.truncate(to: length) }
+        func duplicateDescriptor() -> Int32? { nil }
         func length() throws(StorageError) -> Int { try inner.length() }
         func close() { inner.close() }
     }

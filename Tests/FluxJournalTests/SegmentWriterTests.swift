@@ -35,6 +35,7 @@ struct SegmentWriterTests {
             if let e = failReserves { throw StorageError(operation: "write", errno: e, path: path) }
             if bytes.count < end { bytes += [UInt8](repeating: 0, count: end - bytes.count) }
         }
+        func duplicateDescriptor() -> Int32? { nil }
         func length() throws(StorageError) -> Int { bytes.count }
         func close() {}
     }

@@ -148,9 +148,26 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         }
     }
 
+    /// Journal bytes held in memory (staged records a full disk keeps from being written), charged to fluxd's own
+    /// account of the memory budget (SPEC §12): forced, as they are accepted work.
+    @exclusivity(unchecked) private var journalCharged = 0
+    @exclusivity(unchecked) private var journalAccount: MemoryBudget.Account?
+
+    private func accountStagedJournal() {
+        guard let journal else { return }
+        let staged = journal.stagedBytes
+        guard staged != journalCharged else { return }
+        let memory = core.router.memory
+        let account = journalAccount ?? memory.userAccount(uid: geteuid())
+        journalAccount = account
+        if staged > journalCharged { memory.force(account, staged - journalCharged) } else { memory.release(account, journalCharged - staged) }
+        journalCharged = staged
+    }
+
     /// Writes what the router journaled while handling this iteration's events (before any frame is written):
     /// returns whether frames may be written now.
     private func commitJournal() -> Bool {
+        defer { if journalCharged != 0 || heldForJournal { accountStagedJournal() } }
         guard let journal else { return true }
         if !journal.hasStaged && !heldForJournal && journal.refusal == nil { return true }
         switch journal.commit(now: loop.now) {

@@ -134,6 +134,8 @@ public final class Journal: JournalWriting {
     @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
+    /// Bytes of them (held in memory: while a full disk refuses the write, they count against the memory budget).
+    public var stagedBytes: Int { writer.staged.count }
     /// Whether written records wait for a sync (`batch`).
     public var hasUnsynced: Bool { writer.synced < writer.written }
     /// Counters for `info` and benchmarks.

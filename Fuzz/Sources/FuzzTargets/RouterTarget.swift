@@ -811,7 +811,7 @@ final class RouterHarness {
             case .host(let id, let request):
                 guard let peer = peers[id] else { fuzzFail("host effect for unknown peer \(id)") }
                 fuzzCheck(peer.role != nil && !peer.closeEffect && !peer.closedEvent, "host effect for peer \(id) that may not send it (\(eventDescription))")
-                fuzzCheck(request.op == .workers && Names.isValidID(request.id), "host effect for \(request) (\(eventDescription))")
+                fuzzCheck(request.op == .workers && Names.isValidID(request.id ?? ""), "host effect for \(request) (\(eventDescription))")
             case .storeChanged:
                 break
             case .stalled(let store, let pid, let closing):

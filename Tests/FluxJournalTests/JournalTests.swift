@@ -240,3 +240,42 @@ struct JournalTests {
         #expect(busName(socketPath: "/a/b.sock") != busName(socketPath: "/a-b.sock"))
     }
 }
+
+extension JournalTests {
+    @Test("batch mode's sync on its own thread: a failure is kept for the journal's thread, taken once; a sync that works reports none")
+    func backgroundSyncFailure() throws {
+        let sync = BackgroundSync()
+        sync.sync(-1, path: "bad")  // fdatasync(-1): EBADF
+        sync.wait()
+        #expect(sync.takeFailure()?.errno == EBADF)
+        #expect(sync.takeFailure() == nil)
+        let dir = Dir()
+        defer { dir.remove() }
+        let file = try PosixFile(path: dir.path + "/f")
+        try [UInt8](repeating: 7, count: 100).withUnsafeBytes { try file.write($0, at: 0) }
+        sync.sync(file.duplicateDescriptor()!, path: file.path)
+        sync.wait()
+        #expect(!sync.isBusy && sync.takeFailure() == nil)
+    }
+
+    @Test("a journal in batch mode syncs on the timer through the background thread, and a clean close waits for it")
+    func batchSyncsInTheBackground() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.durability = .batch
+        options.syncInterval = 10
+        do {
+            let journal = try Journal(options: options)
+            Self.fill(journal, actions: 1...3)
+            #expect(journal.commit(now: 0) == .written)
+            let before = journal.syncs
+            #expect(journal.syncIfDue(now: 100))
+            #expect(journal.syncs == before + 1 && !journal.hasUnsynced)
+            journal.close(now: 200)
+        }
+        let again = try Journal(options: options)
+        #expect(again.recovered.actionCount >= 3 || again.openingNotes.contains { $0.contains("loaded the checkpoint") })
+        #expect(again.recovered.nextSeq == 4)
+    }
+}

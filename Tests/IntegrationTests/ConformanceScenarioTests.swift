@@ -234,7 +234,22 @@ struct ScenarioPlayer {
                     try peer(name).send(frame: #"{"op":"ping","id":"quiet-\#(barrier)"}"#)
                     try expect(peer(name), .object(["op": .string("pong"), "id": .string("quiet-\(barrier)")]), timeout)
                 case "close":
+                    // fluxd may see the next peer's frames before this connection's end (two sockets, one loop
+                    // iteration): wait, with a deadline, until `info` counts one connection fewer, as a person
+                    // starting the next process after the first one ended would.
+                    let probe = try RawPeer.ready(fluxd.socketPath, name: "scenario-probe")
+                    func open(_ k: Int) throws -> Int {
+                        try probe.send(frame: #"{"op":"info","id":"probe-\#(k)"}"#)
+                        return (try probe.expect("info").object["peers"] as? [String: Int])?.values.reduce(0, +) ?? 0
+                    }
+                    let before = try open(0)
                     peers[name] = nil
+                    let deadline = ContinuousClock.now + .seconds(1)
+                    var k = 1
+                    while try open(k) >= before && ContinuousClock.now < deadline {
+                        k += 1
+                        usleep(1000)  // polling interval; the count decides
+                    }
                 case "signal":
                     guard case .string(let signal) = step["signal"] ?? .null, signal == "TERM" || signal == "INT" else {
                         throw HarnessError.unexpectedOutput("unsupported signal")

@@ -208,8 +208,7 @@ def apply_op(doc, op):
         return doc
     if path[:len(source)] == source:
         raise PatchError("move-into-child", "a value cannot move into its own child")
-    moved = resolve(doc, source) if not source else _remove(doc, source)
-    return _add(doc, path, moved)
+    return _add(doc, path, _remove(doc, source))  # source is not "" here: "" is a prefix of every path
 
 
 def apply_patch(doc, patch):

@@ -313,6 +313,11 @@ def check_apply(case):
             return ["expected a result, the reference failed: %s (%s)" % (error.category, error)]
         if not json_equal(result, case["expected"]):
             return ["result %s != expected" % json.dumps(result, ensure_ascii=False)]
+        step = copy.deepcopy(case["doc"])
+        for op in case["patch"]:
+            step = apply_op(step, op)
+            if depth(step) > MAX_DEPTH:  # SPEC bounds the result; keep cases clear of the in-between question
+                return ["deeper than %d in between (README: only the result counts, no case tests this)" % MAX_DEPTH]
         return []
     if error is None:
         return ["expected error %s, the reference produced %s" % (case["error"], json.dumps(result, ensure_ascii=False))]

@@ -4,13 +4,13 @@
 //
 // Dependencies point one way:
 //   FluxCore (wire types, framing, JSON envelope scanner; no I/O)
-//     <- FluxRouter (the dispatcher as a pure state machine; the semantics live here)
+//     <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, RFC 6902 patches, diffs)
+//     <- FluxRouter (the dispatcher as a pure state machine; the semantics live here; applies patches, §16)
 //     <- FluxTransport (thin libuv layer: loop, Unix-socket listener, connections, timers, signals)
 //     <- FluxDaemon (feeds transport events into the router, carries out its effects)
 //     <- fluxd (executable: argument parsing and wiring only)
 //   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
 //   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
-//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs: for tools)
 //   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
 import PackageDescription
 
@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "FluxCore", swiftSettings: swiftSettings),
         .target(
             name: "FluxRouter",
-            dependencies: ["FluxCore", "FluxJournal", .product(name: "DequeModule", package: "swift-collections")],
+            dependencies: ["FluxCore", "FluxJournal", "FluxJSONValue", .product(name: "DequeModule", package: "swift-collections")],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -47,6 +47,8 @@ public struct Limits: Sendable, Equatable, Codable {
     public var maxStoresPerConnection: Int?
     /// How long fluxd keeps the outcomes of a session's settled dispatches for `recover` (ms; SPEC §15.4).
     public var outcomeWindow: Int?
+    /// Bytes of recent patches fluxd keeps per store for subscribers that resume (SPEC §16.3).
+    public var deltaHistory: Int?
 
     public init() {}
 
@@ -73,6 +75,7 @@ public struct Limits: Sendable, Equatable, Codable {
         case .storeTimeout: return storeTimeout
         case .maxStoresPerConnection: return maxStoresPerConnection
         case .outcomeWindow: return outcomeWindow
+        case .deltaHistory: return deltaHistory
         }
     }
 }

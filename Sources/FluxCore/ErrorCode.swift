@@ -61,12 +61,16 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// Since fluxd 0.3.0 (SPEC §8.12): the history or state asked for is not in the journal's retention window
     /// (or fluxd is ephemeral). Survives.
     case notRetained = "not-retained"
+    /// Since fluxd 0.4.0 (SPEC §16.2): a store's patch does not apply to the retained state (or names another
+    /// `base`, or there is no retained state). Closes the store's connection: its unanswered action is delivered
+    /// again once it registered again and adopted the retained snapshot.
+    case patchFailed = "patch-failed"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {
         switch self {
         case .tooLarge, .handshakeRequired, .unsupportedVersion, .timeout, .slowConsumer, .tooManyConnections,
-             .unresponsive: return true
+             .unresponsive, .patchFailed: return true
         default: return false
         }
     }

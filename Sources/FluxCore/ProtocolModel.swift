@@ -23,6 +23,8 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     case workers, restartWorker = "restart-worker", stopWorker = "stop-worker", worker
     /// Since fluxd 0.3.0 (SPEC §8.12, §15): recovered settlements and the journal's history.
     case recover, recovered, history, stateAt = "state-at"
+    /// Since fluxd 0.4.0 (SPEC §16): a store's change as a patch; delta and path subscribers' frames.
+    case patch, delta, subtree
 
     /// The directions a message with this op travels in (some, like `ping`, go both ways).
     public var directions: [MessageDirection] {
@@ -30,12 +32,13 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
         case .hello, .dispatch, .subscribe, .unsubscribe, .query, .unquery, .get, .restartWorker, .stopWorker,
              .recover:
             return [.c2d]
-        case .register, .unregister, .done, .reject, .state:
+        case .register, .unregister, .done, .reject, .state, .patch:
             return [.s2d]
         case .info, .ping, .pong, .bye, .workers, .history, .stateAt:
             return [.c2d, .d2c]
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
-             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered:
+             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
+             .delta, .subtree:
             return [.d2c]
         }
     }
@@ -82,6 +85,8 @@ public enum LimitName: String, Sendable, CaseIterable {
     case connectionAllowance, pingInterval, maxPingsOut, storeTimeout, maxStoresPerConnection
     /// Since fluxd 0.3.0 (SPEC §15.4).
     case outcomeWindow
+    /// Since fluxd 0.4.0 (SPEC §16.3).
+    case deltaHistory
 }
 
 /// The rules for names, ids, free text and integers (SPEC §4).

@@ -112,6 +112,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         if let journal {
             for note in journal.openingNotes { logger.notice("journal: \(note)") }
             core.router.restore(from: journal.recovered, now: loop.now)
+            for problem in core.router.restoreProblems { logger.error("journal: \(problem)") }
             journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
             core.router.journal = journal
             let router = core.router

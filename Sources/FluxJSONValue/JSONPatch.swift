@@ -260,8 +260,8 @@ extension JSONValue {
         }
     }
 
-    /// The value at `tokens`.
-    func value(at tokens: [String]) throws(JSONPatchError) -> JSONValue {
+    /// The value at `tokens` (a pointer's unescaped tokens), or a `not-found` / `index` error.
+    public func value(at tokens: [String]) throws(JSONPatchError) -> JSONValue {
         var current = self
         for (k, token) in tokens.enumerated() {
             switch current {
@@ -292,7 +292,7 @@ extension JSONValue {
     }
 
     /// `token` as RFC 6901 writes an array index (`0`, or digits without a leading zero), else nil.
-    static func arrayIndex(_ token: String) -> Int? {
+    public static func arrayIndex(_ token: String) -> Int? {
         let utf8 = token.utf8
         guard let first = utf8.first, utf8.count <= 18, first >= UInt8(ascii: "0"), first <= UInt8(ascii: "9") else { return nil }
         if first == UInt8(ascii: "0") { return utf8.count == 1 ? 0 : nil }

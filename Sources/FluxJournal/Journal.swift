@@ -28,6 +28,8 @@ public protocol JournalWriting: AnyObject {
                 session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String])
     func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
     func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+    /// SPEC §16: a store's change as a patch (the bytes it wrote).
+    func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>)
 }
 
 /// Why the journal accepts no new work.
@@ -61,6 +63,10 @@ public final class MemoryJournal: JournalWriting {
     }
     public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
         add { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    }
+
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
+        add { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
     }
 
     private func add(_ encode: (inout [UInt8]) -> Void) {
@@ -257,6 +263,10 @@ public final class Journal: JournalWriting {
 
     public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
         stage { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    }
+
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
+        stage { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
     }
 
     @inline(__always)
@@ -465,8 +475,10 @@ public final class Journal: JournalWriting {
     }
 
     /// Syncs, writes a checkpoint of everything (so the next start reads just that), and closes: a clean stop.
+    /// The data directory is unlocked when it returns (another journal may open it).
     public func close(now: UInt64) {
         background.wait()
+        defer { lock.release() }
         guard commit(now: now) == .written, sync(now: now) else {
             writer.file.close()
             return

@@ -73,6 +73,14 @@ extension Journal {
         let path = dir + "/LOCK"
         let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw JournalError("cannot open \(path): \(String(cString: strerror(errno)))") }
+        // A lock still held for a moment is no other fluxd: a process forked by the previous holder (a worker being
+        // spawned) shares the lock's open file until it execs (O_CLOEXEC closes it then). So a held lock is tried
+        // again for up to half a second before it counts as another fluxd's.
+        var tries = 0
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR) && tries < 50 {
+            tries += 1
+            usleep(10_000)
+        }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let holder = readSmallFile(path).flatMap { Int32($0.trimmingCharacters(in: " \n")) }
             Glibc.close(fd)
@@ -298,11 +306,20 @@ extension Journal {
     }
 }
 
-/// An open file descriptor holding a `flock`, closed (and so unlocked) exactly once, when the object goes.
+/// An open file descriptor holding a `flock`, closed (and so unlocked) exactly once: by `release()` (a journal's
+/// clean close) or when the object goes, whichever comes first.
 final class LockFile {
-    let fd: Int32
+    private var fd: Int32
     init(fd: Int32) { self.fd = fd }
-    deinit { close(fd) }
+
+    /// Unlocks now (a closed journal must not keep its data directory locked until it is deallocated).
+    func release() {
+        guard fd >= 0 else { return }
+        close(fd)
+        fd = -1
+    }
+
+    deinit { release() }
 }
 
 /// Whether every byte of `bytes` from `offset` on is zero (eight at a time).

@@ -143,6 +143,9 @@ public struct JournalState: Sendable {
         public var seq: UInt64 = 0
         /// The retained snapshot: its version, the seq it was published with, and the state bytes.
         public var snapshot: (version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)?
+        /// The patches journaled after that snapshot, in order (SPEC §16): the retained state is the snapshot with
+        /// them applied.
+        public var patches: [(version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>)] = []
 
         public init(name: String) { self.name = name }
 
@@ -150,6 +153,8 @@ public struct JournalState: Sendable {
             a.name == b.name && a.handles == b.handles && a.waitFor == b.waitFor && a.registered == b.registered
                 && a.version == b.version && a.seq == b.seq && a.snapshot?.version == b.snapshot?.version
                 && a.snapshot?.seq == b.snapshot?.seq && a.snapshot?.state.elementsEqual(b.snapshot?.state ?? []) ?? (b.snapshot == nil)
+                && a.patches.count == b.patches.count
+                && zip(a.patches, b.patches).allSatisfy { $0.version == $1.version && $0.seq == $1.seq && $0.patch.elementsEqual($1.patch) }
         }
     }
 
@@ -226,6 +231,12 @@ public struct JournalState: Sendable {
             var s = stores[name] ?? Store(name: name)
             s.version = max(s.version, version)
             s.snapshot = (version, seq, state)
+            s.patches = []
+            stores[name] = s
+        case .patch(let name, let version, let seq, let patch):
+            var s = stores[name] ?? Store(name: name)
+            s.version = max(s.version, version)
+            s.patches.append((version, seq, patch))
             stores[name] = s
         case .storePosition(let name, let version, let seq):
             var s = stores[name] ?? Store(name: name)

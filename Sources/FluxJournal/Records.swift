@@ -22,6 +22,9 @@ public enum RecordKind: UInt8, Sendable {
     case outcome = 7
     /// What a segment the checkpoint covers holds (checkpoints only): so a start reads no covered segment.
     case segmentSummary = 8
+    /// Since format version 2 (SPEC §16): a store's change as a JSON Patch (RFC 6902), as the store wrote it: the
+    /// version it made (the one before + 1), its seq and the patch bytes.
+    case patch = 9
 }
 
 /// An accepted action as journaled.
@@ -74,6 +77,7 @@ public enum JournalRecord: Sendable, Equatable {
     case action(ActionEntry)
     case result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
     case snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+    case patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>)
     case storePosition(store: String, version: UInt64, seq: UInt64)
     case outcome(uid: UInt32, session: [UInt8], id: [UInt8], seq: UInt64, results: [TargetResult])
     /// Segment `number` holds `actions` actions, seqs `firstSeq...lastSeq` (0, 0 when none), the last one accepted
@@ -155,6 +159,15 @@ public enum RecordEncoder {
         bytes(state, &out)
     }
 
+    public static func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>,
+                             into out: inout [UInt8]) {
+        out.append(RecordKind.patch.rawValue)
+        string(store, &out)
+        varint(version, &out)
+        varint(seq, &out)
+        bytes(patch, &out)
+    }
+
     public static func storePosition(store: String, version: UInt64, seq: UInt64, into out: inout [UInt8]) {
         out.append(RecordKind.storePosition.rawValue)
         string(store, &out)
@@ -200,6 +213,8 @@ public enum RecordEncoder {
             result(seq: seq, store: store, outcome: outcome, version: version, into: &out)
         case .snapshot(let store, let version, let seq, let state):
             snapshot(store: store, version: version, seq: seq, state: state, into: &out)
+        case .patch(let store, let version, let seq, let p):
+            patch(store: store, version: version, seq: seq, patch: p, into: &out)
         case .storePosition(let store, let version, let seq):
             storePosition(store: store, version: version, seq: seq, into: &out)
         case .outcome(let uid, let session, let id, let seq, let results):
@@ -298,6 +313,10 @@ public struct RecordDecoder {
             let store = try string()
             let version = try varint(), seq = try varint()
             return .snapshot(store: store, version: version, seq: seq, state: try bytes())
+        case .patch:
+            let store = try string()
+            let version = try varint(), seq = try varint()
+            return .patch(store: store, version: version, seq: seq, patch: try bytes())
         case .storePosition:
             let store = try string()
             let version = try varint(), seq = try varint()

@@ -194,6 +194,11 @@ public final class DaemonCore: RouterEffectSink {
         }
     }
 
+    /// Bytes unwritten for a connection above which a delta subscriber counts as behind (SPEC §16.3).
+    public static let behindBytes = 65536
+
+    public func isBehind(_ peer: PeerID) -> Bool { transport.queuedBytes(of: peer) > Self.behindBytes }
+
     /// Every other effect.
     public func perform(_ effect: RouterEffect) {
         switch effect {

@@ -94,6 +94,17 @@ extension Router {
         }
     }
 
+    /// SPEC §16.5: a change that came as a patch only.
+    func observeDelta(_ store: StoreEntry, seq: UInt64, patch: ArraySlice<UInt8>, _ out: inout Output) {
+        emit("delta", &out) { e in
+            e.string("store", store.name)
+            e.int("from", store.version - 1)
+            e.int("version", store.version)
+            e.int("seq", seq)
+            e.raw("patch", patch)
+        }
+    }
+
     @inline(__always)
     func observeError(_ peer: Peer, _ code: ErrorCode, _ message: String, _ out: inout Output) {
         emit("error", &out) { e in

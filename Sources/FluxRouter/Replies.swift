@@ -81,6 +81,7 @@ extension Router {
                 case .storeTimeout: o.field("storeTimeout", c.storeTimeout)
                 case .maxStoresPerConnection: o.field("maxStoresPerConnection", c.maxStoresPerConnection)
                 case .outcomeWindow: o.field("outcomeWindow", c.outcomeWindow)
+                case .deltaHistory: o.field("deltaHistory", c.deltaHistory)
                 }
             }
         }
@@ -105,6 +106,12 @@ extension Router {
     func failStateOverBudget(_ peer: Peer, _ store: StoreEntry, _ size: Int, _ out: inout Output) {
         out.log(.warning, "store \"\(store.name)\": a state of \(size) bytes does not fit the memory budget; closing its connection")
         fail(peer, .memoryBudget, "a state of \(size) bytes for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
+    }
+
+    /// SPEC §16.2: a patch that does not apply closes the store's connection (it and fluxd disagree on its state).
+    func failPatch(_ peer: Peer, _ store: StoreEntry, _ message: String, _ out: inout Output) {
+        out.log(.warning, "store \"\(store.name)\": \(message); closing its connection")
+        fail(peer, .patchFailed, message, &out, ref: store.name, fatal: true)
     }
 
     func byeFrame(reason: StaticString) -> Frame {

@@ -227,6 +227,10 @@ struct AnswerRequest {
     var state: JSONSpan?
     /// `reject`: the store's error object, forwarded byte for byte.
     var error: JSONSpan?
+    /// `done`, since fluxd 0.4.0 (SPEC §16.2): the change as a JSON Patch (an array; its operations are read only
+    /// when it is applied), and the version it applies to.
+    var patch: JSONSpan?
+    var base: UInt64?
 
     @inline(__always)
     init(_ env: borrowing Envelope, isDone: Bool) throws(Refusal) {
@@ -244,6 +248,11 @@ struct AnswerRequest {
         }
         if isDone {
             state = env.span(.state)
+            if let span = env.span("patch") {
+                let (patch, base) = try PatchRequest.patchAndBase(env, span, ref: env.string(.store).value)
+                self.patch = patch
+                self.base = base
+            }
         } else {
             guard let span = env.span(.error), span.kind == .object,
                   let object = try? Envelope(body: Array(env.body[span.range])),
@@ -283,12 +292,102 @@ struct StateRequest {
     }
 }
 
-/// `subscribe`, `unsubscribe` (SPEC §8.5).
+/// `patch` (SPEC §16.2): a store's change outside an action, as a JSON Patch.
+struct PatchRequest {
+    var body: [UInt8]
+    var store: String
+    var patch: JSONSpan
+    var base: UInt64?
+
+    init(_ env: Envelope) throws(Refusal) {
+        store = try FieldReader(env: env, op: "patch").store()
+        body = env.body
+        guard let span = env.span("patch") else {
+            throw .badMessage("patch needs \"patch\": the change, an array of JSON Patch operations", ref: store)
+        }
+        (patch, base) = try Self.patchAndBase(env, span, ref: store)
+    }
+
+    /// `patch` (it must be an array; its operations are read when it is applied) and the optional `base`.
+    static func patchAndBase(_ env: Envelope, _ span: JSONSpan, ref: String?) throws(Refusal) -> (JSONSpan, UInt64?) {
+        guard span.kind == .array else {
+            throw .badMessage("\"patch\" must be an array of JSON Patch operations (RFC 6902)", ref: ref)
+        }
+        switch env.int("base") {
+        case .absent: return (span, nil)
+        case .value(let n) where Names.isValidInteger(n, positive: true): return (span, UInt64(n))
+        default: throw .badMessage("\"base\" must be a version: an integer from 1 to 2^53-1", ref: ref)
+        }
+    }
+}
+
+/// `subscribe`, `unsubscribe` (SPEC §8.5, §16.3, §16.4).
 struct StoreRequest {
     var store: String
+    /// `deltas: true` (subscribe only).
+    var deltas = false
+    /// The version the subscriber holds (subscribe only).
+    var from: UInt64?
+    /// A path subscription's pointer: as given, and its tokens.
+    var path: String?
+    var tokens: [String] = []
+
+    /// The longest `path`, in bytes (SPEC §16.4).
+    static let maxPathBytes = 1024
 
     init(_ env: Envelope, op: StaticString) throws(Refusal) {
-        store = try FieldReader(env: env, op: op).store()
+        let fields = FieldReader(env: env, op: op)
+        store = try fields.store()
+        switch env.string("path") {
+        case .absent: break
+        case .value(let text) where text.utf8.count <= Self.maxPathBytes:
+            guard let tokens = Self.pointerTokens(text) else {
+                throw .badMessage("\"path\" must be a JSON Pointer (RFC 6901): empty, or \"/\" before each token, \"~\" only as ~0 or ~1", ref: store)
+            }
+            path = text
+            self.tokens = tokens
+        default:
+            throw .badMessage("\"path\" must be a JSON Pointer of at most \(Self.maxPathBytes) bytes", ref: store)
+        }
+        guard op.description == "subscribe" else { return }
+        deltas = try fields.bool("deltas", ref: store) ?? false
+        if deltas && path != nil {
+            throw .badMessage("a path subscription cannot ask for deltas in protocol 1 (SPEC §16.3)", ref: store)
+        }
+        switch env.int("from") {
+        case .absent: break
+        case .value(let n) where Names.isValidInteger(n): from = UInt64(n)
+        default: throw .badMessage("\"from\" must be a version: an integer from 0 to 2^53-1", ref: store)
+        }
+    }
+
+    /// The unescaped tokens of an RFC 6901 pointer, or nil when it is not one.
+    static func pointerTokens(_ text: String) -> [String]? {
+        if text.isEmpty { return [] }
+        guard text.hasPrefix("/") else { return nil }
+        var tokens: [String] = []
+        for raw in text.utf8.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            var token: [UInt8] = []
+            var i = raw.startIndex
+            while i < raw.endIndex {
+                let c = raw[i]
+                if c == UInt8(ascii: "~") {
+                    let next = raw.index(after: i)
+                    guard next < raw.endIndex else { return nil }
+                    switch raw[next] {
+                    case UInt8(ascii: "0"): token.append(UInt8(ascii: "~"))
+                    case UInt8(ascii: "1"): token.append(UInt8(ascii: "/"))
+                    default: return nil
+                    }
+                    i = raw.index(after: next)
+                } else {
+                    token.append(c)
+                    i = raw.index(after: i)
+                }
+            }
+            tokens.append(String(decoding: token, as: UTF8.self))
+        }
+        return tokens
     }
 }
 

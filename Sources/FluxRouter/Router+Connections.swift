@@ -88,7 +88,12 @@ extension Router {
         if quietly { out.log(.notice, "\(owned.count) stores of peer \(id) (\(peer.name)) down (\(shuttingDown ? "shutdown" : "disconnected"))") }
         for name in peer.subscriptions {
             stores[name]?.subscribers.removeAll { $0 === peer }
+            stores[name]?.deltaSubscribers.removeAll { $0.peer === peer }
             memory.release(peer.account, Router.subscriptionCost(name))
+        }
+        for sub in peer.pathSubscriptions {
+            stores[sub.store]?.pathSubscribers.removeAll { $0 === sub }
+            memory.release(peer.account, Router.subscriptionCost(sub.store) + sub.pathJSON.count)
         }
         var withdrawn: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {
@@ -104,7 +109,7 @@ extension Router {
         for name in changes.keys.sorted() {
             if let store = stores[name] { queriesChanged(store, changes[name]!, &out) }
         }
-        for name in Set(peer.subscriptions).union(changes.keys).sorted() {
+        for name in Set(peer.subscriptions).union(changes.keys).union(peer.pathSubscriptions.map(\.store)).sorted() {
             if let store = stores[name] { forgetIfUnused(store) }
         }
         out.log(.debug, "peer \(id) (\(peer.name)) closed")

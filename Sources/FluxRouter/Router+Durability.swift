@@ -1,6 +1,7 @@
 import DequeModule
 import FluxCore
 import FluxJournal
+import FluxJSONValue
 
 // Durability (SPEC §15): what the router journals, how it restores what a journal recovered, and how a peer
 // recovers its settlements (`recover`). The journal itself (`JournalWriting`) only records; the semantics stay
@@ -159,9 +160,9 @@ extension Router {
         emit(.seqReserve(max(lastSeq, reservedSeq)))
         for name in stores.keys.sorted() {
             let store = stores[name]!
-            guard store.wasRegistered || store.snapshot != nil else { continue }
+            guard store.wasRegistered || store.hasRetained else { continue }
             if store.wasRegistered { emit(.register(store: name, handles: store.handles, waitFor: store.waitFor)) }
-            if let snapshot = store.snapshot {
+            if let snapshot = retainedSnapshot(store) {  // (a state kept as a tree is rendered: SPEC §16.5)
                 let state = withExtendedLifetime(snapshot) { ArraySlice(Array(snapshot.bytes[store.stateRange])) }
                 emit(.snapshot(store: name, version: store.version, seq: store.snapshotSeq, state: state))
             }
@@ -186,6 +187,31 @@ extension Router {
     }
 
     // MARK: - Restoring (SPEC §15.1)
+
+    /// SPEC §16: the patches journaled after a store's snapshot, applied again (they applied when they were
+    /// accepted), and kept for subscribers that resume. A patch that no longer applies (a damaged journal would
+    /// have been refused before: this is a defect) stops there, at the version before it, and is logged.
+    private func restorePatches(_ store: StoreEntry, _ s: JournalState.Store, owner: MemoryBudget.Account) {
+        guard !s.patches.isEmpty, let snap = s.snapshot, var tree = currentTree(store) else { return }
+        var bytes = store.stateRange.count
+        store.version = snap.version
+        for p in s.patches {
+            guard let patch = try? JSONPatch(parsing: p.patch), (try? tree.apply(patch)) != nil else {
+                restoreProblems.append("store \"\(store.name)\": the journaled patch making version \(p.version) does not apply; its state stays at version \(store.version)")
+                break
+            }
+            store.version = p.version
+            store.snapshotSeq = p.seq
+            bytes += p.patch.count
+            rememberPatch(store, seq: p.seq, p.patch)
+        }
+        store.tree = tree
+        store.treeBytes = bytes
+        store.snapshot = nil
+        memory.release(owner, store.retainedCost)
+        store.retainedCost = 96 + store.nameJSON.count + Router.treeOverhead * bytes
+        memory.force(owner, store.retainedCost)
+    }
 
     /// Takes over what a journal recovered, before any peer connects: seqs continue above every seq that may have
     /// been revealed; stores are known again (registered ones down, with their patterns, waitFor, versions and
@@ -222,6 +248,7 @@ extension Router {
                 store.retainedBy = owner
                 store.retainedCost = 96 + store.nameJSON.count + snap.state.count
                 memory.force(owner, store.retainedCost)
+                restorePatches(store, s, owner: owner)
             }
         }
         routes.invalidate()

@@ -12,7 +12,7 @@ extension Router {
 
     func get(_ peer: Peer, _ request: GetRequest, _ out: inout Output) {
         let name = request.store
-        guard let store = stores[name], let snapshot = store.snapshot else {
+        guard let store = stores[name], let snapshot = retainedSnapshot(store) else {
             return fail(peer, .unknownStore, "no snapshot is retained for store \"\(name)\"", &out, ref: request.id ?? name)
         }
         var b = FrameBuilder(op: "got", capacity: snapshot.bytes.count + 64)
@@ -38,7 +38,7 @@ extension Router {
                     o.field("waitFor", strings: s.waitFor)
                     o.field("version", s.version)
                     o.field("seq", s.seq)
-                    o.field("subscribers", s.subscribers.count)
+                    o.field("subscribers", s.subscribers.count + s.deltaSubscribers.count + s.pathSubscribers.count)
                     o.field("queued", s.queue.count)
                     o.field("inflight", s.inflight.count)
                     o.field("queries", s.queryOrder.count)

@@ -6,36 +6,90 @@ extension Router {
     // MARK: - Subscriptions and queries
 
     func subscribe(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
+        if request.path != nil { return subscribePath(peer, request, &out) }
         let name = request.store
         if !peer.subscriptions.contains(name) {
-            guard peer.subscriptions.count < config.maxSubscriptions else {
-                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptions.count) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
+            guard peer.subscriptionCount < config.maxSubscriptions else {
+                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptionCount) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
             }
             guard memory.charge(peer.account, Router.subscriptionCost(name)) else {
                 return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
             }
             peer.subscriptions.insert(name)
-            entry(name).subscribers.append(peer)
         }
         let store = entry(name)
+        // One whole-store subscription per connection and store: a repeated subscribe may switch its kind.
+        store.subscribers.removeAll { $0 === peer }
+        store.deltaSubscribers.removeAll { $0.peer === peer }
+        if request.deltas {
+            store.deltaSubscribers.append(DeltaSubscription(peer: peer, sent: store.version))
+        } else {
+            store.subscribers.append(peer)
+        }
         var b = FrameBuilder(op: "subscribed")
         b.string("store", name)
         b.string("status", store.status.rawValue)
         b.int("version", store.version)
+        if request.deltas { b.bool("deltas", true) }
         out.send(peer, b.finish(coalescing: .fence(key: store.key)))
-        if let snapshot = store.snapshot { out.send(peer, snapshot) }
+        resume(peer, store, from: request.from, deltas: request.deltas, &out)
+    }
+
+    /// SPEC §16.4: a path subscription; answered `subscribed` (with the path), then the retained version's subtree.
+    private func subscribePath(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
+        let name = request.store, path = request.path!
+        let store = entry(name)
+        let sub: PathSubscription
+        if let existing = peer.pathSubscriptions.first(where: { $0.store == name && $0.path == path }) {
+            sub = existing
+        } else {
+            guard peer.subscriptionCount < config.maxSubscriptions else {
+                return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptionCount) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
+            }
+            peer.nextPathKey &+= 1
+            sub = PathSubscription(peer: peer, store: name, path: path, tokens: request.tokens,
+                                   key: 0x4000_0000 | (peer.nextPathKey & 0x3FFF_FFFF))
+            guard memory.charge(peer.account, Router.subscriptionCost(name) + sub.pathJSON.count) else {
+                return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
+            }
+            peer.pathSubscriptions.append(sub)
+            store.pathSubscribers.append(sub)
+        }
+        var b = FrameBuilder(op: "subscribed")
+        b.string("store", name)
+        b.string("status", store.status.rawValue)
+        b.int("version", store.version)
+        b.raw("path", sub.pathJSON)
+        out.send(peer, b.finish(coalescing: .fence(key: sub.key)))
+        guard store.hasRetained else { return }
+        let value = currentTree(store).flatMap { try? $0.value(at: sub.tokens) }
+        sendSubtree(sub, store, value: value.map(\.compactBytes), &out)
     }
 
     func unsubscribe(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
         let name = request.store
         let store = stores[name]
-        if peer.subscriptions.remove(name) != nil {
+        var fence = store.map { Coalescing.fence(key: $0.key) } ?? .none
+        if let path = request.path {
+            if let i = peer.pathSubscriptions.firstIndex(where: { $0.store == name && $0.path == path }) {
+                let sub = peer.pathSubscriptions.remove(at: i)
+                store?.pathSubscribers.removeAll { $0 === sub }
+                memory.release(peer.account, Router.subscriptionCost(name) + sub.pathJSON.count)
+                fence = .fence(key: sub.key)
+            }
+        } else if peer.subscriptions.remove(name) != nil {
             store?.subscribers.removeAll { $0 === peer }
+            store?.deltaSubscribers.removeAll { $0.peer === peer }
             memory.release(peer.account, Router.subscriptionCost(name))
         }
         var b = FrameBuilder(op: "unsubscribed")
         b.string("store", name)
-        out.send(peer, b.finish(coalescing: store.map { .fence(key: $0.key) } ?? .none))
+        if let path = request.path {
+            var json: [UInt8] = []
+            appendEscaped(path, to: &json)
+            b.raw("path", json[...])
+        }
+        out.send(peer, b.finish(coalescing: fence))
         if let store { forgetIfUnused(store) }
     }
 

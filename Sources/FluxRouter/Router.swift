@@ -65,6 +65,8 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     @exclusivity(unchecked) var epoch: Millis?
     @exclusivity(unchecked) var now: Millis = 0
+    /// What `restore` found wrong and worked around (for the host to log).
+    public internal(set) var restoreProblems: [String] = []
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
     /// `ref` (SPEC §8.9), read only when an error is actually sent (scanning it again then is cheaper than
     /// keeping the envelope for every message).
@@ -323,6 +325,8 @@ public final class Router {
             if permitted(peer, role.mayOwnStores, op, &out) { unregister(peer, try UnregisterRequest(env), now: now, &out) }
         case .state:
             if permitted(peer, role.mayOwnStores, op, &out) { unsolicitedState(peer, try StateRequest(env), &out) }
+        case .patch:
+            if permitted(peer, role.mayOwnStores, op, &out) { unsolicitedPatch(peer, try PatchRequest(env), &out) }
         case .subscribe: subscribe(peer, try StoreRequest(env, op: "subscribe"), &out)
         case .unsubscribe: unsubscribe(peer, try StoreRequest(env, op: "unsubscribe"), &out)
         case .query:
@@ -343,7 +347,8 @@ public final class Router {
             if hostOps.contains(op) { out.append(.host(peer.id, request)) }
             else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
-             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered:
+             .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
+             .delta, .subtree:
             fail(peer, .unknownOp, "unknown op \"\(op.rawValue)\"", &out)  // (not received: `Op.received` is nil)
         }
     }

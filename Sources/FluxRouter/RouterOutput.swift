@@ -50,6 +50,9 @@ struct Output {
         if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
     }
 
+    /// Whether `peer`'s connection is behind (SPEC §16.3); never without a sink (effects collected for a test).
+    func isBehind(_ peer: Peer) -> Bool { sink?.isBehind(peer.id) ?? false }
+
     mutating func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
         if level == .debug && !debugLogs { return }
         append(.log(level, message()))

@@ -1,5 +1,6 @@
 import DequeModule
 import FluxCore
+import FluxJSONValue
 
 // The router's state: peers, stores, actions in flight, and the values they are made of.
 
@@ -14,7 +15,14 @@ final class Peer {
     @exclusivity(unchecked) var session: ArraySlice<UInt8>?
     @exclusivity(unchecked) var closing = false
     @exclusivity(unchecked) var owned: Set<String> = []
+    /// Stores it subscribed to whole (full or delta subscriptions).
     @exclusivity(unchecked) var subscriptions: Set<String> = []
+    /// Its path subscriptions (SPEC §16.4).
+    @exclusivity(unchecked) var pathSubscriptions: [PathSubscription] = []
+    /// The last coalescing key given to one of its path subscriptions.
+    @exclusivity(unchecked) var nextPathKey: UInt32 = 0
+    /// Subscriptions of every kind it holds (`maxSubscriptions`).
+    var subscriptionCount: Int { subscriptions.count + pathSubscriptions.count }
     @exclusivity(unchecked) var queries: [String: (store: String, bytes: [UInt8])] = [:]
     /// Accepted dispatches from this peer not yet settled.
     @exclusivity(unchecked) var unsettled = 0
@@ -57,15 +65,41 @@ final class StoreEntry {
     /// The last version published (0: none yet) and the seq of the last action the store answered.
     @exclusivity(unchecked) var version: UInt64 = 0
     @exclusivity(unchecked) var seq: UInt64 = 0
-    /// The retained snapshot frame, and where its state bytes sit in it.
+    /// The retained snapshot frame, and where its state bytes sit in it. Nil while `tree` is newer (a patch was
+    /// applied and no frame needed the whole state yet: `Router.retainedSnapshot` renders it).
     @exclusivity(unchecked) var snapshot: Frame?
+    /// SPEC §16.5: the retained state as a tree, kept while the store publishes patches (nil otherwise), and the
+    /// bytes its memory charge assumes.
+    @exclusivity(unchecked) var tree: JSONValue?
+    @exclusivity(unchecked) var treeBytes = 0
+    /// The most recent patches, for subscribers resuming with `from` (SPEC §16.3), within `deltaHistory` bytes.
+    @exclusivity(unchecked) var recentPatches = Deque<RecentPatch>()
+    @exclusivity(unchecked) var recentPatchBytes = 0
+    /// Whether a state is retained (as a frame, or as a tree not rendered yet).
+    var hasRetained: Bool { snapshot != nil || tree != nil }
     @exclusivity(unchecked) var stateRange: Range<Int> = 0..<0
     @exclusivity(unchecked) var snapshotSeq: UInt64 = 0
     /// Actions waiting to be sent to the store, and those sent but not answered, both in seq order.
     @exclusivity(unchecked) var queue = Deque<Delivery>()
     @exclusivity(unchecked) var inflight = Deque<Delivery>()
-    /// Subscribed connections, in subscription order (removed when they unsubscribe or close).
+    /// Subscribed connections, in subscription order (removed when they unsubscribe or close): full ones, delta
+    /// ones (SPEC §16.3) and path ones (§16.4).
     @exclusivity(unchecked) var subscribers: [Peer] = []
+    @exclusivity(unchecked) var deltaSubscribers: [DeltaSubscription] = []
+    @exclusivity(unchecked) var pathSubscribers: [PathSubscription] = []
+    /// Whether anyone subscribes to it, in any way.
+    var hasSubscribers: Bool { !subscribers.isEmpty || !deltaSubscribers.isEmpty || !pathSubscribers.isEmpty }
+
+    /// Each connection that subscribes to it in any way, once (for `store-up`, `store-down`).
+    var subscribedPeers: [Peer] {
+        if deltaSubscribers.isEmpty && pathSubscribers.isEmpty { return subscribers }
+        var seen = Set<PeerID>()
+        var peers: [Peer] = []
+        for peer in subscribers + deltaSubscribers.map(\.peer) + pathSubscribers.map(\.peer) where seen.insert(peer.id).inserted {
+            peers.append(peer)
+        }
+        return peers
+    }
     /// Active queries, deduplicated by bytes, sorted by bytes, with how many holders each has.
     @exclusivity(unchecked) var queryOrder: [[UInt8]] = []
     @exclusivity(unchecked) var queryCounts: [QueryKey: Int] = [:]
@@ -160,6 +194,50 @@ final class StoreEntry {
         }
         return low
     }
+}
+
+/// A delta subscription (SPEC §16.3): its connection and the version it was last sent.
+final class DeltaSubscription {
+    let peer: Peer
+    @exclusivity(unchecked) var sent: UInt64
+
+    init(peer: Peer, sent: UInt64) {
+        self.peer = peer
+        self.sent = sent
+    }
+}
+
+/// A path subscription (SPEC §16.4).
+final class PathSubscription {
+    let peer: Peer
+    let store: String
+    /// The pointer as given, as a JSON string, and its tokens.
+    let path: String
+    let pathJSON: [UInt8]
+    let tokens: [String]
+    /// Its `subtree` frames' coalescing key (unique within its connection).
+    let key: UInt32
+    /// The value last sent (its compact bytes; nil: absent), and whether anything was sent yet.
+    @exclusivity(unchecked) var last: [UInt8]?
+    @exclusivity(unchecked) var sentAny = false
+
+    init(peer: Peer, store: String, path: String, tokens: [String], key: UInt32) {
+        self.peer = peer
+        self.store = store
+        self.path = path
+        self.tokens = tokens
+        self.key = key
+        var json: [UInt8] = []
+        appendEscaped(path, to: &json)
+        self.pathJSON = json
+    }
+}
+
+/// A patch kept for resuming subscribers: the version it made, its seq and bytes.
+struct RecentPatch {
+    let version: UInt64
+    let seq: UInt64
+    let bytes: [UInt8]
 }
 
 /// A query whose number of holders changed, and its new count (0: no longer active).

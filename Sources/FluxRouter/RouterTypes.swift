@@ -92,6 +92,8 @@ public struct RouterConfig: Sendable {
     /// How long settled outcomes of sessions are kept for `recover` (SPEC §15.4), and at most how many.
     public var outcomeWindow: Millis = 600_000
     public var maxOutcomes = 100_000
+    /// Bytes of recent patches kept per store for subscribers that resume with `from` (SPEC §16.3; announced).
+    public var deltaHistory = 1 << 20
     /// Whether `dispatch.seq` is accepted (`fluxd --replay`, for `fluxctl replay`; SPEC §8.3).
     public var replay = false
     /// Seqs reserved in the journal at a time (SPEC §15.1: persisted ahead of use).
@@ -223,6 +225,9 @@ public protocol RouterEffectSink: AnyObject {
     func send(_ frame: Frame, to peer: PeerID)
     /// Every other effect.
     func perform(_ effect: RouterEffect)
+    /// Whether frames wait in the transport, unwritten, for `peer` beyond what a healthy reader leaves (SPEC §16.3:
+    /// a delta subscriber that is behind is sent whole snapshots, which coalesce).
+    func isBehind(_ peer: PeerID) -> Bool
 }
 
 /// Severity of a `log` effect (mapped onto swift-log's levels by the daemon).

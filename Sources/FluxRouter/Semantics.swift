@@ -65,7 +65,7 @@ extension Router {
         routes.invalidate()
         for i in store.queue.indices { store.queue[i].deadline = nil }
 
-        let initial = store.snapshot != nil ? nil : request.state.map { request.body[$0.range] }
+        let initial = store.hasRetained ? nil : request.state.map { request.body[$0.range] }
         var b = FrameBuilder(op: "registered")
         b.string("store", name)
         b.int("version", store.version + (initial == nil ? 0 : 1))  // the initial state becomes version 1 below
@@ -76,7 +76,7 @@ extension Router {
         up.string("store", name)
         up.int("version", store.version + (initial == nil ? 0 : 1))
         let upFrame = up.finish(coalescing: .fence(key: store.key))
-        for sub in store.subscribers where sub !== peer { out.send(sub, upFrame) }
+        for sub in store.subscribedPeers where sub !== peer { out.send(sub, upFrame) }
         observeStoreUp(name, version: store.version + (initial == nil ? 0 : 1), owner: peer, &out)
         let versionBefore = store.version
         if let initial {
@@ -84,7 +84,7 @@ extension Router {
             assert(published, "the initial state's room was checked above")
         }
         let broadcastToSelf = store.version != versionBefore && peer.subscriptions.contains(name)
-        if let snapshot = store.snapshot, !broadcastToSelf { out.send(peer, snapshot) }
+        if !broadcastToSelf, let snapshot = retainedSnapshot(store) { out.send(peer, snapshot) }
         sendQueries(store, &out)
         out.log(.info, "store \"\(name)\" registered by peer \(peer.id) (\(peer.name)), version \(store.version)\(resumed ? ", resumed" : ""), \(store.queue.count) queued")
         pump(store, &out)
@@ -118,7 +118,7 @@ extension Router {
         b.string("store", store.name)
         b.constant("reason", reason)
         let frame = b.finish(coalescing: .fence(key: store.key))
-        for sub in store.subscribers { out.send(sub, frame) }
+        for sub in store.subscribedPeers { out.send(sub, frame) }
         observeStoreDown(store, reason: reason, &out)
         out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
     }
@@ -167,8 +167,8 @@ extension Router {
     /// Forgets a store name nobody needs any more: never registered, no subscriber, no live query (SPEC §10).
     /// A name that is subscribed to before its store registers stays known, so reconnecting clients keep working.
     func forgetIfUnused(_ store: StoreEntry) {
-        guard !store.wasRegistered, store.subscribers.isEmpty, store.queryOrder.isEmpty, store.queue.isEmpty,
-              store.inflight.isEmpty, store.snapshot == nil else { return }
+        guard !store.wasRegistered, !store.hasSubscribers, store.queryOrder.isEmpty, store.queue.isEmpty,
+              store.inflight.isEmpty, !store.hasRetained else { return }
         stores.removeValue(forKey: store.name)
     }
 
@@ -299,9 +299,18 @@ extension Router {
             if let span = request.state {
                 // R4/R5: the new state is published before the result is recorded, so every subscriber has the
                 // snapshot queued before the dispatcher's settlement.
-                guard publish(store, state: body[span.range], seq: seq, &out) else {
+                let patch = request.patch.map { body[$0.range] }
+                guard publish(store, state: body[span.range], seq: seq, patch: patch, &out) else {
                     // The action stays unanswered: redelivered when the store comes back (SPEC §10).
                     return failStateOverBudget(peer, store, span.range.count, &out)
+                }
+            } else if let span = request.patch {
+                // SPEC §16.2: the change as a patch. One that does not apply closes the store's connection; the
+                // action stays unanswered and is delivered again after it registered again.
+                switch publishPatch(store, patch: body[span.range], base: request.base, seq: seq, &out) {
+                case .applied, .empty: break
+                case .failed(let message): return failPatch(peer, store, message, &out)
+                case .overBudget(let size): return failStateOverBudget(peer, store, size, &out)
                 }
             }
             result = .done
@@ -358,8 +367,12 @@ extension Router {
 
     /// A new state from a store: a new version unless byte-identical to the retained one; retained; the same
     /// frame goes to every subscriber.
+    ///
+    /// `patch` (SPEC §16.2, `done` with both): the same change as a patch, for delta subscribers.
     @discardableResult
-    func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, _ out: inout Output) -> Bool {
+    func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, patch: ArraySlice<UInt8>? = nil,
+                 _ out: inout Output) -> Bool {
+        if store.tree != nil { _ = retainedSnapshot(store) }  // R4 compares with the retained bytes, however made
         if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
             return true
         }
@@ -382,22 +395,34 @@ extension Router {
         store.retainedCost = cost
         store.version += 1
         if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state) }
-        var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
-        b.raw("store", store.nameJSON)
-        b.int("version", store.version)
-        b.int("seq", seq)
-        b.key("state")
-        let stateStart = b.byteCount
-        b.rawBytes(state)
-        // A subscriber that cannot keep up is sent only the newest of its unwritten snapshots of this store.
-        let frame = b.finish(coalescing: .newestWins(key: store.key))
+        let frame = snapshotFrame(store, seq: seq, state: state)
         store.snapshot = frame
         store.snapshotSeq = seq
-        store.stateRange = stateStart..<(stateStart + state.count)
+        store.tree = nil  // the bytes are the state now (SPEC §16.5)
+        if let patch { rememberPatch(store, seq: seq, patch) } else if !store.recentPatches.isEmpty {
+            store.recentPatches.removeAll()
+            store.recentPatchBytes = 0
+        }
         out.traffic.snapshots += 1
-        for sub in store.subscribers { out.send(sub, frame) }
+        if store.deltaSubscribers.isEmpty && store.pathSubscribers.isEmpty {
+            for sub in store.subscribers { out.send(sub, frame) }  // (the common case, inline)
+        } else {
+            broadcast(store, seq: seq, patch: patch, operations: nil, &out)
+        }
         observeSnapshot(store, seq: seq, state: state, &out)
         return true
+    }
+
+    /// SPEC §16.2: the `patch` op, a store's change outside an action.
+    func unsolicitedPatch(_ peer: Peer, _ request: PatchRequest, _ out: inout Output) {
+        guard let store = ownedStore(peer, request.store) else {
+            return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
+        }
+        switch publishPatch(store, patch: request.body[request.patch.range], base: request.base, seq: store.seq, &out) {
+        case .applied, .empty: break
+        case .failed(let message): failPatch(peer, store, message, &out)
+        case .overBudget(let size): failStateOverBudget(peer, store, size, &out)
+        }
     }
 
     func unsolicitedState(_ peer: Peer, _ request: StateRequest, _ out: inout Output) {
@@ -460,7 +485,7 @@ extension Router {
             b.string("store", name)
             b.constant("reason", "shutdown")
             let frame = b.finish(coalescing: .fence(key: store.key))
-            for sub in store.subscribers { out.send(sub, frame) }
+            for sub in store.subscribedPeers { out.send(sub, frame) }
         }
         expiringStores.removeAll()  // (durable: no queued action is given up while fluxd stops)
         let bye = byeFrame(reason: durable ? "restart" : "shutdown")

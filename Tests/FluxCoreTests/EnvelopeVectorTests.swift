@@ -226,6 +226,8 @@ struct EnvelopeVectorTests {
             "limit-exceeded": false, "too-many-connections": true, "memory-budget": false, "unresponsive": true,
             // since fluxd 0.3.0 (the journal, SPEC §15)
             "disk-full": false, "journal-failed": false, "not-retained": false,
+            // since fluxd 0.4.0 (patches, SPEC §16)
+            "patch-failed": true,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

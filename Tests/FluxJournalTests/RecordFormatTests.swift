@@ -51,7 +51,7 @@ struct RecordFormatTests {
     @Test func wholeSegmentReadsBack() {
         let bytes = Self.segment(Self.bodies)
         let scan = JournalScan(bytes)
-        #expect(scan.problem == nil && scan.tornBytes == 0 && scan.version == 1)
+        #expect(scan.problem == nil && scan.tornBytes == 0 && scan.version == SegmentHeader.currentVersion)
         #expect(scan.records.map { String(decoding: bytes[$0], as: UTF8.self) } == Self.bodies)
         #expect(scan.validEnd == bytes.count)
     }
@@ -113,10 +113,10 @@ struct RecordFormatTests {
 
     @Test func notASegment() {
         #expect(JournalScan(Array("NOTAJRNL\u{0}\u{1}\u{0}\u{0}".utf8)).problem == .notASegment(reason: "it does not start with FLUXJRNL"))
-        var newer = SegmentHeader.bytes(version: 2)
+        var newer = SegmentHeader.bytes(version: SegmentHeader.currentVersion + 1)
         appendRecord([1, 2, 3], to: &newer)
         if case .notASegment(let reason)? = JournalScan(newer).problem {
-            #expect(reason.contains("format version 2"))
+            #expect(reason.contains("format version \(SegmentHeader.currentVersion + 1)"))
         } else {
             Issue.record("a newer version was read")
         }

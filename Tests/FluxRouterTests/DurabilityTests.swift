@@ -45,6 +45,7 @@ struct DurabilityTests {
             case .action(let a): return "action \(a.seq)"
             case .result(let seq, let s, _, let v): return "result \(seq) \(s) v\(v)"
             case .snapshot(let s, let v, let seq, _): return "snapshot \(s) v\(v) seq \(seq)"
+            case .patch(let s, let v, let seq, _): return "patch \(s) v\(v) seq \(seq)"
             case .storePosition, .outcome, .segmentSummary: return "checkpoint-only"
             }
         }

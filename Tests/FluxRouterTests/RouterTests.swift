@@ -843,6 +843,7 @@ struct EffectSinkTests {
         var lines: [String] = []
         func send(_ frame: Frame, to peer: PeerID) { lines.append(EffectSinkTests.describe(.send(peer, frame))) }
         func perform(_ effect: RouterEffect) { lines.append(EffectSinkTests.describe(effect)) }
+        func isBehind(_ peer: PeerID) -> Bool { false }
     }
 
     static func describe(_ effect: RouterEffect) -> String {

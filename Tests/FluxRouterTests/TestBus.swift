@@ -63,7 +63,9 @@ final class TestBus: DaemonTransport {
         return 0
     }
 
-    func queuedBytes(of peer: PeerID) -> Int { 0 }
+    /// Bytes a test says wait unwritten for a peer (a peer that is behind, SPEC §16.3).
+    var queued: [PeerID: Int] = [:]
+    func queuedBytes(of peer: PeerID) -> Int { queued[peer] ?? 0 }
     func accountableBytes(of peer: PeerID) -> Int { 0 }
     func charged(_ bytes: Int, for peer: PeerID) {}
     func discardQueued(of peer: PeerID) {}

@@ -1,0 +1,254 @@
+import DequeModule
+import FluxCore
+import FluxJSONValue
+
+// SPEC §16: changes published as patches, delta subscribers, path subscribers, and the retained state that
+// patches keep as a tree (rendered only when a frame needs the whole state).
+//
+// What each kind of subscriber is sent for a new version (the one place that says it):
+// - full subscribers: the `snapshot` frame (rendered from the tree when the change came as a patch only);
+// - delta subscribers: a `delta` made of the store's patch bytes when the change came with a patch, the
+//   subscriber was sent the version before and its connection is not behind; the `snapshot` frame otherwise;
+// - path subscribers: a `subtree` when the change touches their path (by the patch's paths, or, for a whole
+//   state, by comparing the value at the path with the one last sent).
+extension Router {
+    /// What a patch from a store did.
+    enum PatchOutcome {
+        /// A new version was made.
+        case applied
+        /// An empty patch: nothing changed, no version.
+        case empty
+        /// The patch does not apply (SPEC §16.2: `patch-failed`, the store's connection is closed).
+        case failed(String)
+        /// The patched state does not fit the memory budget.
+        case overBudget(Int)
+    }
+
+    /// How many times the JSON bytes of a state its parsed tree is charged as (SPEC §16.5: the tree is charged
+    /// to the memory budget like the retained snapshot). Measured for the todo state (JSONValue: ~3.5 bytes of
+    /// heap per byte of JSON for small objects of short strings and numbers).
+    static let treeOverhead = 4
+
+    // MARK: - The retained state
+
+    /// The retained snapshot frame, rendered from the tree if a patch made it newer (cached until the next change).
+    func retainedSnapshot(_ store: StoreEntry) -> Frame? {
+        if let snapshot = store.snapshot { return snapshot }
+        guard let tree = store.tree else { return nil }
+        let state = tree.compactBytes
+        store.snapshot = snapshotFrame(store, seq: store.snapshotSeq, state: state[...])
+        return store.snapshot
+    }
+
+    /// Builds the `snapshot` frame of the store's current version and records where its state sits.
+    func snapshotFrame(_ store: StoreEntry, seq: UInt64, state: ArraySlice<UInt8>) -> Frame {
+        var b = FrameBuilder(op: "snapshot", capacity: 64 + store.nameJSON.count + state.count)
+        b.raw("store", store.nameJSON)
+        b.int("version", store.version)
+        b.int("seq", seq)
+        b.key("state")
+        let stateStart = b.byteCount
+        b.rawBytes(state)
+        store.stateRange = stateStart..<(stateStart + state.count)
+        // A subscriber that cannot keep up is sent only the newest of its unwritten snapshots of this store.
+        return b.finish(coalescing: .newestWins(key: store.key))
+    }
+
+    /// The retained state as a tree: the kept one, or (for a store that publishes whole states) one parsed from
+    /// the retained bytes for this use only.
+    func currentTree(_ store: StoreEntry) -> JSONValue? {
+        if let tree = store.tree { return tree }
+        guard let snapshot = store.snapshot else { return nil }
+        return try? JSONValue(parsing: snapshot.bytes[store.stateRange])
+    }
+
+    // MARK: - Publishing a patch
+
+    /// SPEC §16.2: a store's patch (from `done` or the `patch` op), applied to the retained state; a new version
+    /// goes to every kind of subscriber.
+    func publishPatch(_ store: StoreEntry, patch: ArraySlice<UInt8>, base: UInt64?, seq: UInt64,
+                      _ out: inout Output) -> PatchOutcome {
+        guard store.hasRetained else { return .failed("store \"\(store.name)\" has no retained state to patch") }
+        if let base, base != store.version {
+            return .failed("the patch applies to version \(base), the retained state of \"\(store.name)\" is version \(store.version)")
+        }
+        let operations: JSONPatch
+        do { operations = try JSONPatch(parsing: patch) } catch { return .failed("patch for \"\(store.name)\": \(error)") }
+        if operations.isEmpty { return .empty }
+        // The charge first (an estimate that does not need the result): a refused one changes nothing.
+        let hadTree = store.tree != nil
+        let treeBytes = (hadTree ? store.treeBytes : store.stateRange.count) + patch.count
+        let oldCost = store.retainedCost
+        guard chargeRetained(store, 96 + store.nameJSON.count + Router.treeOverhead * treeBytes) else {
+            return .overBudget(treeBytes)
+        }
+        var tree = store.tree ?? currentTree(store)!
+        store.tree = nil  // (unique while it changes: the patch applies in place)
+        do {
+            try tree.apply(operations)
+        } catch {
+            if hadTree { store.tree = tree }  // as it was: a patch applies whole or not at all
+            _ = chargeRetained(store, oldCost)
+            return .failed("patch for \"\(store.name)\" does not apply to version \(store.version): \(error)")
+        }
+        store.tree = tree
+        store.treeBytes = treeBytes
+        store.snapshot = nil
+        store.version += 1
+        store.snapshotSeq = seq
+        if journaling { journal!.patch(store: store.name, version: store.version, seq: seq, patch: patch) }
+        rememberPatch(store, seq: seq, patch)
+        out.traffic.snapshots += 1
+        broadcast(store, seq: seq, patch: patch, operations: operations, &out)
+        observeDelta(store, seq: seq, patch: patch, &out)
+        return .applied
+    }
+
+    /// Charges the retained state's new cost to its publisher (as `publish` does for whole states).
+    func chargeRetained(_ store: StoreEntry, _ cost: Int) -> Bool {
+        if let owner = store.ownerPeer, owner.account === store.retainedBy {
+            guard memory.resize(owner.account, from: store.retainedCost, to: cost) else { return false }
+        } else {
+            guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
+            if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
+            guard memory.charge(account, cost) else {
+                if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
+                return false
+            }
+            store.retainedBy = account
+        }
+        store.retainedCost = cost
+        return true
+    }
+
+    /// Keeps the patch that made the store's current version for resuming subscribers, within `deltaHistory`.
+    func rememberPatch(_ store: StoreEntry, seq: UInt64, _ patch: ArraySlice<UInt8>) {
+        guard config.deltaHistory > 0, patch.count <= config.deltaHistory else {
+            store.recentPatches.removeAll()
+            store.recentPatchBytes = 0
+            return
+        }
+        if let last = store.recentPatches.last, last.version != store.version - 1 {
+            store.recentPatches.removeAll()  // a whole state came in between: older patches cannot chain to now
+            store.recentPatchBytes = 0
+        }
+        store.recentPatches.append(RecentPatch(version: store.version, seq: seq, bytes: Array(patch)))
+        store.recentPatchBytes += patch.count
+        while store.recentPatchBytes > config.deltaHistory, let first = store.recentPatches.popFirst() {
+            store.recentPatchBytes -= first.bytes.count
+        }
+    }
+
+    // MARK: - Sending a new version
+
+    /// Sends the store's new version to its subscribers: `patch` is the change as the store wrote it (nil: it came
+    /// as a whole state, already in `store.snapshot`), `operations` its parsed form (for path subscribers).
+    func broadcast(_ store: StoreEntry, seq: UInt64, patch: ArraySlice<UInt8>?, operations: JSONPatch?,
+                   _ out: inout Output) {
+        let version = store.version
+        if !store.subscribers.isEmpty, let frame = retainedSnapshot(store) {
+            for sub in store.subscribers { out.send(sub, frame) }
+        }
+        if !store.deltaSubscribers.isEmpty {
+            var delta: Frame?
+            for sub in store.deltaSubscribers {
+                if let patch, sub.sent == version - 1, !out.isBehind(sub.peer) {
+                    if delta == nil { delta = deltaFrame(store, from: version - 1, version: version, seq: seq, patch: patch) }
+                    out.send(sub.peer, delta!)
+                } else if let frame = retainedSnapshot(store) {
+                    out.send(sub.peer, frame)
+                }
+                sub.sent = version
+            }
+        }
+        if !store.pathSubscribers.isEmpty { notifyPaths(store, operations: operations, &out) }
+    }
+
+    /// A `delta` frame (SPEC §16.3): the patch bytes as the store wrote them. Never coalesced: a subscriber that is
+    /// behind is sent the snapshot instead.
+    func deltaFrame(_ store: StoreEntry, from: UInt64, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) -> Frame {
+        var b = FrameBuilder(op: "delta", capacity: 80 + store.nameJSON.count + patch.count)
+        b.raw("store", store.nameJSON)
+        b.int("from", from)
+        b.int("version", version)
+        b.int("seq", seq)
+        b.raw("patch", patch)
+        return b.finish()
+    }
+
+    /// What a (re)subscribing connection is sent after `subscribed` (SPEC §16.3, resume): nothing when it holds
+    /// the retained version, the patches since the version it holds when they are kept (delta subscriptions),
+    /// else the retained snapshot.
+    func resume(_ peer: Peer, _ store: StoreEntry, from: UInt64?, deltas: Bool, _ out: inout Output) {
+        guard store.hasRetained else { return }
+        if let from, from == store.version { return }
+        if deltas, let from, from < store.version, let first = store.recentPatches.first,
+           first.version <= from + 1 {
+            for patch in store.recentPatches where patch.version > from {
+                out.send(peer, deltaFrame(store, from: patch.version - 1, version: patch.version, seq: patch.seq,
+                                          patch: patch.bytes[...]))
+            }
+            return
+        }
+        if let snapshot = retainedSnapshot(store) { out.send(peer, snapshot) }
+    }
+
+    // MARK: - Path subscriptions
+
+    /// Sends each path subscriber whose path the change touched the value at its path now.
+    func notifyPaths(_ store: StoreEntry, operations: JSONPatch?, _ out: inout Output) {
+        var tree: JSONValue?
+        var parsed = false
+        for sub in store.pathSubscribers {
+            if let operations, !operations.operations.contains(where: { Router.touches($0, sub.tokens) }) { continue }
+            if !parsed {
+                tree = currentTree(store)
+                parsed = true
+            }
+            let value = tree.flatMap { try? $0.value(at: sub.tokens) }.map(\.compactBytes)
+            if operations == nil, sub.sentAny, value == sub.last { continue }  // a whole state that left it as it was
+            sendSubtree(sub, store, value: value, &out)
+        }
+    }
+
+    /// A `subtree` frame to one path subscriber (coalesced per subscription: newest wins).
+    func sendSubtree(_ sub: PathSubscription, _ store: StoreEntry, value: [UInt8]?, _ out: inout Output) {
+        var b = FrameBuilder(op: "subtree", capacity: 96 + store.nameJSON.count + sub.pathJSON.count + (value?.count ?? 0))
+        b.raw("store", store.nameJSON)
+        b.raw("path", sub.pathJSON)
+        b.int("version", store.version)
+        b.int("seq", store.snapshotSeq)
+        b.bool("exists", value != nil)
+        if let value { b.raw("value", value) }
+        out.send(sub.peer, b.finish(coalescing: .newestWins(key: sub.key)))
+        sub.last = value
+        sub.sentAny = true
+    }
+
+    /// SPEC §16.4: whether a patch operation touches the subtree at `path`.
+    static func touches(_ operation: JSONPatchOperation, _ path: [String]) -> Bool {
+        switch operation {
+        case .test: return false
+        case .replace(let target, _): return related(target.tokens, path, shifts: false)
+        case .copy(_, let target): return related(target.tokens, path, shifts: true)
+        case .add(let target, _), .remove(let target): return related(target.tokens, path, shifts: true)
+        case .move(let from, let target):
+            return related(from.tokens, path, shifts: true) || related(target.tokens, path, shifts: true)
+        }
+    }
+
+    /// Whether a change at `target` touches `path`: one is a prefix of the other, or (`shifts`: an insertion or
+    /// removal) `target` is an index of an array that contains `path` at that index or after it.
+    static func related(_ target: [String], _ path: [String], shifts: Bool) -> Bool {
+        let common = min(target.count, path.count)
+        if target.prefix(common).elementsEqual(path.prefix(common)) { return true }
+        guard shifts, target.count <= path.count, target.count > 0 else { return false }
+        let k = target.count - 1
+        guard target.prefix(k).elementsEqual(path.prefix(k)) else { return false }
+        let last = target[k]
+        guard let mine = JSONValue.arrayIndex(path[k]) else { return false }
+        if last == "-" { return false }  // appended after the last element: no element moves
+        guard let at = JSONValue.arrayIndex(last) else { return false }
+        return mine >= at
+    }
+}

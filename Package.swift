@@ -77,7 +77,7 @@ let package = Package(
         // fluxd's journal (SPEC §15, docs/journal.md): the record format and recovered state (pure), and the
         // segment files of a data directory behind the `AppendFile` storage seam.
         .target(name: "CFluxSys"),
-        .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", .product(name: "DequeModule", package: "swift-collections")],
+        .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", "FluxJSONValue", .product(name: "DequeModule", package: "swift-collections")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),

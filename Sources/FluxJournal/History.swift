@@ -1,3 +1,5 @@
+import FluxJSONValue
+
 /// One journaled action and the results it has so far (SPEC §8.12 `history`).
 public struct HistoryEntry: Sendable, Equatable {
     public var action: ActionEntry
@@ -74,28 +76,53 @@ extension Journal {
 
     /// Store `store`'s state at `version`, or the newest one whose seq is at most `seq`, from the retained
     /// segments (and the newest checkpoint, which holds the snapshot retained when it was written).
+    ///
+    /// A version made by a patch (SPEC §16) is the newest snapshot before it with the patches after that applied
+    /// (rendered as fluxd renders a patched state).
     public func stateAt(store: String, version: UInt64?, seq: UInt64?) -> PastState? {
         if hasStaged { try? flushStaged() }
-        var best: PastState?
-        func consider(_ v: UInt64, _ s: UInt64, _ state: ArraySlice<UInt8>) {
-            if let version {
-                if v == version { best = PastState(version: v, seq: s, state: Array(state)) }
-            } else if let seq, s <= seq, v >= (best?.version ?? 0) {
-                best = PastState(version: v, seq: s, state: Array(state))
-            }
+        var best: (version: UInt64, seq: UInt64)?
+        func wanted(_ v: UInt64, _ s: UInt64) -> Bool {
+            if let version { return v == version }
+            if let seq { return s <= seq && v >= (best?.version ?? 0) }
+            return false
         }
+        // The store's snapshots and patches, in journal order: the state at a version is the last snapshot at or
+        // before it, with the patches between applied.
+        var base: (version: UInt64, state: JSONValue?, bytes: [UInt8])?
+        var result: PastState?
         var files = Self.checkpoints(options.directory).suffix(1).map(\.path)
         files += segmentInfos.map { options.directory + "/" + Self.segmentName($0.number) }
         for path in files {
             guard let bytes = readWholeFile(path) else { continue }
             for range in JournalScan(bytes).records {
-                guard range.count > 1, bytes[range.lowerBound] == RecordKind.snapshot.rawValue,
-                      case .snapshot(let name, let v, let s, let state)? = try? RecordDecoder.decode(bytes, range),
-                      name == store else { continue }
-                consider(v, s, state)
+                guard range.count > 1, bytes[range.lowerBound] == RecordKind.snapshot.rawValue
+                        || bytes[range.lowerBound] == RecordKind.patch.rawValue else { continue }
+                switch try? RecordDecoder.decode(bytes, range) {
+                case .snapshot(let name, let v, let s, let state)? where name == store:
+                    base = (v, nil, Array(state))
+                    if wanted(v, s) {
+                        best = (v, s)
+                        result = PastState(version: v, seq: s, state: Array(state))
+                    }
+                case .patch(let name, let v, let s, let patch)? where name == store:
+                    guard var current = base, current.version + 1 == v else { base = nil; continue }
+                    if current.state == nil { current.state = try? JSONValue(parsing: current.bytes) }
+                    guard var tree = current.state, let p = try? JSONPatch(parsing: patch), (try? tree.apply(p)) != nil else {
+                        base = nil
+                        continue
+                    }
+                    base = (v, tree, [])
+                    if wanted(v, s) {
+                        best = (v, s)
+                        result = PastState(version: v, seq: s, state: tree.compactBytes)
+                    }
+                default:
+                    continue
+                }
             }
         }
-        return best
+        return result
     }
 
     /// Writes what is staged now (a read of the files must see it; writing early never breaks the rule that

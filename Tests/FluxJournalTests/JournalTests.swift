@@ -278,3 +278,28 @@ extension JournalTests {
         #expect(again.recovered.nextSeq == 4)
     }
 }
+
+extension JournalTests {
+    @Test("state-at a version a patch made: the snapshot before it with the patches after it applied (SPEC §16)")
+    func stateAtPatchedVersions() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        let journal = try Journal(options: Journal.Options(directory: dir.path))
+        journal.register(store: "todos", handles: ["todo/*"], waitFor: [])
+        journal.snapshot(store: "todos", version: 1, seq: 0, state: Array(#"{"n":1,"items":[]}"#.utf8)[...])
+        journal.patch(store: "todos", version: 2, seq: 5, patch: Array(#"[{"op":"replace","path":"/n","value":2}]"#.utf8)[...])
+        journal.patch(store: "todos", version: 3, seq: 9, patch: Array(#"[{"op":"add","path":"/items/-","value":"x"}]"#.utf8)[...])
+        #expect(journal.commit(now: 0) == .written)
+        #expect(journal.stateAt(store: "todos", version: 1, seq: nil)?.state == Array(#"{"n":1,"items":[]}"#.utf8))
+        #expect(journal.stateAt(store: "todos", version: 2, seq: nil)?.state == Array(#"{"n":2,"items":[]}"#.utf8))
+        let third = journal.stateAt(store: "todos", version: 3, seq: nil)
+        #expect(third?.state == Array(#"{"n":2,"items":["x"]}"#.utf8) && third?.seq == 9)
+        #expect(journal.stateAt(store: "todos", version: nil, seq: 7)?.version == 2)
+        #expect(journal.stateAt(store: "todos", version: 4, seq: nil) == nil)
+        journal.close(now: 1)
+        let again = try Journal(options: Journal.Options(directory: dir.path))
+        #expect(again.recovered.stores["todos"]?.version == 3)
+        #expect(again.stateAt(store: "todos", version: 3, seq: nil)?.state == Array(#"{"n":2,"items":["x"]}"#.utf8),
+                "after a clean close the checkpoint holds the rendered snapshot")
+    }
+}

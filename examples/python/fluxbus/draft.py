@@ -21,34 +21,48 @@ from .patch import _MISSING, _diff_arrays, diff_into, escape, plain
 __all__ = ["DraftDict", "DraftList", "draft", "finish", "is_draft"]
 
 
-def _touch(node: Any) -> None:
-    """Marks ``node`` and its ancestors touched; each one marked tells its parent which key led to it."""
-    while not node._touched:
-        node._touched = True
-        parent = node._parent
+class _Changes:
+    """What happened to a draft that was touched (a draft without one is untouched): ``dirty`` keys or indexes
+    written, ``tkeys``: keys or indexes of touched children, ``structural``: a list changed length or order,
+    ``foreign``: ids of containers the handler put in a list, ``final``: the finished value."""
+
+    __slots__ = ("dirty", "tkeys", "structural", "foreign", "final")
+
+    def __init__(self) -> None:
+        self.dirty: Set[Any] = set()
+        self.tkeys: Set[Any] = set()
+        self.structural = False
+        self.foreign: Set[int] = set()
+        self.final: Any = None
+
+
+_NO_KEY = object()
+
+
+def _touch(node: Any) -> "_Changes":
+    """Marks ``node`` and its ancestors touched (each one records which child key led to it); returns ``node``'s
+    changes."""
+    changes = node._ch
+    if changes is not None:
+        return changes
+    mine = changes = node._ch = _Changes()
+    while True:
+        _orig, parent, key = node._src
         if parent is None:
-            return
-        if parent._tkeys is None:
-            parent._tkeys = set()
-        parent._tkeys.add(node._key)
+            return mine
+        changes = parent._ch
+        if changes is not None:
+            changes.tkeys.add(key)
+            return mine
+        changes = parent._ch = _Changes()
+        changes.tkeys.add(key)
         node = parent
 
 
 def _child(value: Any, parent: Any, key: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        child: Any = DraftDict(value)
-    else:
-        child = DraftList(value)
-        child._structural = False
-        child._foreign = None
-    child._orig = value
-    child._parent = parent
-    child._key = key
-    child._touched = False
-    child._dirty = None
-    child._tkeys = None
-    child._final = None
+    child: Any = DraftDict(value) if type(value) is dict else DraftList(value)
+    child._src = (value, parent, key)
+    child._ch = None
     return child
 
 
@@ -56,16 +70,17 @@ def _deep(value: Any) -> Any:
     """A plain deep copy of a value that may hold drafts (read through their raw storage)."""
     if isinstance(value, dict):
         return {key: _deep(child) for key, child in dict.items(value)}
-    if isinstance(value, (list, tuple)):
-        return [_deep(child) for child in list.__iter__(value)] if isinstance(value, list) else \
-            [_deep(child) for child in value]
+    if isinstance(value, list):
+        return [_deep(child) for child in list.__iter__(value)]
+    if isinstance(value, tuple):
+        return [_deep(child) for child in value]
     return value
 
 
 class DraftDict(dict):
     """A draft of a JSON object (see the module doc)."""
 
-    __slots__ = ("_orig", "_parent", "_key", "_touched", "_dirty", "_tkeys", "_final")
+    __slots__ = ("_src", "_ch")
     _flux_draft = True
 
     # -- reading ------------------------------------------------------------------------------------------------
@@ -73,9 +88,12 @@ class DraftDict(dict):
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
         kind = type(value)
-        if (kind is dict or kind is list) and (self._dirty is None or key not in self._dirty):
-            value = _child(value, self, key)
-            dict.__setitem__(self, key, value)
+        if (kind is dict or kind is list) and (self._ch is None or key not in self._ch.dirty):
+            child = DraftDict(value) if kind is dict else DraftList(value)
+            child._src = (value, self, key)
+            child._ch = None
+            dict.__setitem__(self, key, child)
+            return child
         return value
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -109,10 +127,7 @@ class DraftDict(dict):
     # -- writing ------------------------------------------------------------------------------------------------
 
     def _changed(self, key: Any) -> None:
-        if self._dirty is None:
-            self._dirty = set()
-        self._dirty.add(key)
-        _touch(self)
+        _touch(self).dirty.add(key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dict.__setitem__(self, key, value)
@@ -153,30 +168,26 @@ class DraftDict(dict):
     def clear(self) -> None:
         keys = list(dict.keys(self))
         dict.clear(self)
-        for key in keys:
-            self._changed(key)
-        _touch(self)
+        _touch(self).dirty.update(keys)
 
     # -- finishing ----------------------------------------------------------------------------------------------
 
     def _flux_final(self) -> Any:
-        if not self._touched:
-            return self._orig
-        if self._final is None:
-            self._flux_diff(self._orig, "", [])
-        return self._final
+        changes = self._ch
+        if changes is None:
+            return self._src[0]
+        if changes.final is None:
+            self._flux_diff(self._src[0], "", [])
+        return changes.final
 
     def _flux_diff(self, old: Any, path: str, ops: List[Dict[str, Any]]) -> Any:
-        orig = self._orig
+        orig = self._src[0]
         if old is not orig:
             return diff_into(old, self._flux_final(), path, ops)
-        if not self._touched:
+        changes = self._ch
+        if changes is None:
             return orig
-        keys: Set[Any] = set()
-        if self._dirty:
-            keys |= self._dirty
-        if self._tkeys:
-            keys |= self._tkeys
+        keys = changes.dirty | changes.tkeys
         final = dict(orig)
         for key in [k for k in dict.keys(self) if k in keys] + [k for k in keys if not dict.__contains__(self, k)]:
             child_path = path + "/" + escape(key if isinstance(key, str) else str(key))
@@ -192,14 +203,14 @@ class DraftDict(dict):
                 final[key] = value
             else:
                 final[key] = diff_into(before, new, child_path, ops)
-        self._final = final
+        changes.final = final
         return final
 
 
 class DraftList(list):
     """A draft of a JSON array (see the module doc)."""
 
-    __slots__ = ("_orig", "_parent", "_key", "_touched", "_dirty", "_tkeys", "_final", "_structural", "_foreign")
+    __slots__ = ("_src", "_ch")
     _flux_draft = True
 
     # -- reading ------------------------------------------------------------------------------------------------
@@ -207,9 +218,12 @@ class DraftList(list):
     def _wrap(self, index: int) -> Any:
         value = list.__getitem__(self, index)
         kind = type(value)
-        if (kind is dict or kind is list) and (self._foreign is None or id(value) not in self._foreign):
-            value = _child(value, self, index)
-            list.__setitem__(self, index, value)
+        if (kind is dict or kind is list) and (self._ch is None or id(value) not in self._ch.foreign):
+            child = DraftDict(value) if kind is dict else DraftList(value)
+            child._src = (value, self, index)
+            child._ch = None
+            list.__setitem__(self, index, child)
+            return child
         return value
 
     def __getitem__(self, index: Any) -> Any:
@@ -223,11 +237,23 @@ class DraftList(list):
 
     def _wrap_all(self) -> None:
         """Wraps every nested container not wrapped yet, in one pass (iteration reads them all)."""
-        foreign = self._foreign
+        foreign = () if self._ch is None else self._ch.foreign
+        setitem = list.__setitem__
         for index, value in enumerate(list.__iter__(self)):
             kind = type(value)
-            if (kind is dict or kind is list) and (foreign is None or id(value) not in foreign):
-                list.__setitem__(self, index, _child(value, self, index))
+            if kind is dict:
+                if id(value) in foreign:
+                    continue
+                child: Any = DraftDict(value)
+            elif kind is list:
+                if id(value) in foreign:
+                    continue
+                child = DraftList(value)
+            else:
+                continue
+            child._src = (value, self, index)
+            child._ch = None
+            setitem(self, index, child)
 
     def __iter__(self) -> Any:
         self._wrap_all()
@@ -263,13 +289,10 @@ class DraftList(list):
         """Remembers a container the handler put in the list: it is the handler's own, never wrapped."""
         kind = type(value)
         if kind is dict or kind is list:
-            if self._foreign is None:
-                self._foreign = set()
-            self._foreign.add(id(value))
+            _touch(self).foreign.add(id(value))
 
     def _reshaped(self) -> None:
-        self._structural = True
-        _touch(self)
+        _touch(self).structural = True
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, slice):
@@ -283,10 +306,7 @@ class DraftList(list):
         self._adopt(value)
         if index < 0:
             index += list.__len__(self)
-        if self._dirty is None:
-            self._dirty = set()
-        self._dirty.add(index)
-        _touch(self)
+        _touch(self).dirty.add(index)
 
     def __delitem__(self, index: Any) -> None:
         list.__delitem__(self, index)
@@ -344,34 +364,31 @@ class DraftList(list):
     # -- finishing ----------------------------------------------------------------------------------------------
 
     def _flux_final(self) -> Any:
-        if not self._touched:
-            return self._orig
-        if self._final is None:
-            self._flux_diff(self._orig, "", [])
-        return self._final
+        changes = self._ch
+        if changes is None:
+            return self._src[0]
+        if changes.final is None:
+            self._flux_diff(self._src[0], "", [])
+        return changes.final
 
     def _flux_diff(self, old: Any, path: str, ops: List[Dict[str, Any]]) -> Any:
-        orig = self._orig
+        orig = self._src[0]
         if old is not orig:
             return diff_into(old, self._flux_final(), path, ops)
-        if not self._touched:
+        changes = self._ch
+        if changes is None:
             return orig
-        if self._structural:
-            foreign = self._foreign or ()
+        if changes.structural:
+            foreign = changes.foreign
             final: Any = [value._flux_final() if getattr(value, "_flux_draft", False)
                           else (plain(value) if id(value) in foreign else value)
                           for value in list.__iter__(self)]
             final = _diff_arrays(orig, final, path, ops)
         else:
             final = list(orig)
-            indexes: Set[int] = set()
-            if self._dirty:
-                indexes |= self._dirty
-            if self._tkeys:
-                indexes |= self._tkeys
-            for index in sorted(indexes):
+            for index in sorted(changes.dirty | changes.tkeys):
                 final[index] = diff_into(orig[index], list.__getitem__(self, index), f"{path}/{index}", ops)
-        self._final = final
+        changes.final = final
         return final
 
 

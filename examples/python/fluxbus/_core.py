@@ -144,7 +144,7 @@ class ClientCore:
             fields["id"] = msg["id"]
         return encode_frame(dumps(fields))
 
-    def _speaks_deltas(self) -> bool:
+    def speaks_deltas(self) -> bool:
         """Whether fluxd speaks SPEC §16 (patches, delta and path subscriptions): it announces
         ``limits.deltaHistory`` in ``welcome`` (since fluxd 0.4.0)."""
         welcome = getattr(self, "welcome", None)
@@ -159,7 +159,7 @@ class ClientCore:
             parse_pointer(path)  # raises PointerError (a ValueError) when malformed
             if deltas:
                 raise ValueError("a path subscription cannot ask for deltas (SPEC §16.3)")
-            if not self._speaks_deltas():
+            if not self.speaks_deltas():
                 raise ValueError("this fluxd does not support path subscriptions (fluxd 0.4.0 or newer does)")
         return subscription_key(store, path)
 
@@ -208,6 +208,25 @@ class ClientCore:
     def _frame_with_raw(fields: Message, key: str, raw: bytes) -> bytes:
         head = dumps(fields)[:-1]  # canonical envelope without its closing brace
         return encode_frame(head + b',"' + key.encode() + b'":' + raw + b"}")
+
+    @staticmethod
+    def _change_frame(fields: Message, state: Any = None, patch: Any = None, base: Optional[int] = None) -> bytes:
+        """A ``done``, ``state`` or ``patch`` frame: ``fields`` plus the new ``state`` and/or the ``patch`` to it
+        (SPEC §16.2; either may be given already encoded, as bytes) and the ``base`` version the patch applies
+        to."""
+        fields = dict(fields)
+        if base is not None:
+            fields["base"] = base
+        raws: List[Tuple[str, bytes]] = []
+        for key, value in (("patch", patch), ("state", state)):
+            if isinstance(value, (bytes, bytearray)):
+                raws.append((key, bytes(value)))
+            elif value is not None:
+                fields[key] = value
+        body = dumps(fields)
+        if raws:
+            body = body[:-1] + b"".join(b',"' + key.encode() + b'":' + raw for key, raw in raws) + b"}"
+        return encode_frame(body)
 
     # -- reconnecting -------------------------------------------------------------------------------------------
 
@@ -412,7 +431,7 @@ class SubscriptionCore:
         if self.deltas:
             fields["deltas"] = True
         if (resume and self.path is None and self.latest is not None and not self._take_any
-                and self.client._speaks_deltas()):
+                and self.client.speaks_deltas()):
             fields["from"] = self.latest.version
         return ClientCore._frame(fields)
 

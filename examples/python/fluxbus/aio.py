@@ -285,7 +285,7 @@ class AsyncClient(ClientCore):
         created = sub is None
         if sub is None:
             sub = AsyncSubscription(self, store, path, bool(path is None and deltas is not False and
-                                                            self._speaks_deltas()))
+                                                            self.speaks_deltas()))
             self._subscriptions[key] = sub
         what = f"{store!r}" if path is None else f"{path!r} in {store!r}"
         try:
@@ -936,13 +936,14 @@ class AsyncStoreRegistration(RegistrationCore):
         self._interrupted = True
         self._queue.put_nowait(_INTERRUPT)
 
-    async def done(self, seq: int, state: Any = None, timeout: Optional[float] = None) -> bool:
-        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged).
-        Returns ``False`` when the action came on a connection that is gone (nothing is sent)."""
-        fields: Message = {"op": Op.DONE, "store": self.store, "seq": seq}
-        if state is not None:
-            fields["state"] = state
-        return await self._send(fields, timeout, self._answer_generation(seq) or None)
+    async def done(self, seq: int, state: Any = None, timeout: Optional[float] = None, *, patch: Any = None,
+                   base: Optional[int] = None) -> bool:
+        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged) and/or
+        the ``patch`` to it from version ``base`` (as :meth:`fluxbus.client.StoreRegistration.done`). Returns
+        ``False`` when the action came on a connection that is gone (nothing is sent)."""
+        frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
+        return bool(await _timed(self.client._write(frame, only_gen=self._answer_generation(seq) or None),
+                                 self.client._deadline(timeout), "sending to fluxd (it is not reading)"))
 
     async def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``)."""
@@ -952,9 +953,20 @@ class AsyncStoreRegistration(RegistrationCore):
     async def publish(self, state: Any, timeout: Optional[float] = None) -> None:
         """Publishes a new full state outside an action (``state``, SPEC §8.4); raises
         :class:`~fluxbus.errors.NotSentError` while the store is not registered on the current connection."""
-        if not await self._send({"op": Op.STATE, "store": self.store, "state": state}, timeout,
-                                self._generation or None):
+        frame = self.client._change_frame({"op": Op.STATE, "store": self.store}, state if state is not None else b"null")
+        if not await _timed(self.client._write(frame, only_gen=self._generation or None),
+                            self.client._deadline(timeout), "sending to fluxd (it is not reading)"):
             raise NotSentError(f"state of store {self.store!r} not sent: the store is not registered on the current "
+                               f"connection (reconnecting); it adopts the retained snapshot when it registers "
+                               f"again", ref=self.store)
+
+    async def publish_patch(self, patch: Any, base: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Publishes a change outside an action as a ``patch`` (as
+        :meth:`fluxbus.client.StoreRegistration.publish_patch`)."""
+        frame = self.client._change_frame({"op": Op.PATCH, "store": self.store}, None, patch, base)
+        if not await _timed(self.client._write(frame, only_gen=self._generation or None),
+                            self.client._deadline(timeout), "sending to fluxd (it is not reading)"):
+            raise NotSentError(f"patch of store {self.store!r} not sent: the store is not registered on the current "
                                f"connection (reconnecting); it adopts the retained snapshot when it registers "
                                f"again", ref=self.store)
 

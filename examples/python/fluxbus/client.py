@@ -314,7 +314,7 @@ class Client(ClientCore):
         created = sub is None
         if sub is None:
             sub = Subscription(self, store, path, bool(path is None and deltas is not False and
-                                                       self._speaks_deltas()))
+                                                       self.speaks_deltas()))
             self._subscriptions[key] = sub
         what = f"{store!r}" if path is None else f"{path!r} in {store!r}"
         try:
@@ -1081,14 +1081,15 @@ class StoreRegistration(RegistrationCore):
         self._interrupted = True
         self.client._wake()
 
-    def done(self, seq: int, state: Any = None, timeout: Optional[float] = None) -> bool:
-        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged).
-        Returns ``False`` when the action came on a connection that is gone (nothing is sent: fluxd delivers
-        it again)."""
-        fields: Message = {"op": Op.DONE, "store": self.store, "seq": seq}
-        if state is not None:
-            fields["state"] = state
-        return self._answer(seq, fields, timeout)
+    def done(self, seq: int, state: Any = None, timeout: Optional[float] = None, *, patch: Any = None,
+             base: Optional[int] = None) -> bool:
+        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged) and/or,
+        with a fluxd that speaks SPEC §16, the ``patch`` from the retained state to the new one and the ``base``
+        version it applies to (``state`` and ``patch`` may be given as encoded JSON bytes). Returns ``False``
+        when the action came on a connection that is gone (nothing is sent: fluxd delivers it again)."""
+        frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
+        return bool(self.client._send_raw(frame, self.client._deadline(timeout),
+                                          only_gen=self._answer_generation(seq) or None))
 
     def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``);
@@ -1099,9 +1100,20 @@ class StoreRegistration(RegistrationCore):
         """Publishes a new full state outside an action (``state``, SPEC §8.4). Raises
         :class:`~fluxbus.errors.NotSentError` while the store is not registered on the current connection
         (reconnecting): on registering again it adopts the retained snapshot, so publish again then."""
-        gen = self._generation or None
-        if not self._send({"op": Op.STATE, "store": self.store, "state": state}, timeout, gen):
+        frame = self.client._change_frame({"op": Op.STATE, "store": self.store}, state if state is not None else b"null")
+        if not self.client._send_raw(frame, self.client._deadline(timeout), only_gen=self._generation or None):
             raise NotSentError(f"state of store {self.store!r} not sent: the store is not registered on the current "
+                               f"connection (reconnecting); it adopts the retained snapshot when it registers "
+                               f"again", ref=self.store)
+
+    def publish_patch(self, patch: Any, base: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Publishes a change outside an action as a ``patch`` (SPEC §16.2; ``patch`` a list of operations or its
+        encoded JSON bytes) from the retained version ``base`` (``None``: whatever is retained). A patch that does
+        not apply makes fluxd answer ``patch-failed`` and close the connection. Raises
+        :class:`~fluxbus.errors.NotSentError` as :meth:`publish` does."""
+        frame = self.client._change_frame({"op": Op.PATCH, "store": self.store}, None, patch, base)
+        if not self.client._send_raw(frame, self.client._deadline(timeout), only_gen=self._generation or None):
+            raise NotSentError(f"patch of store {self.store!r} not sent: the store is not registered on the current "
                                f"connection (reconnecting); it adopts the retained snapshot when it registers "
                                f"again", ref=self.store)
 

@@ -134,13 +134,14 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def _depth(value: Any, limit: int) -> int:
-    """The nesting depth of ``value`` (a scalar or empty container is 1), counted up to ``limit + 1``."""
+    """How many containers ``value`` nests (SPEC §3.2: ``{"a":[[1]]}`` is 3; a scalar is 0), counted up to
+    ``limit + 1``."""
     if isinstance(value, dict):
         children = value.values()
     elif isinstance(value, (list, tuple)):
         children = value
     else:
-        return 1
+        return 0
     deepest = 0
     for child in children:
         if isinstance(child, (dict, list, tuple)):

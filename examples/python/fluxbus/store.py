@@ -243,7 +243,7 @@ class StoreBase:
             self.version += 1
             self.patches_sent += 1
             return change
-        final = plain(new_state)
+        final = plain(new_state) if self.handler_state == "draft" else new_state  # (no drafts otherwise)
         encoded = dumps(final)
         if self._state_json is None:
             self._state_json = dumps(self.state)

@@ -14,7 +14,7 @@ original state). They are only valid while the handler runs; keep plain copies (
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 from .patch import _MISSING, _diff_arrays, diff_into, escape, plain
 
@@ -36,7 +36,6 @@ class _Changes:
         self.final: Any = None
 
 
-_NO_KEY = object()
 
 
 def _touch(node: Any) -> "_Changes":

@@ -10,11 +10,13 @@ Standard library only, Python 3.9+.
 - ``fluxbus.reconnect``: :class:`Reconnect` (how clients and stores reconnect) and :class:`ConnectionEvent`.
 - ``fluxbus.protocol``: the wire vocabulary (ops, roles, statuses, error codes), checked against ``protocol/``.
 - ``fluxbus.wire``: frames, the strict envelope check, message types.
+- ``fluxbus.patch``: JSON Patch (RFC 6902) and JSON Pointer (RFC 6901): apply, diff, pointers (SPEC §16).
+- ``fluxbus.draft``: the change-recording drafts store handlers get.
 """
 from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
 from .client import Client, QueryReceipt, StoreRegistration, Subscription, connect
 from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONError, BadMessageError, CycleError,
-                     Disconnected, DiskFullError, JournalFailedError, NotRetainedError, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
+                     Disconnected, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
                      FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
                      OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StoreUnavailableError,
@@ -23,9 +25,11 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
 from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
                        Op, RecoverStatus, ResultStatus, Role, StoreStatus)
 from .reconnect import ConnectionEvent, Reconnect
+from . import draft, patch
+from .patch import PatchError, PointerError
 from .store import ActionContext, AsyncStore, Reject, Store, StoreBase, on
 from .wire import (LIMIT_EXCEEDED, MEMORY_BUDGET, TOO_MANY_CONNECTIONS, UNRESPONSIVE, WRONG_SERVER_UID, ActiveQuery,
-                   Envelope, EnvelopeError, FrameDecoder, QuerySet, Settlement, Snapshot, StoreResult,
+                   Envelope, EnvelopeError, FrameDecoder, QuerySet, Settlement, Snapshot, StoreResult, Subtree,
                    SubscriptionEvent, Welcome, check_envelope, default_socket_path, expected_server_uid)
 
 __all__ = [
@@ -35,19 +39,21 @@ __all__ = [
     "Subscription", "connect", "on",
     # errors
     "ERROR_CLASSES", "ActionRejectedError", "BadFrameError", "BadJSONError", "BadMessageError", "CycleError",
-    "Disconnected", "DiskFullError", "JournalFailedError", "NotRetainedError", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
+    "Disconnected", "DiskFullError", "JournalFailedError", "NotRetainedError", "PatchFailedError", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
     "HandshakeRequiredError", "HandshakeTimeoutError", "LimitExceededError", "MemoryBudgetError", "NameTakenError",
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
     "ShuttingDownError", "SlowConsumerError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
     "UnknownWorkerError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    # patches (SPEC §16)
+    "PatchError", "PointerError", "draft", "patch",
     # reconnection
     "ConnectionEvent", "Reconnect",
     # protocol vocabulary
     "DURABILITY_MODES", "ERROR_CODES", "STORE_BAD_PAYLOAD", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op",
     "RecoverStatus", "ResultStatus", "Role", "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",
     # wire types
-    "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot",
+    "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot", "Subtree",
     "StoreResult", "SubscriptionEvent", "Welcome", "check_envelope", "default_socket_path", "expected_server_uid",
 ]
 __version__ = "0.2.0"

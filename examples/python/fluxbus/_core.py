@@ -14,8 +14,9 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional
 from .errors import (BadJSONError, Disconnected, FluxError, FluxTimeoutError, NotSentError, OutcomeUnknownError)
 from .protocol import BYE_RESTART, Op, RecoverStatus, StoreStatus
 from .reconnect import ConnectionCallback, ConnectionEvent, Reconnect, ReconnectOption, reconnect_policy
-from .wire import (PROTOCOL_VERSION, Snapshot, SubscriptionEvent, Welcome, default_socket_path, dumps, encode_frame,
-                   is_valid_action_type, is_valid_store_name, loads, route_key)
+from .patch import PatchError, apply as apply_patch, parse_pointer
+from .wire import (PROTOCOL_VERSION, Snapshot, SubscriptionEvent, Subtree, Welcome, default_socket_path, dumps,
+                   encode_frame, is_valid_action_type, is_valid_store_name, loads, route_key, subscription_key)
 
 Message = Dict[str, Any]
 log = logging.getLogger("fluxbus")
@@ -143,6 +144,30 @@ class ClientCore:
             fields["id"] = msg["id"]
         return encode_frame(dumps(fields))
 
+    def speaks_deltas(self) -> bool:
+        """Whether fluxd speaks SPEC §16 (patches, delta and path subscriptions): it announces
+        ``limits.deltaHistory`` in ``welcome`` (since fluxd 0.4.0)."""
+        welcome = getattr(self, "welcome", None)
+        return welcome is not None and "deltaHistory" in welcome.limits
+
+    def _new_subscription(self, store: str, path: Optional[str], deltas: Optional[bool]) -> Any:
+        """Checks a subscription's arguments; returns its key."""
+        self._check_store(store)
+        if path is not None:
+            if not isinstance(path, str) or len(path.encode("utf-8")) > 1024:
+                raise ValueError(f"invalid path {path!r}: a JSON Pointer of at most 1024 bytes")
+            parse_pointer(path)  # raises PointerError (a ValueError) when malformed
+            if deltas:
+                raise ValueError("a path subscription cannot ask for deltas (SPEC §16.3)")
+            if not self.speaks_deltas():
+                raise ValueError("this fluxd does not support path subscriptions (fluxd 0.4.0 or newer does)")
+        return subscription_key(store, path)
+
+    def _resync(self, sub: Any) -> None:
+        """Sends ``subscribe`` again for ``sub`` (without ``from``): fluxd answers with the whole retained snapshot.
+        Called while routing, when a delta does not follow the version held."""
+        raise NotImplementedError
+
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids)}"
 
@@ -184,6 +209,25 @@ class ClientCore:
         head = dumps(fields)[:-1]  # canonical envelope without its closing brace
         return encode_frame(head + b',"' + key.encode() + b'":' + raw + b"}")
 
+    @staticmethod
+    def _change_frame(fields: Message, state: Any = None, patch: Any = None, base: Optional[int] = None) -> bytes:
+        """A ``done``, ``state`` or ``patch`` frame: ``fields`` plus the new ``state`` and/or the ``patch`` to it
+        (SPEC §16.2; either may be given already encoded, as bytes) and the ``base`` version the patch applies
+        to."""
+        fields = dict(fields)
+        if base is not None:
+            fields["base"] = base
+        raws: List[Tuple[str, bytes]] = []
+        for key, value in (("patch", patch), ("state", state)):
+            if isinstance(value, (bytes, bytearray)):
+                raws.append((key, bytes(value)))
+            elif value is not None:
+                fields[key] = value
+        body = dumps(fields)
+        if raws:
+            body = body[:-1] + b"".join(b',"' + key.encode() + b'":' + raw for key, raw in raws) + b"}"
+        return encode_frame(body)
+
     # -- reconnecting -------------------------------------------------------------------------------------------
 
     def _reconnects(self) -> bool:
@@ -221,7 +265,7 @@ class ClientCore:
         for every subscription, the live queries again, ``register`` for every store, then (same epoch)
         ``recover`` for the settle dispatches sent and not settled. Returns the frames and, when the epoch
         changed, the ids that cannot be recovered."""
-        frames = [self._frame({"op": Op.SUBSCRIBE, "store": store}) for store in list(self._subscriptions)]
+        frames = [sub._subscribe_frame(resume=not epoch_changed) for sub in list(self._subscriptions.values())]
         frames += list(self._live_queries.values())
         frames += [registration._register_frame() for registration in list(self._stores.values())
                    if registration._sent]
@@ -354,20 +398,42 @@ class SubscriptionCore:
     ``timeout`` is the one given to ``subscribe``: when set, waiting for the first snapshot must end within it
     counted from the ``subscribe`` call, and each later wait of ``next()`` or of iteration within it."""
 
-    def __init__(self, client: Any, store: str):
+    def __init__(self, client: Any, store: str, path: Optional[str] = None, deltas: bool = False):
         self.client = client
         self.store = store
+        #: The JSON Pointer of a path subscription (SPEC §16.4; it yields :class:`Subtree` values), else ``None``.
+        self.path = path
+        #: Whether this subscription asks fluxd for ``delta`` frames (SPEC §16.3) and applies them to the state it
+        #: holds.
+        self.deltas = deltas
+        #: Deltas applied, and resynchronisations asked for (a delta that did not follow the version held).
+        self.deltas_applied = 0
+        self.resyncs = 0
+        self._resyncing = False
         self.status: Optional[str] = None
-        self.latest: Optional[Snapshot] = None
-        self.first_snapshot: Optional[Snapshot] = None
+        self.latest: Optional[Any] = None
+        self.first_snapshot: Optional[Any] = None
         self.events: List[SubscriptionEvent] = []
         self.timeout: Optional[float] = None
         self._first_deadline: Optional[Deadline] = None
         self._down_reason: Optional[str] = None
         self._take_any = False  # after reconnecting to another epoch: the next snapshot whatever its version
 
-    def _enqueue(self, snap: Snapshot) -> None:
+    def _enqueue(self, snap: Any) -> None:
         raise NotImplementedError
+
+    def _subscribe_frame(self, resume: bool = False) -> bytes:
+        """The ``subscribe`` frame of this subscription; with ``resume`` (a new connection to the same history),
+        ``from`` = the version held, so fluxd sends only what is newer (SPEC §16.3)."""
+        fields: Message = {"op": Op.SUBSCRIBE, "store": self.store}
+        if self.path is not None:
+            fields["path"] = self.path
+        if self.deltas:
+            fields["deltas"] = True
+        if (resume and self.path is None and self.latest is not None and not self._take_any
+                and self.client.speaks_deltas()):
+            fields["from"] = self.latest.version
+        return ClientCore._frame(fields)
 
     def _status_changed(self) -> None:
         """Called after ``status`` changed (subclasses wake whoever waits for it)."""
@@ -393,18 +459,49 @@ class SubscriptionCore:
         whatever its version (SPEC §15.1)."""
         self._take_any = True
 
+    def _accept(self, snap: Any) -> None:
+        # Never a version twice, nor an older one: a subscription made again after reconnecting is sent the
+        # retained snapshot, which this one may already have delivered (SPEC §15.5).
+        if self.latest is None or snap.version > self.latest.version or self._take_any:
+            self._take_any = False
+            self.latest = snap
+            if self.first_snapshot is None:
+                self.first_snapshot = snap
+            self._enqueue(snap)
+
+    def _delta(self, msg: Message) -> None:
+        """A ``delta`` (SPEC §16.3): applied to the state held when it follows it; skipped when its version is held
+        already (frames of a lost connection routed after resuming); otherwise the subscription resynchronises."""
+        if self._resyncing or self._take_any:
+            return  # the whole snapshot asked for (or the first one of a new history) comes first
+        held = self.latest
+        version, base = msg.get("version"), msg.get("from")
+        if held is not None and isinstance(version, int) and version <= held.version:
+            return
+        if held is not None and base == held.version:
+            try:
+                state = apply_patch(held.state, msg.get("patch"))
+            except PatchError as error:
+                log.warning("fluxbus: delta %s -> %s of %r does not apply (%s): resynchronising", base, version,
+                            self.store, error)
+            else:
+                self.deltas_applied += 1
+                self._accept(Snapshot(msg["store"], version, msg["seq"], state))
+                return
+        self.resyncs += 1
+        self._resyncing = True
+        self.client._resync(self)
+
     def _deliver(self, msg: Message) -> None:
         op = msg["op"]
         if op == Op.SNAPSHOT:
-            snap = Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state"))
-            # Never a version twice, nor an older one: a subscription made again after reconnecting is sent the
-            # retained snapshot, which this one may already have delivered (SPEC §15.5).
-            if self.latest is None or snap.version > self.latest.version or self._take_any:
-                self._take_any = False
-                self.latest = snap
-                if self.first_snapshot is None:
-                    self.first_snapshot = snap
-                self._enqueue(snap)
+            self._resyncing = False
+            self._accept(Snapshot(msg["store"], msg["version"], msg["seq"], msg.get("state")))
+        elif op == Op.DELTA:
+            self._delta(msg)
+        elif op == Op.SUBTREE:
+            self._accept(Subtree(msg["store"], msg.get("path", self.path), msg["version"], msg["seq"],
+                               msg.get("exists") is True, msg.get("value")))
         elif op == Op.STORE_DOWN:
             self.status = StoreStatus.DOWN
             self._down_reason = msg.get("reason") if isinstance(msg.get("reason"), str) else None
@@ -427,6 +524,11 @@ class SubscriptionCore:
             return Deadline(self.timeout)
         return Deadline(default)
 
+    @property
+    def state(self) -> Any:
+        """The newest state held (a path subscription: the newest value; ``None`` before the first)."""
+        return None if self.latest is None else self.latest.state
+
     def why_no_snapshot(self) -> str:
         """Why no (newer) snapshot is there, in words: e.g. ``no store named 'x' has registered yet``."""
         if self.status == StoreStatus.UNKNOWN:
@@ -439,7 +541,8 @@ class SubscriptionCore:
         return f"store {self.store!r} made no version after {self.latest.version}"
 
     def _timeout_error(self, deadline: Deadline) -> FluxTimeoutError:
-        return deadline.error(f"waiting for a snapshot of {self.store!r}: {self.why_no_snapshot()}")
+        what = f"the value at {self.path!r} in {self.store!r}" if self.path is not None else repr(self.store)
+        return deadline.error(f"waiting for a snapshot of {what}: {self.why_no_snapshot()}")
 
     def _status_timeout_error(self, deadline: Deadline, wanted: Tuple[str, ...]) -> FluxTimeoutError:
         why = self.why_no_snapshot() if self.status != StoreStatus.UP else f"store {self.store!r} is up"

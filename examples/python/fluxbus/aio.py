@@ -14,7 +14,8 @@ from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, R
 from .errors import Disconnected, FluxError, FluxTimeoutError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
 from .reconnect import ConnectionCallback, ConnectionEvent, ReconnectOption
-from .wire import FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, expected_server_uid, loads
+from .wire import (FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, expected_server_uid, loads,
+                   subscription_key)
 
 _expected_server_uid = expected_server_uid
 T = TypeVar("T")
@@ -270,35 +271,48 @@ class AsyncClient(ClientCore):
                                f"waiting for the settlement of {type} ({ident})", on_lost="recover", track=ident)
         return Settlement.from_frame(msg)
 
-    async def subscribe(self, store: str, timeout: Optional[float] = None) -> "AsyncSubscription":
+    async def subscribe(self, store: str, timeout: Optional[float] = None, *, path: Optional[str] = None,
+                        deltas: Optional[bool] = None) -> "AsyncSubscription":
         """Subscribes to a store; ``async for snapshot in subscription`` yields the retained snapshot, then every
         newer one. ``await subscription.close()`` (or ``async with``) unsubscribes. The store need not have
         registered yet: ``subscription.status`` is then ``unknown``. ``timeout`` is as in
         :meth:`fluxbus.Client.subscribe`: it covers the request and, when given, the wait for the first snapshot
-        (from this call) and each later wait. The subscription lasts across reconnections."""
-        self._check_store(store)
+        (from this call) and each later wait. The subscription lasts across reconnections. ``deltas`` and
+        ``path`` (SPEC §16) as in :meth:`fluxbus.Client.subscribe`."""
+        key = self._new_subscription(store, path, deltas)
         deadline = self._deadline(timeout)
-        sub = self._subscriptions.get(store)
+        sub = self._subscriptions.get(key)
         created = sub is None
         if sub is None:
-            sub = AsyncSubscription(self, store)
-            self._subscriptions[store] = sub
+            sub = AsyncSubscription(self, store, path, bool(path is None and deltas is not False and
+                                                            self.speaks_deltas()))
+            self._subscriptions[key] = sub
+        what = f"{store!r}" if path is None else f"{path!r} in {store!r}"
         try:
-            msg = await self._call(f"subscribed:{store}", self._frame({"op": Op.SUBSCRIBE, "store": store}),
-                                   deadline, f"waiting for fluxd to confirm the subscription to {store!r}")
+            msg = await self._call(f"subscribed:{key}", sub._subscribe_frame(), deadline,
+                                   f"waiting for fluxd to confirm the subscription to {what}")
         except BaseException:
-            if created and self._subscriptions.get(store) is sub:
-                del self._subscriptions[store]
+            if created and self._subscriptions.get(key) is sub:
+                del self._subscriptions[key]
             raise
         sub._subscribed(msg, timeout, deadline)
         return sub
 
-    async def _unsubscribe(self, store: str, timeout: Optional[float]) -> None:
-        self._subscriptions.pop(store, None)
+    async def _unsubscribe(self, store: str, timeout: Optional[float], path: Optional[str] = None) -> None:
+        key = subscription_key(store, path)
+        self._subscriptions.pop(key, None)
         if self._closed is None:
-            await self._call(f"unsubscribed:{store}", self._frame({"op": Op.UNSUBSCRIBE, "store": store}),
-                             self._deadline(timeout), f"waiting for fluxd to confirm unsubscribing from {store!r}",
-                             on_lost="done")
+            fields: Message = {"op": Op.UNSUBSCRIBE, "store": store}
+            if path is not None:
+                fields["path"] = path
+            await self._call(f"unsubscribed:{key}", self._frame(fields), self._deadline(timeout),
+                             f"waiting for fluxd to confirm unsubscribing from {store!r}", on_lost="done")
+
+    def _resync(self, sub: "SubscriptionCore") -> None:
+        try:
+            self._send_raw(sub._subscribe_frame())
+        except FluxError:
+            pass  # closed: nothing to resynchronise
 
     async def query(self, store: str, query: Any, timeout: Optional[float] = None) -> "AsyncQueryReceipt":
         """Declares a query; withdrawn by ``await receipt.close()`` (or ``async with``) or when the client is
@@ -672,9 +686,19 @@ class AsyncClient(ClientCore):
                 sub._resubscribed(msg)
 
     def _on_subscription(self, key: Optional[str], msg: Message) -> None:
-        sub = self._subscriptions.get(key)  # type: ignore[arg-type]
-        if sub is not None:
-            sub._deliver(msg)
+        op = msg.get("op")
+        if op == Op.SUBTREE:
+            sub = self._subscriptions.get(subscription_key(key, msg.get("path")))
+            if sub is not None:
+                sub._deliver(msg)
+            return
+        if op == Op.STORE_DOWN or op == Op.STORE_UP:  # once per connection and store, for all it holds (§16.4)
+            for each in [s for s in self._subscriptions.values() if s.store == key]:
+                each._deliver(msg)
+        else:
+            sub = self._subscriptions.get(key)  # type: ignore[arg-type]
+            if sub is not None:
+                sub._deliver(msg)
         registration = self._stores.get(key)  # type: ignore[arg-type]
         if registration is not None and msg.get("op") == Op.SNAPSHOT:
             registration._queue.put_nowait(msg)
@@ -696,6 +720,9 @@ class AsyncClient(ClientCore):
             future = self._pending.pop(key, None)
             if future is None and key not in self._stores:
                 future = self._pending.pop(f"subscribed:{key}", None)
+                if future is None:
+                    path_key = next((k for k in self._pending if k.startswith(f"subscribed:{key}|")), None)
+                    future = self._pending.pop(path_key, None) if path_key is not None else None
         if future is not None and not future.done():
             future.set_result(msg)
         elif key is not None and key in self._stores:
@@ -739,8 +766,8 @@ class AsyncSubscription(SubscriptionCore):
 
     client: AsyncClient
 
-    def __init__(self, client: AsyncClient, store: str):
-        super().__init__(client, store)
+    def __init__(self, client: AsyncClient, store: str, path: Optional[str] = None, deltas: bool = False):
+        super().__init__(client, store, path, deltas)
         self._queue: "asyncio.Queue[Optional[Snapshot]]" = asyncio.Queue()
         self._first = asyncio.Event()
         self._status_event = asyncio.Event()
@@ -833,8 +860,8 @@ class AsyncSubscription(SubscriptionCore):
         if self._open:
             self._open = False
             try:
-                if self.client._subscriptions.get(self.store) is self:
-                    await self.client._unsubscribe(self.store, timeout)
+                if self.client._subscriptions.get(subscription_key(self.store, self.path)) is self:
+                    await self.client._unsubscribe(self.store, timeout, self.path)
             finally:
                 self._end()
 
@@ -909,13 +936,14 @@ class AsyncStoreRegistration(RegistrationCore):
         self._interrupted = True
         self._queue.put_nowait(_INTERRUPT)
 
-    async def done(self, seq: int, state: Any = None, timeout: Optional[float] = None) -> bool:
-        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged).
-        Returns ``False`` when the action came on a connection that is gone (nothing is sent)."""
-        fields: Message = {"op": Op.DONE, "store": self.store, "seq": seq}
-        if state is not None:
-            fields["state"] = state
-        return await self._send(fields, timeout, self._answer_generation(seq) or None)
+    async def done(self, seq: int, state: Any = None, timeout: Optional[float] = None, *, patch: Any = None,
+                   base: Optional[int] = None) -> bool:
+        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged) and/or
+        the ``patch`` to it from version ``base`` (as :meth:`fluxbus.client.StoreRegistration.done`). Returns
+        ``False`` when the action came on a connection that is gone (nothing is sent)."""
+        frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
+        return bool(await _timed(self.client._write(frame, only_gen=self._answer_generation(seq) or None),
+                                 self.client._deadline(timeout), "sending to fluxd (it is not reading)"))
 
     async def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``)."""
@@ -925,9 +953,20 @@ class AsyncStoreRegistration(RegistrationCore):
     async def publish(self, state: Any, timeout: Optional[float] = None) -> None:
         """Publishes a new full state outside an action (``state``, SPEC §8.4); raises
         :class:`~fluxbus.errors.NotSentError` while the store is not registered on the current connection."""
-        if not await self._send({"op": Op.STATE, "store": self.store, "state": state}, timeout,
-                                self._generation or None):
+        frame = self.client._change_frame({"op": Op.STATE, "store": self.store}, state if state is not None else b"null")
+        if not await _timed(self.client._write(frame, only_gen=self._generation or None),
+                            self.client._deadline(timeout), "sending to fluxd (it is not reading)"):
             raise NotSentError(f"state of store {self.store!r} not sent: the store is not registered on the current "
+                               f"connection (reconnecting); it adopts the retained snapshot when it registers "
+                               f"again", ref=self.store)
+
+    async def publish_patch(self, patch: Any, base: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Publishes a change outside an action as a ``patch`` (as
+        :meth:`fluxbus.client.StoreRegistration.publish_patch`)."""
+        frame = self.client._change_frame({"op": Op.PATCH, "store": self.store}, None, patch, base)
+        if not await _timed(self.client._write(frame, only_gen=self._generation or None),
+                            self.client._deadline(timeout), "sending to fluxd (it is not reading)"):
+            raise NotSentError(f"patch of store {self.store!r} not sent: the store is not registered on the current "
                                f"connection (reconnecting); it adopts the retained snapshot when it registers "
                                f"again", ref=self.store)
 

@@ -13,7 +13,8 @@ from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, R
 from .errors import BadJSONError, Disconnected, FluxError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
 from .reconnect import ConnectionCallback, ConnectionEvent, ReconnectOption
-from .wire import (FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, encode_frame, loads)
+from .wire import (FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, encode_frame, loads,
+                   subscription_key)
 from .wire import expected_server_uid as _expected_server_uid
 
 #: Put in the incoming queue to wake the thread waiting in a call (see :meth:`StoreRegistration.interrupt`).
@@ -289,9 +290,17 @@ class Client(ClientCore):
 
     # -- subscriptions ------------------------------------------------------------------------------------------
 
-    def subscribe(self, store: str, timeout: Optional[float] = None) -> "Subscription":
+    def subscribe(self, store: str, timeout: Optional[float] = None, *, path: Optional[str] = None,
+                  deltas: Optional[bool] = None) -> "Subscription":
         """Subscribes to a store's snapshots. The returned :class:`Subscription` iterates the retained snapshot
         (if any) and then every newer one; it is also a context manager (``close()`` unsubscribes).
+
+        With a fluxd that speaks SPEC §16 (0.4.0 or newer) the subscription asks for deltas (``deltas=False``
+        does not): fluxd then sends the changes the store published as patches, and the subscription applies
+        them to the state it holds, so each :class:`Snapshot` still carries the whole state (which shares what
+        did not change with the one before: treat states as read-only). ``path`` (a JSON Pointer such as
+        ``"/todos/3"``) subscribes to that value only (SPEC §16.4): iteration yields :class:`Subtree` values
+        (``exists``, ``value``), one for the retained version and one for each change that touches the path.
 
         A store need not have registered yet (clients may start before stores): ``subscription.status`` is then
         ``unknown`` and turns ``up`` when it registers. ``timeout`` covers the request and, when given, the wait
@@ -299,29 +308,40 @@ class Client(ClientCore):
         wait that runs out raises :class:`~fluxbus.errors.FluxTimeoutError` saying why (e.g. ``no store named
         'x' has registered yet``). Without ``timeout``, the request takes the client's default and iteration
         waits without limit. The subscription lasts across reconnections."""
-        self._check_store(store)
+        key = self._new_subscription(store, path, deltas)
         deadline = self._deadline(timeout)
-        sub = self._subscriptions.get(store)
+        sub = self._subscriptions.get(key)
         created = sub is None
         if sub is None:
-            sub = Subscription(self, store)
-            self._subscriptions[store] = sub
+            sub = Subscription(self, store, path, bool(path is None and deltas is not False and
+                                                       self.speaks_deltas()))
+            self._subscriptions[key] = sub
+        what = f"{store!r}" if path is None else f"{path!r} in {store!r}"
         try:
-            msg = self._call(f"subscribed:{store}", self._frame({"op": Op.SUBSCRIBE, "store": store}), deadline,
-                             f"waiting for fluxd to confirm the subscription to {store!r}")
+            msg = self._call(f"subscribed:{key}", sub._subscribe_frame(), deadline,
+                             f"waiting for fluxd to confirm the subscription to {what}")
         except BaseException:
-            if created and self._subscriptions.get(store) is sub:
-                del self._subscriptions[store]
+            if created and self._subscriptions.get(key) is sub:
+                del self._subscriptions[key]
             raise
         sub._subscribed(msg, timeout, deadline)
         return sub
 
-    def _unsubscribe(self, store: str, timeout: Optional[float]) -> None:
-        self._subscriptions.pop(store, None)
+    def _unsubscribe(self, store: str, timeout: Optional[float], path: Optional[str] = None) -> None:
+        key = subscription_key(store, path)
+        self._subscriptions.pop(key, None)
         if self._closed is None:  # a lost connection took the subscription with it
-            self._call(f"unsubscribed:{store}", self._frame({"op": Op.UNSUBSCRIBE, "store": store}),
-                       self._deadline(timeout), f"waiting for fluxd to confirm unsubscribing from {store!r}",
-                       on_lost="done")
+            fields: Message = {"op": Op.UNSUBSCRIBE, "store": store}
+            if path is not None:
+                fields["path"] = path
+            self._call(f"unsubscribed:{key}", self._frame(fields), self._deadline(timeout),
+                       f"waiting for fluxd to confirm unsubscribing from {store!r}", on_lost="done")
+
+    def _resync(self, sub: "SubscriptionCore") -> None:
+        try:
+            self._send_raw(sub._subscribe_frame(), wait=False)
+        except FluxError:
+            pass  # closed: nothing to resynchronise
 
     # -- queries ------------------------------------------------------------------------------------------------
 
@@ -856,9 +876,19 @@ class Client(ClientCore):
             self._replies[key] = msg
 
     def _on_subscription(self, key: Optional[str], msg: Message) -> None:
-        sub = self._subscriptions.get(key)  # type: ignore[arg-type]
-        if sub is not None:
-            sub._deliver(msg)
+        op = msg.get("op")
+        if op == Op.SUBTREE:
+            sub = self._subscriptions.get(subscription_key(key, msg.get("path")))
+            if sub is not None:
+                sub._deliver(msg)
+            return
+        if op == Op.STORE_DOWN or op == Op.STORE_UP:  # once per connection and store, for all it holds (§16.4)
+            for each in [s for s in self._subscriptions.values() if s.store == key]:
+                each._deliver(msg)
+        else:
+            sub = self._subscriptions.get(key)  # type: ignore[arg-type]
+            if sub is not None:
+                sub._deliver(msg)
         registration = self._stores.get(key)  # type: ignore[arg-type]
         if msg.get("op") == Op.SNAPSHOT and registration is not None:
             registration._inbox.append(msg)
@@ -880,6 +910,8 @@ class Client(ClientCore):
             self._stores[key]._inbox.append(msg)
         elif key is not None and f"subscribed:{key}" in self._awaited:
             self._replies[f"subscribed:{key}"] = msg
+        elif key is not None and any(k.startswith(f"subscribed:{key}|") for k in self._awaited):
+            self._replies[next(k for k in self._awaited if k.startswith(f"subscribed:{key}|"))] = msg
         else:
             self.errors.append(error)
 
@@ -921,8 +953,8 @@ class Subscription(SubscriptionCore):
 
     client: Client
 
-    def __init__(self, client: Client, store: str):
-        super().__init__(client, store)
+    def __init__(self, client: Client, store: str, path: Optional[str] = None, deltas: bool = False):
+        super().__init__(client, store, path, deltas)
         self._queue: Deque[Snapshot] = collections.deque()
         self._open = True
 
@@ -978,7 +1010,7 @@ class Subscription(SubscriptionCore):
         """Unsubscribes (idempotent)."""
         if self._open:
             self._open = False
-            self.client._unsubscribe(self.store, timeout)
+            self.client._unsubscribe(self.store, timeout, self.path)
 
     def __enter__(self) -> "Subscription":
         return self
@@ -1049,14 +1081,15 @@ class StoreRegistration(RegistrationCore):
         self._interrupted = True
         self.client._wake()
 
-    def done(self, seq: int, state: Any = None, timeout: Optional[float] = None) -> bool:
-        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged).
-        Returns ``False`` when the action came on a connection that is gone (nothing is sent: fluxd delivers
-        it again)."""
-        fields: Message = {"op": Op.DONE, "store": self.store, "seq": seq}
-        if state is not None:
-            fields["state"] = state
-        return self._answer(seq, fields, timeout)
+    def done(self, seq: int, state: Any = None, timeout: Optional[float] = None, *, patch: Any = None,
+             base: Optional[int] = None) -> bool:
+        """Answers the action ``seq`` as handled, with the store's new full ``state`` (``None``: unchanged) and/or,
+        with a fluxd that speaks SPEC §16, the ``patch`` from the retained state to the new one and the ``base``
+        version it applies to (``state`` and ``patch`` may be given as encoded JSON bytes). Returns ``False``
+        when the action came on a connection that is gone (nothing is sent: fluxd delivers it again)."""
+        frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
+        return bool(self.client._send_raw(frame, self.client._deadline(timeout),
+                                          only_gen=self._answer_generation(seq) or None))
 
     def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``);
@@ -1067,9 +1100,20 @@ class StoreRegistration(RegistrationCore):
         """Publishes a new full state outside an action (``state``, SPEC §8.4). Raises
         :class:`~fluxbus.errors.NotSentError` while the store is not registered on the current connection
         (reconnecting): on registering again it adopts the retained snapshot, so publish again then."""
-        gen = self._generation or None
-        if not self._send({"op": Op.STATE, "store": self.store, "state": state}, timeout, gen):
+        frame = self.client._change_frame({"op": Op.STATE, "store": self.store}, state if state is not None else b"null")
+        if not self.client._send_raw(frame, self.client._deadline(timeout), only_gen=self._generation or None):
             raise NotSentError(f"state of store {self.store!r} not sent: the store is not registered on the current "
+                               f"connection (reconnecting); it adopts the retained snapshot when it registers "
+                               f"again", ref=self.store)
+
+    def publish_patch(self, patch: Any, base: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Publishes a change outside an action as a ``patch`` (SPEC §16.2; ``patch`` a list of operations or its
+        encoded JSON bytes) from the retained version ``base`` (``None``: whatever is retained). A patch that does
+        not apply makes fluxd answer ``patch-failed`` and close the connection. Raises
+        :class:`~fluxbus.errors.NotSentError` as :meth:`publish` does."""
+        frame = self.client._change_frame({"op": Op.PATCH, "store": self.store}, None, patch, base)
+        if not self.client._send_raw(frame, self.client._deadline(timeout), only_gen=self._generation or None):
+            raise NotSentError(f"patch of store {self.store!r} not sent: the store is not registered on the current "
                                f"connection (reconnecting); it adopts the retained snapshot when it registers "
                                f"again", ref=self.store)
 

@@ -331,13 +331,20 @@ class NotRetainedError(_CodedError):
     default_code = ErrorCode.NOT_RETAINED
 
 
+class PatchFailedError(_CodedError):
+    """``patch-failed`` (since fluxd 0.4.0, SPEC §16.2): a store's patch did not apply, named a ``base`` that is not
+    the retained version, or patched a store with no retained state. Fatal: fluxd closes the store's connection;
+    the store library reconnects, registers again and adopts the retained snapshot."""
+    default_code = ErrorCode.PATCH_FAILED
+
+
 #: SPEC §11 code -> its exception class.
 ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     BadFrameError, FrameTooLargeError, BadJSONError, BadMessageError, UnknownOpError, HandshakeRequiredError,
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
-    DiskFullError, JournalFailedError, NotRetainedError,
+    DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError,
 )}
 
 

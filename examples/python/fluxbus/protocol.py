@@ -16,6 +16,7 @@ class Op:
     """Every ``op`` of protocol 1 (some names are used in two directions, e.g. ``info`` and ``ping``)."""
     ACTION = "action"
     BYE = "bye"
+    DELTA = "delta"
     DISPATCH = "dispatch"
     DONE = "done"
     ERROR = "error"
@@ -26,6 +27,7 @@ class Op:
     HISTORY = "history"
     INFO = "info"
     MISSED = "missed"
+    PATCH = "patch"
     PING = "ping"
     PONG = "pong"
     QUERIES = "queries"
@@ -47,6 +49,7 @@ class Op:
     STORE_UP = "store-up"
     SUBSCRIBE = "subscribe"
     SUBSCRIBED = "subscribed"
+    SUBTREE = "subtree"
     UNQUERY = "unquery"
     UNQUERY_OK = "unquery-ok"
     UNREGISTER = "unregister"
@@ -63,12 +66,12 @@ OPS_TO_FLUXD: FrozenSet[str] = frozenset({
     Op.RESTART_WORKER, Op.STATE_AT, Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
 })
 #: Ops only a store-role peer sends to fluxd (``s2d``).
-OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
+OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.PATCH, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
 #: Ops fluxd sends to a peer (``d2c``).
 OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
-    Op.ACTION, Op.BYE, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.ACTION, Op.BYE, Op.DELTA, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
     Op.QUERIES_CHANGED, Op.QUERY_OK, Op.RECOVERED, Op.REGISTERED, Op.SETTLED, Op.SNAPSHOT, Op.STATE_AT,
-    Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
+    Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.SUBTREE, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
 })
 #: Direction name (as in ``schemas/index.json``) -> the ops sent that way.
 OPS_BY_DIRECTION = {"c2d": OPS_TO_FLUXD, "s2d": OPS_FROM_STORE, "d2c": OPS_FROM_FLUXD}
@@ -151,6 +154,7 @@ class ErrorCode:
     DISK_FULL = "disk-full"
     JOURNAL_FAILED = "journal-failed"
     NOT_RETAINED = "not-retained"
+    PATCH_FAILED = "patch-failed"
 
 
 #: Every code of the SPEC §11 table, in its order.
@@ -160,7 +164,7 @@ ERROR_CODES: Tuple[str, ...] = (
     ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
     ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.SLOW_CONSUMER,
     ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
-    ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED,
+    ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED, ErrorCode.PATCH_FAILED,
 )
 
 # Codes the store libraries (Swift, Python, Node) put in a ``reject``'s error object. Not SPEC §11 codes: a

@@ -15,6 +15,8 @@ from .client import Client, StoreRegistration
 from .errors import Disconnected, FluxError
 from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op
 from .reconnect import ConnectionEvent, ReconnectOption
+from .draft import draft, finish
+from .patch import MAX_DEPTH, _depth, plain
 from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
@@ -25,6 +27,8 @@ log = logging.getLogger("fluxbus.store")
 
 #: The values of :attr:`Store.unhandled`.
 UNHANDLED_MODES = ("reject", "ignore")
+#: The values of :attr:`Store.handler_state`.
+HANDLER_STATES = ("draft", "shared", "copy")
 _MAX_MESSAGE = 1000
 
 
@@ -126,6 +130,16 @@ class StoreBase:
     unhandled: str = "reject"
     #: Reconnect when the connection is lost (a :class:`fluxbus.Reconnect` policy, ``True`` or ``False``).
     reconnect: ReconnectOption = True
+    #: What a handler is given as ``state`` (SPEC §16: the store sends what changed, as a patch):
+    #: ``"draft"`` (the default): a draft (``fluxbus.draft``) that records what the handler changes, whether it
+    #: changes it in place or returns a new state; the patch costs what the handler reads and writes.
+    #: ``"shared"``: the store's state itself, which the handler must not modify: it returns a new state that
+    #: shares what did not change (``{**state, "todos": todos}``); the cheapest, diffed skipping shared subtrees.
+    #: ``"copy"``: a deep copy, as before 0.4 (the diff then compares the whole state).
+    handler_state: str = "draft"
+    #: Publish changes as patches (``done.patch``, the ``patch`` op) when fluxd speaks SPEC §16 (0.4.0 or newer:
+    #: ``welcome.limits.deltaHistory``); ``False``: always whole states.
+    patches: bool = True
 
     def __init__(self, socket_path: Optional[str] = None, client_name: Optional[str] = None,
                  expected_server_uid: Optional[int] = None, unhandled: Optional[str] = None,
@@ -140,9 +154,18 @@ class StoreBase:
         if self.unhandled not in UNHANDLED_MODES:
             raise ValueError(f"unhandled must be one of {', '.join(map(repr, UNHANDLED_MODES))}, "
                              f"not {self.unhandled!r}")
+        if self.handler_state not in HANDLER_STATES:
+            raise ValueError(f"handler_state must be one of {', '.join(map(repr, HANDLER_STATES))}, "
+                             f"not {self.handler_state!r}")
         self.state: Any = None
-        self._state_json = dumps(None)
+        self._state_json: Optional[bytes] = dumps(None)  # the state's canonical JSON (None: not computed)
+        #: The version of the state, as fluxd numbers it: the one adopted at registration, plus one for every
+        #: non-empty patch sent (the ``base`` of the next patch, SPEC §16.2); 0: fluxd retains no state.
         self.version = 0
+        self._base_known = False  # False after a whole state was published: its version is not known
+        #: Changes sent as patches and as whole states (SPEC §16.2).
+        self.patches_sent = 0
+        self.states_sent = 0
         #: The seq of the snapshot adopted at the last registration (``registered.seq`` if there was none):
         #: actions up to it are already in the state, and are answered ``done`` without running the handler.
         self.adopted_seq = 0
@@ -184,22 +207,86 @@ class StoreBase:
         return ("reject", {"code": STORE_UNHANDLED_ACTION,
                            "message": unhandled_message(ctx.type, self.handled_types())})
 
+    def _handler_state(self) -> Any:
+        """What a handler is given (:attr:`handler_state`)."""
+        if self.handler_state == "draft":
+            return draft(self.state)
+        if self.handler_state == "shared":
+            return self.state
+        return copy.deepcopy(self.state)
+
+    def _patching(self) -> bool:
+        """Whether a change goes out as a patch: fluxd speaks SPEC §16 and retains a state to patch."""
+        client = getattr(self, "client", None)
+        return self.patches and self.version > 0 and client is not None and client.speaks_deltas()
+
+    def _change(self, new_state: Any, what: str) -> Optional[Dict[str, Any]]:
+        """The change from :attr:`state` to ``new_state`` (a handler's result or a published state), as the fields
+        to send (``patch`` and ``base``, or ``state``), or ``None`` when nothing changed. Commits it: the store's
+        state, version and counters are those after sending it. Raises ``ValueError`` when the new state is not
+        JSON."""
+        if self._patching():
+            final, ops = finish(self.state, new_state)
+            if not ops:
+                return None
+            encoded = dumps(ops)  # not JSON (a set, NaN, an object): ValueError or TypeError
+            for op in ops:
+                if "value" in op:
+                    room = MAX_DEPTH - op["path"].count("/")
+                    if _depth(op["value"], room) > room:
+                        raise ValueError(f"the {what} nests deeper than {MAX_DEPTH}")
+            change: Dict[str, Any] = {"patch": encoded}
+            if self._base_known:
+                change["base"] = self.version
+            self.state = final
+            self._state_json = None
+            self.version += 1
+            self.patches_sent += 1
+            return change
+        final = plain(new_state) if self.handler_state == "draft" else new_state  # (no drafts otherwise)
+        encoded = dumps(final)
+        if self._state_json is None:
+            self._state_json = dumps(self.state)
+        if encoded == self._state_json:
+            return None
+        if self.version == 0:  # fluxd retained nothing: this state is version 1
+            self.version, self._base_known = 1, True
+        else:  # the version it makes depends on the bytes fluxd retains: not known here
+            self._base_known = False
+        self.state = final
+        self._state_json = encoded
+        self.states_sent += 1
+        return {"state": encoded}
+
     def _result_answer(self, ctx: ActionContext, new_state: Any) -> Answer:
-        """``done`` for a handler's result (the state goes along only when it changed), or ``store/error`` when
-        it is not JSON."""
+        """``done`` for a handler's result (with the change, as a patch or the whole state, only when there is
+        one), or ``store/error`` when it is not JSON."""
         if new_state is None:
             return ("done", None)
         try:
-            encoded = dumps(new_state)
-        except (TypeError, ValueError) as error:
+            return ("done", self._change(new_state, "state"))
+        except (TypeError, ValueError, RecursionError) as error:
             return ("reject", {"code": STORE_ERROR,
                                "message": f"{ctx.type} failed: the handler returned a state that is not JSON "
                                           f"({error})"})
-        if encoded == self._state_json:
-            return ("done", None)
-        self.state = new_state
-        self._state_json = encoded
-        return ("done", new_state)
+
+    def _saved(self) -> Tuple[Any, ...]:
+        return (self.state, self._state_json, self.version, self._base_known, self.patches_sent, self.states_sent)
+
+    def _restore(self, saved: Tuple[Any, ...]) -> None:
+        (self.state, self._state_json, self.version, self._base_known, self.patches_sent,
+         self.states_sent) = saved
+
+    def _published_change(self, state: Any) -> Optional[Dict[str, Any]]:
+        """The change :meth:`publish` sends (see :meth:`_change`). A state that is the store's own object,
+        modified in place, cannot be diffed: it goes out whole."""
+        if state is self.state and self._patching():
+            encoded = dumps(state)
+            self._base_known = False  # fluxd makes a version only if its bytes differ: the next patch has no base
+            self._state_json = encoded
+            self.states_sent += 1
+            return {"state": encoded}
+        return self._change(state, "published state")
 
     def _failure_answer(self, ctx: ActionContext, error: BaseException, payload: Any) -> Answer:
         if isinstance(error, Reject):
@@ -218,18 +305,22 @@ class StoreBase:
                          self.version, msg["version"], msg["seq"])
             self.version = msg["version"]
             self.state = msg.get("state")
-            self._state_json = dumps(self.state)
+            self._state_json = None
+            self._base_known = True
             self.adopted_seq = msg["seq"]
         elif msg["version"] >= self.version:
             self.version = msg["version"]
             self.state = msg.get("state")
-            self._state_json = dumps(self.state)
+            self._state_json = None
+            self._base_known = True
 
     def _begin_registration(self, msg: Dict[str, Any]) -> None:
         """fluxd answered ``registered``: the retained snapshot (if any) follows, then ``queries``."""
         self._registering = True
         self._resumed = msg.get("resumed") is True
         self._adopt_next = msg.get("version", 0) > 0
+        if not self._adopt_next:  # fluxd retains nothing: the next change is a whole state (version 1)
+            self.version, self._base_known = 0, True
         self.adopted_seq = msg.get("seq", 0)  # replaced by the snapshot's seq when one follows
         self.registrations += 1
         self._name_taken_retries = 0
@@ -421,14 +512,21 @@ class Store(StoreBase):
         while the store is reconnecting: it adopts the retained snapshot when it registers again, so publish
         again from :meth:`on_registered` if need be."""
         with self._lock:
-            encoded = dumps(state)
-            if encoded == self._state_json:
-                return
             if self.registration is None:
                 raise self._not_connected()
-            self.registration.publish(state)
-            self.state = state
-            self._state_json = encoded
+            registration = self.registration
+            saved = self._saved()
+            change = self._published_change(state)
+            if change is None:
+                return
+            try:
+                if "patch" in change:
+                    registration.publish_patch(change["patch"], change.get("base"))
+                else:
+                    registration.publish(change["state"])
+            except BaseException:
+                self._restore(saved)
+                raise
 
     # -- handling -----------------------------------------------------------------------------------------------
 
@@ -474,7 +572,7 @@ class Store(StoreBase):
                 kind, body = self._unhandled_answer(ctx)
             else:
                 try:
-                    result = handler(copy.deepcopy(self.state), payload, ctx)
+                    result = handler(self._handler_state(), payload, ctx)
                     if inspect.isawaitable(result):
                         if inspect.iscoroutine(result):
                             result.close()
@@ -483,7 +581,7 @@ class Store(StoreBase):
                 except Exception as error:  # a bug in a handler must not wedge the store
                     kind, body = self._failure_answer(ctx, error, payload)
             if kind == "done":
-                answered = self.registration.done(ctx.seq, body)
+                answered = self.registration.done(ctx.seq, **(body or {}))
             else:
                 answered = self.registration.reject(ctx.seq, body)
         if kind == "done" and answered:  # not when the action's connection was lost: it comes again
@@ -616,14 +714,21 @@ class AsyncStore(StoreBase):
         """Publishes a new full state outside an action (``state`` op); nothing is sent if it is unchanged.
         Raises :class:`~fluxbus.errors.NotSentError` while reconnecting, as :meth:`Store.publish`."""
         async with self._locked():
-            encoded = dumps(state)
-            if encoded == self._state_json:
-                return
             if self.registration is None:
                 raise self._not_connected()
-            await self.registration.publish(state)
-            self.state = state
-            self._state_json = encoded
+            registration = self.registration
+            saved = self._saved()
+            change = self._published_change(state)
+            if change is None:
+                return
+            try:
+                if "patch" in change:
+                    await registration.publish_patch(change["patch"], change.get("base"))
+                else:
+                    await registration.publish(change["state"])
+            except BaseException:
+                self._restore(saved)
+                raise
 
     # -- handling -----------------------------------------------------------------------------------------------
 
@@ -686,12 +791,12 @@ class AsyncStore(StoreBase):
                 kind, body = self._unhandled_answer(ctx)
             else:
                 try:
-                    result = await _maybe_await(handler(copy.deepcopy(self.state), payload, ctx))
+                    result = await _maybe_await(handler(self._handler_state(), payload, ctx))
                     kind, body = self._result_answer(ctx, result)
                 except Exception as error:  # a bug in a handler must not wedge the store
                     kind, body = self._failure_answer(ctx, error, payload)
             if kind == "done":
-                answered = await self.registration.done(ctx.seq, body)
+                answered = await self.registration.done(ctx.seq, **(body or {}))
             else:
                 answered = await self.registration.reject(ctx.seq, body)
         if kind == "done" and answered:  # not when the action's connection was lost: it comes again

@@ -384,6 +384,23 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Subtree:
+    """A path subscription's value (SPEC §16.4 ``subtree``): the value at JSON Pointer ``path`` in the store's state
+    at ``version`` (``exists`` false, ``value`` ``None``: the state has nothing there)."""
+    store: str
+    path: str
+    version: int
+    seq: int
+    exists: bool
+    value: Any = None
+
+    @property
+    def state(self) -> Any:
+        """The value (the name :class:`Snapshot` uses, so code written for either reads ``.state``)."""
+        return self.value
+
+
+@dataclass(frozen=True)
 class StoreResult:
     """One target store's result in a settlement: ``status`` is ``done`` (with ``version``), ``rejected`` or
     ``unavailable`` (with ``error``: the store's error object, or ``{"code":"store-unavailable",...}``)."""
@@ -515,8 +532,19 @@ class QuerySet:
 
 
 _REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED, Op.RECOVERED})
-_SUBSCRIPTION = frozenset({Op.SNAPSHOT, Op.STORE_DOWN, Op.STORE_UP})
+_SUBSCRIPTION = frozenset({Op.SNAPSHOT, Op.DELTA, Op.SUBTREE, Op.STORE_DOWN, Op.STORE_UP})
 _STORE = frozenset({Op.REGISTERED, Op.QUERIES, Op.QUERIES_CHANGED, Op.ACTION})
+
+
+def subscription_key(store: Any, path: Optional[str] = None) -> str:
+    """How a client names a subscription: the store, or ``store|path`` for a path subscription (SPEC §16.4; ``|``
+    cannot occur in a store name)."""
+    return f"{store}|{path}" if isinstance(path, str) else f"{store}"
+
+
+def subscription_reply_key(op: str, store: Any, path: Optional[str] = None) -> str:
+    """The reply key of ``subscribed``/``unsubscribed`` for a store (and path)."""
+    return f"{op}:{subscription_key(store, path)}"
 
 
 def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
@@ -527,7 +555,7 @@ def route_key(msg: Dict[str, Any]) -> Tuple[str, Optional[str]]:
     if op in _REPLIES:
         return ("reply", msg.get("id") if isinstance(msg.get("id"), str) else None)
     if op == Op.SUBSCRIBED or op == Op.UNSUBSCRIBED:
-        return ("reply", f"{op}:{msg.get('store')}")
+        return ("reply", subscription_reply_key(op, msg.get("store"), msg.get("path")))
     if op in _SUBSCRIPTION:
         return ("subscription", msg.get("store"))
     if op in _STORE:

@@ -1,0 +1,143 @@
+"""SPEC §16 against the real fluxd ($FLUXD; it must speak §16, fluxd 0.4.0 or newer): one Python store publishing
+patches, and a delta subscriber, a full-snapshot subscriber and a path subscriber that see, at every version, the
+state ``get`` returns; a path subscriber is not woken by changes elsewhere. These tests fail (they are not
+skipped) with a fluxd that does not speak §16."""
+import pytest
+
+from fluxbus import Client, Reject, Store, on
+from fluxbus.patch import resolve, PointerError
+
+TODOS = 200
+
+
+class Todos(Store):
+    name = "todos"
+    handles = ["todo/*"]
+    initial_state = {"todos": [{"id": i, "title": f"todo {i}", "done": False} for i in range(1, TODOS + 1)],
+                     "nextID": TODOS + 1}
+
+    @on("todo/toggle")
+    def toggle(self, state, payload, ctx):
+        for todo in state["todos"]:
+            if todo["id"] == payload["id"]:
+                todo["done"] = not todo["done"]
+                return state
+        raise Reject("todo/not-found", f"no todo with id {payload['id']}")
+
+    @on("todo/create")
+    def create(self, state, payload, ctx):
+        state["todos"].append({"id": state["nextID"], "title": payload["title"], "done": False})
+        state["nextID"] += 1
+        return state
+
+    @on("todo/delete")
+    def delete(self, state, payload, ctx):
+        state["todos"] = [todo for todo in state["todos"] if todo["id"] != payload["id"]]
+        return state
+
+
+class SharedTodos(Todos):
+    handler_state = "shared"
+
+    @on("todo/toggle")
+    def toggle(self, state, payload, ctx):
+        todos = list(state["todos"])
+        for index, todo in enumerate(todos):
+            if todo["id"] == payload["id"]:
+                todos[index] = {**todo, "done": not todo["done"]}
+                return {**state, "todos": todos}
+        raise Reject("todo/not-found", f"no todo with id {payload['id']}")
+
+
+def require_deltas(client):
+    assert client.speaks_deltas(), (f"this fluxd ({client.welcome.server}) does not speak SPEC §16 (no "
+                                    f"welcome.limits.deltaHistory): run with FLUXD=/tmp/fluxd16/fluxd or a fluxd "
+                                    f"0.4.0 or newer")
+
+
+def value_at(state, path):
+    try:
+        return True, resolve(state, path)
+    except PointerError:
+        return False, None
+
+
+@pytest.mark.parametrize("store_class", [Todos, SharedTodos])
+def test_delta_full_and_path_subscribers_agree_with_get_at_every_version(fluxd, store_class):
+    store = store_class(socket_path=fluxd.socket_path)
+    store.start()
+    client = Client.connect(fluxd.socket_path, name="watcher", timeout=10)
+    try:
+        require_deltas(client)
+        delta = client.subscribe("todos")
+        full = client.subscribe("todos", deltas=False)
+        path = client.subscribe("todos", path="/todos/3")
+        assert delta.deltas and not full.deltas and path.path == "/todos/3"
+        first = delta.first(timeout=10)
+        assert first.state == store.initial_state
+        assert path.first(timeout=10).value == store.initial_state["todos"][3]
+        steps = [("todo/toggle", {"id": 5}), ("todo/toggle", {"id": 4}), ("todo/create", {"title": "new"}),
+                 ("todo/toggle", {"id": 150}), ("todo/delete", {"id": 2}), ("todo/toggle", {"id": 5}),
+                 ("todo/delete", {"id": 1}), ("todo/toggle", {"id": 999})]
+        for type, payload in steps:
+            settled = client.dispatch_and_settle(type, payload)
+            result = settled["todos"]
+            got = client.get("todos")
+            assert got.version == result.version
+            # read your writes: each subscription holds the settled version's state already (R5)
+            assert delta.latest.version == got.version and delta.latest.state == got.state, (type, payload)
+            assert full.latest.version == got.version and full.latest.state == got.state
+            exists, value = value_at(got.state, "/todos/3")
+            assert path.latest.version <= got.version
+            assert (path.latest.exists, path.latest.value) == (exists, value), (type, payload)
+            assert store.state == got.state and store.version == got.version
+        assert store.patches_sent >= 6 and store.states_sent == 0
+        assert delta.deltas_applied >= 6 and delta.resyncs == 0
+        versions = [snap.version for snap in list(delta._queue)]
+        assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    finally:
+        client.close()
+        store.stop()
+
+
+def test_a_path_subscriber_is_not_woken_by_changes_elsewhere(fluxd):
+    store = Todos(socket_path=fluxd.socket_path)
+    store.start()
+    client = Client.connect(fluxd.socket_path, name="path-watcher", timeout=10)
+    try:
+        require_deltas(client)
+        path = client.subscribe("todos", path="/todos/3")
+        assert path.next(timeout=10).value["id"] == 4
+        for todo_id in (10, 20, 30, 2, 3):  # none of these touches /todos/3 (index 3 is id 4)
+            result = client.dispatch_and_settle("todo/toggle", {"id": todo_id})["todos"]
+            assert result.status == "done"
+            assert not path._queue, f"woken by toggling id {todo_id}: {list(path._queue)}"  # R5: it would be here
+        client.dispatch_and_settle("todo/toggle", {"id": 4})
+        woken = path.next(timeout=0)
+        assert woken.value == {"id": 4, "title": "todo 4", "done": True}
+        client.dispatch_and_settle("todo/delete", {"id": 1})  # index 0 removed: /todos/3 is now id 5
+        shifted = path.next(timeout=0)
+        assert shifted.value["id"] == 5
+    finally:
+        client.close()
+        store.stop()
+
+
+def test_a_late_delta_subscriber_gets_the_whole_state_then_deltas(fluxd):
+    store = Todos(socket_path=fluxd.socket_path)
+    store.start()
+    client = Client.connect(fluxd.socket_path, name="late", timeout=10)
+    try:
+        require_deltas(client)
+        for todo_id in range(1, 6):
+            client.dispatch_and_settle("todo/toggle", {"id": todo_id})
+        sub = client.subscribe("todos")
+        first = sub.next(timeout=10)
+        assert first.version == client.get("todos").version and first.state == store.state
+        client.dispatch_and_settle("todo/toggle", {"id": 7})
+        after = sub.next(timeout=0)
+        assert after.version == first.version + 1 and after.state == client.get("todos").state
+        assert sub.deltas_applied == 1
+    finally:
+        client.close()
+        store.stop()

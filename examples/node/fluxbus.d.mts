@@ -38,7 +38,7 @@ export { Reject, Store, Unhandled, HandlerState } from './lib/store.mjs';
 export {
   PatchError, applyPatch, diff, jsonEqual, getPointer, hasPointer, parsePointer, formatPointer, escapeToken, unescapeToken, isValidPointer,
 } from './lib/patch.mjs';
-export type { Patch, PatchOperation } from './lib/patch.mjs';
+export type { Patch, PatchOperation, PatchErrorCode } from './lib/patch.mjs';
 export { produce, isDraft } from './lib/draft.mjs';
 export type {
   ActionContext, Handler, HandlerOptions, PayloadCheck, PayloadFieldType, ErrorContext, StoreOptions, StartOptions,

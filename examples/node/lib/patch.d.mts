@@ -10,9 +10,13 @@ export type PatchOperation =
   | { op: 'test'; path: string; value: unknown };
 export type Patch = PatchOperation[];
 
+/** The categories of protocol/vectors/patch.json. */
+export type PatchErrorCode = 'invalid-op' | 'invalid-pointer' | 'not-found' | 'index' | 'move-into-child' | 'test-failed' | 'too-deep';
 /** A patch or pointer that does not apply; `index` is the failing operation's position. */
 export declare class PatchError extends Error {
-  constructor(message: string, index?: number);
+  constructor(code: PatchErrorCode, message: string, index?: number);
+  code: PatchErrorCode;
+  detail: string;
   index: number | undefined;
 }
 

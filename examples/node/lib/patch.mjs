@@ -3,12 +3,18 @@
 // equality, and `diff(from, to)`, which skips subtrees that are the same object (===) and compares arrays by their
 // common prefix and suffix, so that a change to one item of a large, structurally shared state costs little.
 
-/** A patch or pointer that does not apply (SPEC §16.1); `index` is the failing operation's position. */
+/**
+ * A patch or pointer that does not apply (SPEC §16.1). `code` is the category of protocol/vectors/patch.json:
+ * invalid-op, invalid-pointer, not-found, index, move-into-child, test-failed, too-deep; `index` is the failing
+ * operation's position in the patch.
+ */
 export class PatchError extends Error {
-  /** @param {string} message @param {number} [index] */
-  constructor(message, index) {
+  /** @param {string} code @param {string} message @param {number} [index] */
+  constructor(code, message, index) {
     super(index === undefined ? message : `operation ${index}: ${message}`);
     this.name = 'PatchError';
+    this.code = code;
+    this.detail = message;
     /** @type {number|undefined} */ this.index = index;
   }
 }
@@ -31,15 +37,15 @@ export function escapeToken(token) {
 /** Unescapes one reference token (`~1` → `/`, then `~0` → `~`); a `~` followed by anything else is an error. @param {string} token */
 export function unescapeToken(token) {
   if (!token.includes('~')) return token;
-  if (/~(?![01])/.test(token)) throw new PatchError(`invalid escape in pointer token ${JSON.stringify(token)} (only ~0 and ~1)`);
+  if (/~(?![01])/.test(token)) throw new PatchError('invalid-pointer', `invalid escape in pointer token ${JSON.stringify(token)} (only ~0 and ~1)`);
   return token.replace(/~1/g, '/').replace(/~0/g, '~');
 }
 
 /** The reference tokens of a JSON Pointer (`""` → []); throws PatchError if it is not one. @param {string} pointer @returns {string[]} */
 export function parsePointer(pointer) {
-  if (typeof pointer !== 'string') throw new PatchError(`a pointer is a string, not ${pointer === null ? 'null' : typeof pointer}`);
+  if (typeof pointer !== 'string') throw new PatchError('invalid-op', `a pointer is a string, not ${pointer === null ? 'null' : typeof pointer}`);
   if (pointer === '') return [];
-  if (pointer[0] !== '/') throw new PatchError(`pointer ${JSON.stringify(pointer)} does not start with /`);
+  if (pointer[0] !== '/') throw new PatchError('invalid-pointer', `pointer ${JSON.stringify(pointer)} does not start with /`);
   return pointer.slice(1).split('/').map(unescapeToken);
 }
 
@@ -78,9 +84,9 @@ export function jsonEqual(a, b) {
 
 /** An array index token for reading or replacing (0 ≤ index < length). */
 function readIndex(token, array, what) {
-  if (!ARRAY_INDEX.test(token)) throw new PatchError(`${what}: ${JSON.stringify(token)} is not an array index`);
+  if (!ARRAY_INDEX.test(token)) throw new PatchError('index', `${what}: ${JSON.stringify(token)} is not an array index`);
   const i = Number(token);
-  if (i >= array.length) throw new PatchError(`${what}: index ${i} is out of range (array of ${array.length})`);
+  if (i >= array.length) throw new PatchError('index', `${what}: index ${i} is out of range (array of ${array.length})`);
   return i;
 }
 
@@ -94,7 +100,7 @@ function valueAt(doc, tokens, pointer) {
   for (const t of tokens) {
     if (Array.isArray(v)) v = v[readIndex(t, v, `path ${JSON.stringify(pointer)}`)];
     else if (isObject(v) && hasOwn(v, t) && v[t] !== undefined) v = v[t];
-    else throw new PatchError(`path ${JSON.stringify(pointer)}: no value at ${JSON.stringify(t)}`);
+    else throw new PatchError('not-found', `path ${JSON.stringify(pointer)}: no value at ${JSON.stringify(t)}`);
   }
   return v;
 }
@@ -119,7 +125,7 @@ function depthOf(v, limit) {
  * @param {any} doc @param {ReadonlyArray<any>} patch @returns {any}
  */
 export function applyPatch(doc, patch) {
-  if (!Array.isArray(patch)) throw new PatchError('a patch is an array of operations');
+  if (!Array.isArray(patch)) throw new PatchError('invalid-op', 'a patch is an array of operations');
   if (patch.length === 0) return doc;
   const owned = new Set(); // containers copied by this call: written in place from then on
   let root = doc;
@@ -138,9 +144,9 @@ export function applyPatch(doc, patch) {
       let key;
       if (Array.isArray(node)) key = readIndex(t, node, what);
       else if (isObject(node) && hasOwn(node, t) && node[t] !== undefined) key = t;
-      else throw new PatchError(`${what}: no value at ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))}`);
+      else throw new PatchError('not-found', `${what}: no value at ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))}`);
       const child = node[key];
-      if (child === null || typeof child !== 'object') throw new PatchError(`${what}: ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))} is not a container`);
+      if (child === null || typeof child !== 'object') throw new PatchError('not-found', `${what}: ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))} is not a container`);
       const copy = own(child);
       if (copy !== child) setMember(node, key, copy);
       node = copy;
@@ -155,21 +161,21 @@ export function applyPatch(doc, patch) {
       let i;
       if (last === '-') i = parent.length;
       else {
-        if (!ARRAY_INDEX.test(last)) throw new PatchError(`${what}: ${JSON.stringify(last)} is not an array index`);
+        if (!ARRAY_INDEX.test(last)) throw new PatchError('index', `${what}: ${JSON.stringify(last)} is not an array index`);
         i = Number(last);
-        if (i > parent.length) throw new PatchError(`${what}: index ${i} is out of range (array of ${parent.length})`);
+        if (i > parent.length) throw new PatchError('index', `${what}: index ${i} is out of range (array of ${parent.length})`);
       }
       parent.splice(i, 0, value);
     } else if (isObject(parent)) setMember(parent, last, value);
-    else throw new PatchError(`${what}: the parent is not a container`);
+    else throw new PatchError('not-found', `${what}: the parent is not a container`);
   };
   const remove = (tokens, what) => {
-    if (tokens.length === 0) throw new PatchError(`${what}: cannot remove the whole document`);
+    if (tokens.length === 0) throw new PatchError('invalid-op', `${what}: cannot remove the whole document`);
     const parent = parentFor(tokens, what);
     const last = tokens[tokens.length - 1];
     if (Array.isArray(parent)) return parent.splice(readIndex(last, parent, what), 1)[0];
     if (isObject(parent) && hasOwn(parent, last) && parent[last] !== undefined) { const v = parent[last]; delete parent[last]; return v; }
-    throw new PatchError(`${what}: no value to remove at ${JSON.stringify(last)}`);
+    throw new PatchError('not-found', `${what}: no value to remove at ${JSON.stringify(last)}`);
   };
   const replace = (tokens, value, what) => {
     if (tokens.length === 0) { root = value; return; }
@@ -177,31 +183,31 @@ export function applyPatch(doc, patch) {
     const last = tokens[tokens.length - 1];
     if (Array.isArray(parent)) parent[readIndex(last, parent, what)] = value;
     else if (isObject(parent) && hasOwn(parent, last) && parent[last] !== undefined) setMember(parent, last, value);
-    else throw new PatchError(`${what}: no value to replace at ${JSON.stringify(last)}`);
+    else throw new PatchError('not-found', `${what}: no value to replace at ${JSON.stringify(last)}`);
   };
   /** A value written at `tokens` must keep the document within §3.2's depth (the top-level value has depth 1). */
   const fits = (tokens, value, what) => {
     if (value !== null && typeof value === 'object' && tokens.length + depthOf(value, MAX_DEPTH + 1 - tokens.length) > MAX_DEPTH) {
-      throw new PatchError(`${what}: the result would be nested deeper than ${MAX_DEPTH} levels (SPEC §3.2)`);
+      throw new PatchError('too-deep', `${what}: the result would be nested deeper than ${MAX_DEPTH} levels (SPEC §3.2)`);
     }
     return value;
   };
   for (let index = 0; index < patch.length; index++) {
     const op = patch[index];
     try {
-      if (!isObject(op)) throw new PatchError('an operation is an object');
-      if (typeof op.path !== 'string') throw new PatchError('the operation has no "path" string');
+      if (!isObject(op)) throw new PatchError('invalid-op', 'an operation is an object');
+      if (typeof op.path !== 'string') throw new PatchError('invalid-op', 'the operation has no "path" string');
       const tokens = parsePointer(op.path);
       const what = `${op.op} ${JSON.stringify(op.path)}`;
-      const needValue = () => { if (!hasOwn(op, 'value') || op.value === undefined) throw new PatchError(`${what}: no "value"`); return op.value; };
-      const fromTokens = () => { if (typeof op.from !== 'string') throw new PatchError(`${what}: no "from" string`); return parsePointer(op.from); };
+      const needValue = () => { if (!hasOwn(op, 'value') || op.value === undefined) throw new PatchError('invalid-op', `${what}: no "value"`); return op.value; };
+      const fromTokens = () => { if (typeof op.from !== 'string') throw new PatchError('invalid-op', `${what}: no "from" string`); return parsePointer(op.from); };
       switch (op.op) {
         case 'add': add(tokens, fits(tokens, needValue(), what), what); break;
         case 'remove': remove(tokens, what); break;
         case 'replace': replace(tokens, fits(tokens, needValue(), what), what); break;
         case 'move': {
           const from = fromTokens();
-          if (from.length < tokens.length && from.every((t, i) => t === tokens[i])) throw new PatchError(`${what}: cannot move ${JSON.stringify(op.from)} into its own child`);
+          if (from.length < tokens.length && from.every((t, i) => t === tokens[i])) throw new PatchError('move-into-child', `${what}: cannot move ${JSON.stringify(op.from)} into its own child`);
           if (from.length === tokens.length && from.every((t, i) => t === tokens[i])) { valueAt(root, from, op.from); break; }
           const value = remove(from, `${what} (from)`);
           add(tokens, fits(tokens, value, what), what);
@@ -210,13 +216,13 @@ export function applyPatch(doc, patch) {
         case 'copy': add(tokens, fits(tokens, valueAt(root, fromTokens(), op.from), what), what); break;
         case 'test': {
           const value = needValue();
-          if (!jsonEqual(valueAt(root, tokens, op.path), value)) throw new PatchError(`${what}: the value is not equal`);
+          if (!jsonEqual(valueAt(root, tokens, op.path), value)) throw new PatchError('test-failed', `${what}: the value is not equal`);
           break;
         }
-        default: throw new PatchError(`unknown op ${JSON.stringify(op.op)}`);
+        default: throw new PatchError('invalid-op', `unknown op ${JSON.stringify(op.op)}`);
       }
     } catch (err) {
-      if (err instanceof PatchError && err.index === undefined) throw new PatchError(err.message, index);
+      if (err instanceof PatchError && err.index === undefined) throw new PatchError(err.code, err.detail, index);
       throw err;
     }
   }

@@ -209,5 +209,5 @@ test("handlerState 'shared': the handler gets the frozen state and returns a new
   assert.ok(Object.isFrozen(store.state.todos[2]), 'the new parts are frozen too');
   peer.send({ op: 'action', store: 'todos', seq: 2, type: 'todo/mutate', origin: 1, payload: {} });
   const reject = await peer.expectOp('reject');
-  assert.equal(reject.error.code, 'store/error', 'a write to the frozen state is a TypeError: the store's bug');
+  assert.equal(reject.error.code, 'store/error', 'a write to the frozen state is a TypeError: a bug of the store');
 });

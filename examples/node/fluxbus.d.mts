@@ -34,7 +34,12 @@ export { Subscription, QueryReceipt } from './lib/subscription.mjs';
 export type { Snapshot, StoreEvent } from './lib/subscription.mjs';
 export { QuerySet } from './lib/query-set.mjs';
 export type { ActiveQuery } from './lib/query-set.mjs';
-export { Reject, Store, Unhandled } from './lib/store.mjs';
+export { Reject, Store, Unhandled, HandlerState } from './lib/store.mjs';
+export {
+  PatchError, applyPatch, diff, jsonEqual, getPointer, hasPointer, parsePointer, formatPointer, escapeToken, unescapeToken, isValidPointer,
+} from './lib/patch.mjs';
+export type { Patch, PatchOperation, PatchErrorCode } from './lib/patch.mjs';
+export { produce, isDraft } from './lib/draft.mjs';
 export type {
   ActionContext, Handler, HandlerOptions, PayloadCheck, PayloadFieldType, ErrorContext, StoreOptions, StartOptions,
 } from './lib/store.mjs';

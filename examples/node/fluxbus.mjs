@@ -23,4 +23,8 @@ export { DEFAULT_MAX_WRITE_QUEUE } from './lib/writer.mjs';
 export { DEFAULT_RECONNECT, reconnectPolicy, backoffDelay } from './lib/reconnect.mjs';
 export { Subscription, QueryReceipt } from './lib/subscription.mjs';
 export { QuerySet } from './lib/query-set.mjs';
-export { Reject, Store, Unhandled } from './lib/store.mjs';
+export { Reject, Store, Unhandled, HandlerState } from './lib/store.mjs';
+export {
+  PatchError, applyPatch, diff, jsonEqual, getPointer, hasPointer, parsePointer, formatPointer, escapeToken, unescapeToken, isValidPointer,
+} from './lib/patch.mjs';
+export { produce, isDraft } from './lib/draft.mjs';

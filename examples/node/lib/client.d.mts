@@ -60,6 +60,11 @@ export interface CallOptions { timeout?: number | null }
 export interface SubscribeOptions extends CallOptions {
   /** Resolve only once the first snapshot is there (`subscription.latest`). */
   waitForSnapshot?: boolean;
+  /**
+   * A JSON Pointer inside the store's state (SPEC §16.4, fluxd 0.4.0): the subscription's snapshots hold the value
+   * there (`state`; `exists` false and `state` undefined when there is none), sent only when a change touches it.
+   */
+  path?: string;
 }
 export interface DispatchOptions { cause?: number }
 export interface SettleOptions extends DispatchOptions, CallOptions {}
@@ -84,6 +89,8 @@ export interface ConnectOptions {
   maxWriteQueue?: number;
   /** Reconnect after a lost connection or fluxd's bye (default true); false = off; an object sets the backoff. */
   reconnect?: boolean | ReconnectOptions;
+  /** Ask fluxd 0.4+ for deltas (patches) and apply them to the state held (default true); false = whole snapshots. */
+  deltas?: boolean;
 }
 
 /** `connecting` (Client.connect), `connected`, `reconnecting` (lost; trying again), `closed` (for good). */
@@ -166,6 +173,14 @@ export declare class Client {
   readonly writer: FrameWriter;
   readonly pending: PendingReplies;
   readonly subscriptions: ReadonlyMap<string, ReadonlySet<Subscription<unknown>>>;
+  /** Path subscriptions, by `store + ' ' + path`. */
+  readonly pathSubscriptions: ReadonlyMap<string, ReadonlySet<Subscription<unknown>>>;
+  /** Whether subscriptions ask for deltas (SPEC §16.3). */
+  readonly deltas: boolean;
+  /** The state held per subscribed store: the newest snapshot, or the result of the deltas applied to it. */
+  readonly held: ReadonlyMap<string, { version: number; seq: number; state: unknown }>;
+  /** Deltas applied; resynchronisations (a delta that did not fit the state held: subscribed again, whole). */
+  readonly deltaStats: { applied: number; resyncs: number };
 
   /** Resolves once every frame sent so far has been handed to the kernel. */
   flush(): Promise<void>;

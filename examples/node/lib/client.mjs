@@ -20,6 +20,12 @@ import { FrameWriter, DEFAULT_MAX_WRITE_QUEUE } from './writer.mjs';
 import { Subscription, QueryReceipt } from './subscription.mjs';
 import { reconnectPolicy, backoffDelay } from './reconnect.mjs';
 import { kAttach, kRelease, kDeliver, kEnd, kStatus, kFirst, kRebase, kLose } from './internal.mjs';
+import { applyPatch, isValidPointer } from './patch.mjs';
+
+/** The key of a path subscription (store names have no space): its maps' key and its replies' key suffix. */
+const pathKey = (store, path) => `${store} ${path}`;
+/** What keys a subscription's `subscribed` / `unsubscribed` reply. */
+const replyKey = (op, store, path) => (path === undefined ? `${op}:${store}` : `${op}:${pathKey(store, path)}`);
 
 /** The default time limit of a request (dispatchAndSettle, subscribe, query, get, info, ping, ...). */
 export const DEFAULT_REQUEST_TIMEOUT = 30000;
@@ -99,8 +105,16 @@ export class Client extends EventEmitter {
    *          connectTimeout: number|null|undefined, requestTimeout: number|null, maxWriteQueue: number|undefined,
    *          policy: ReturnType<typeof reconnectPolicy>}} config
    */
-  constructor({ target, source, expected, name, role, heartbeat, connectTimeout, requestTimeout = DEFAULT_REQUEST_TIMEOUT, maxWriteQueue, policy }) {
+  constructor({ target, source, expected, name, role, heartbeat, connectTimeout, requestTimeout = DEFAULT_REQUEST_TIMEOUT, maxWriteQueue, policy, deltas = true }) {
     super();
+    /** Whether subscriptions ask for `delta` frames (SPEC §16.3) from a fluxd that speaks §16. */
+    this.deltas = deltas;
+    /** @type {Map<string, {version: number, seq: number, state: any}>} the state held per subscribed store (deltas apply to it) */
+    this.held = new Map();
+    /** @type {Map<string, Set<Subscription>>} path subscriptions by `store + ' ' + path` (SPEC §16.4) */
+    this.pathSubscriptions = new Map();
+    /** Deltas applied, and resynchronisations (a delta that did not fit the state held: subscribed again, whole). */
+    this.deltaStats = { applied: 0, resyncs: 0 };
     this.name = name; this.role = role;
     new Deadline(requestTimeout); // validates it
     /** @type {number|null} */ this.requestTimeout = requestTimeout;
@@ -111,7 +125,8 @@ export class Client extends EventEmitter {
     /** Ids (dispatch `d-N`, query `q-N`, request `r-N`) come from this counter, which continues across reconnections. */
     this.nextId = 1;
     this.pending = new PendingReplies();
-    /** @type {Map<string, Set<Subscription>>} */ this.subscriptions = new Map();
+    /** @type {Map<string, Set<Subscription>>} whole-store subscriptions by store */ this.subscriptions = new Map();
+    /** @type {Set<string>} stores resubscribed to resynchronise, until their snapshot comes */ this.resyncing = new Set();
     /** @type {Map<string, (msg: any) => void>} */ this.storeSinks = new Map();
     /** @type {import('./errors.mjs').FluxError[]} */ this.errors = [];
     /** @type {import('./errors.mjs').FluxError|null} */ this.closedReason = null;
@@ -141,19 +156,21 @@ export class Client extends EventEmitter {
    * `reconnect` (default true): `false` turns reconnection off; an object sets its backoff (`initialDelay` 50 ms,
    * doubling (`factor`) up to `maxDelay` 2000 ms, up to `jitter` 0.5 of each delay taken off at random,
    * `maxAttempts` and `giveUpAfter` ms to give up; never by default). Each attempt has `timeout` too.
+   * `deltas` (default true): subscriptions ask fluxd (one that speaks SPEC §16) for `delta` frames, patches from
+   * the version held, and the client applies them to the state it holds; false: whole snapshots only.
    * @param {{socketPath?: string, name?: string, role?: 'client'|'store'|'monitor', timeout?: number|null,
    *          requestTimeout?: number|null, heartbeat?: boolean, expectedServerUid?: number, maxWriteQueue?: number,
-   *          reconnect?: boolean|Record<string, number|null>}} [options]
+   *          reconnect?: boolean|Record<string, number|null>, deltas?: boolean}} [options]
    * @returns {Promise<Client>}
    */
   static async connect({ socketPath, name = '', role = Roles.CLIENT, timeout = DEFAULT_CONNECT_TIMEOUT, requestTimeout,
-    heartbeat = true, expectedServerUid: serverUid, maxWriteQueue, reconnect } = {}) {
+    heartbeat = true, expectedServerUid: serverUid, maxWriteQueue, reconnect, deltas = true } = {}) {
     if (!Object.values(Roles).includes(role)) throw new TypeError(`role must be one of ${Object.values(Roles).join(', ')}, not ${JSON.stringify(role)}`);
     const { path: target, source } = resolveSocketPath(socketPath);
     const expected = expectedServerUid(serverUid);
     const policy = reconnectPolicy(reconnect);
     const deadline = new Deadline(timeout);
-    const client = new Client({ target, source, expected, name, role, heartbeat, connectTimeout: timeout, requestTimeout, maxWriteQueue, policy });
+    const client = new Client({ target, source, expected, name, role, heartbeat, connectTimeout: timeout, requestTimeout, maxWriteQueue, policy, deltas });
     try {
       const { conn, msg } = await client.#open(deadline);
       client.#welcomed(conn, msg);
@@ -252,34 +269,61 @@ export class Client extends EventEmitter {
    * first snapshot is there (`subscription.latest`). `timeout` covers the whole call; when it passes while the
    * store is `unknown` the TimeoutError says "no store named 'x' has registered yet". After a reconnection the
    * client subscribes again; a snapshot whose version is not above the last one delivered is dropped (same epoch).
-   * @param {string} store @param {{timeout?: number|null, waitForSnapshot?: boolean}} [options]
+   * With fluxd 0.4 (SPEC §16) the client asks for deltas (`deltas` option of Client.connect), holds each store's
+   * state and applies each patch to it; snapshots are the same either way.
+   * `path` (a JSON Pointer, SPEC §16.4) subscribes to that part of the store's state only: each snapshot's `state`
+   * is the value at `path` (undefined, with `exists` false, when there is none), and one comes only when a change
+   * touches it. Needs a fluxd that speaks §16 (it announces `limits.deltaHistory`), else rejects with an Error.
+   * @param {string} store @param {{timeout?: number|null, waitForSnapshot?: boolean, path?: string}} [options]
    * @returns {Promise<Subscription>}
    */
-  async subscribe(store, { timeout, waitForSnapshot = false } = {}) {
+  async subscribe(store, { timeout, waitForSnapshot = false, path } = {}) {
     checkStoreName(store);
+    if (path !== undefined) {
+      if (!isValidPointer(path) || Buffer.byteLength(path) > 1024) throw new TypeError(`invalid path ${JSON.stringify(path)}: a JSON Pointer (RFC 6901: "" or /token/..., ~0 for ~ and ~1 for /) of at most 1024 bytes`);
+      if (this.welcome && !this.#speaks16()) throw new Error(`fluxd at ${this.#config.target} (${this.welcome.server}) has no path subscriptions: they need fluxd 0.4.0 (SPEC §16.4)`);
+    }
     const deadline = this.#deadline(timeout);
     if (this.closedReason) throw this.closedReason;
-    const sub = new Subscription(this, store);
+    const sub = new Subscription(this, store, path);
     this[kAttach](sub);
     const gen = this.#conn?.gen;
     let held = false; // whether fluxd holds (or will hold) the subscription on the current connection if this call fails
+    const what = path === undefined ? `'${store}'` : `'${store}' at ${JSON.stringify(path)}`;
     try {
-      await this.#call(`${Ops.SUBSCRIBED}:${store}`, JSON.stringify({ op: Ops.SUBSCRIBE, store }), deadline,
-        `waiting for fluxd to confirm the subscription to '${store}'`,
+      await this.#call(replyKey(Ops.SUBSCRIBED, store, path), JSON.stringify(this.#subscribeFrame(store, path)), deadline,
+        `waiting for fluxd to confirm the subscription to ${what}`,
         { kind: 'restore', onGiveUp: (where) => { held = where === 'here' || (this.connected && this.#conn.gen !== gen); } });
       held = true;
       if (waitForSnapshot) {
         await sub[kFirst](deadline);
-        if (!sub.latest) throw this.closedReason ?? new DisconnectedError(`the subscription to '${store}' ended before its first snapshot`);
+        if (!sub.latest) throw this.closedReason ?? new DisconnectedError(`the subscription to ${what} ended before its first snapshot`);
       }
       return sub;
     } catch (err) {
       sub[kEnd]();
       this.#detach(sub);
-      if (held && this.connected && !this.subscriptions.has(store)) this.#unsubscribeQuietly(store);
+      if (held && this.connected && !this.#subscribed(store, path)) this.#unsubscribeQuietly(store, path);
       throw err;
     }
   }
+
+  /** Whether fluxd speaks SPEC §16 (patches, deltas, path subscriptions): it announces `limits.deltaHistory`. */
+  #speaks16() { return this.welcome?.limits?.deltaHistory !== undefined; }
+
+  /** The `subscribe` frame: with `deltas` (and `from`, the version held, to resume) when fluxd speaks §16. */
+  #subscribeFrame(store, path, from) {
+    /** @type {Record<string, any>} */ const frame = { op: Ops.SUBSCRIBE, store };
+    if (path !== undefined) frame.path = path;
+    else if (this.#speaks16()) {
+      if (this.deltas) frame.deltas = true;
+      if (from !== undefined) frame.from = from;
+    }
+    return frame;
+  }
+
+  /** Whether this client still holds a subscription to `store` (at `path`). */
+  #subscribed(store, path) { return path === undefined ? this.subscriptions.has(store) : this.pathSubscriptions.has(pathKey(store, path)); }
 
   /**
    * Ends every subscription of this client to `store` and unsubscribes (resolves on fluxd's `unsubscribed`; at
@@ -289,6 +333,7 @@ export class Client extends EventEmitter {
     checkStoreName(store);
     for (const sub of this.subscriptions.get(store) ?? []) sub[kEnd]();
     this.subscriptions.delete(store);
+    this.held.delete(store);
     if (!this.connected) return;
     await this.#call(`${Ops.UNSUBSCRIBED}:${store}`, JSON.stringify({ op: Ops.UNSUBSCRIBE, store }), this.#deadline(timeout),
       `waiting for fluxd to confirm unsubscribing from '${store}'`, { kind: 'release' });
@@ -369,16 +414,20 @@ export class Client extends EventEmitter {
 
   /** @param {Subscription} sub @internal */
   [kAttach](sub) {
-    const set = this.subscriptions.get(sub.store);
-    if (set) set.add(sub); else this.subscriptions.set(sub.store, new Set([sub]));
+    const [map, key] = sub.path === undefined ? [this.subscriptions, sub.store] : [this.pathSubscriptions, pathKey(sub.store, sub.path)];
+    const set = map.get(key);
+    if (set) set.add(sub); else map.set(key, new Set([sub]));
   }
 
-  /** Ends one subscription; the last of its store unsubscribes. @param {Subscription} sub @param {number|null} [timeout] @internal */
+  /** Ends one subscription; the last of its store (and path) unsubscribes. @param {Subscription} sub @param {number|null} [timeout] @internal */
   async [kRelease](sub, timeout) {
     sub[kEnd]();
-    if (!this.#detach(sub) || !this.connected || this.subscriptions.has(sub.store)) return;
-    await this.#call(`${Ops.UNSUBSCRIBED}:${sub.store}`, JSON.stringify({ op: Ops.UNSUBSCRIBE, store: sub.store }),
-      this.#deadline(timeout), `waiting for fluxd to confirm unsubscribing from '${sub.store}'`, { kind: 'release' });
+    const { store, path } = sub;
+    if (!this.#detach(sub) || !this.connected || this.#subscribed(store, path)) return;
+    /** @type {Record<string, any>} */ const frame = { op: Ops.UNSUBSCRIBE, store };
+    if (path !== undefined) frame.path = path;
+    await this.#call(replyKey(Ops.UNSUBSCRIBED, store, path), JSON.stringify(frame),
+      this.#deadline(timeout), `waiting for fluxd to confirm unsubscribing from '${store}'${path === undefined ? '' : ` at ${JSON.stringify(path)}`}`, { kind: 'release' });
   }
 
   /** Ends the current connection as lost (the client reconnects if it may). @param {Error} reason @internal */
@@ -386,13 +435,19 @@ export class Client extends EventEmitter {
 
   /** @returns {boolean} whether `sub` was attached */
   #detach(sub) {
-    const set = this.subscriptions.get(sub.store);
+    const [map, key] = sub.path === undefined ? [this.subscriptions, sub.store] : [this.pathSubscriptions, pathKey(sub.store, sub.path)];
+    const set = map.get(key);
     if (!set?.delete(sub)) return false;
-    if (!set.size) this.subscriptions.delete(sub.store);
+    if (!set.size) {
+      map.delete(key);
+      if (sub.path === undefined) this.held.delete(sub.store);
+    }
     return true;
   }
 
-  #unsubscribeQuietly(store) { this.#sendQuietly(`${Ops.UNSUBSCRIBED}:${store}`, { op: Ops.UNSUBSCRIBE, store }); }
+  #unsubscribeQuietly(store, path) {
+    this.#sendQuietly(replyKey(Ops.UNSUBSCRIBED, store, path), path === undefined ? { op: Ops.UNSUBSCRIBE, store } : { op: Ops.UNSUBSCRIBE, store, path });
+  }
 
   /** Sends a cleanup request whose reply nobody waits for (it is dropped when it comes). */
   #sendQuietly(key, fields) {
@@ -637,11 +692,20 @@ export class Client extends EventEmitter {
     const epochChanged = before === undefined || this.welcome.epoch === undefined || this.welcome.epoch !== before;
     this.reconnects++;
     for (const sink of [...this.storeSinks.values()]) sink({ op: 'reconnected', epochChanged });
+    if (epochChanged) this.held.clear();
+    this.resyncing.clear();
     for (const [store, subs] of this.subscriptions) {
       if (epochChanged) for (const sub of subs) sub[kRebase]();
-      const frame = encodeFrame(JSON.stringify({ op: Ops.SUBSCRIBE, store }));
+      // SPEC §16.3 resume: from the version held (same epoch); fluxd sends the deltas since, or the snapshot
+      const frame = encodeFrame(JSON.stringify(this.#subscribeFrame(store, undefined, this.held.get(store)?.version)));
       // one subscribe per call still waiting for its `subscribed` (they are matched in order), at least one
       for (let n = Math.max(1, this.pending.count(`${Ops.SUBSCRIBED}:${store}`)); n > 0; n--) conn.writer.write(frame, { force: true });
+    }
+    for (const [key, subs] of this.pathSubscriptions) {
+      const { store, path } = [...subs][0];
+      if (epochChanged) for (const sub of subs) sub[kRebase]();
+      const frame = encodeFrame(JSON.stringify(this.#subscribeFrame(store, path)));
+      for (let n = Math.max(1, this.pending.count(`${Ops.SUBSCRIBED}:${key}`)); n > 0; n--) conn.writer.write(frame, { force: true });
     }
     for (const q of this.#queries.values()) conn.writer.write(encodeFrame(q.body), { force: true });
     const lost = [...this.#settling.values()].filter((c) => !c.waiter.done && c.entry?.state === 'sent');
@@ -693,15 +757,28 @@ export class Client extends EventEmitter {
       case Ops.PONG: case Ops.INFO: case Ops.GOT: case Ops.QUERY_OK: case Ops.UNQUERY_OK: case Ops.SETTLED:
         this.#settle(id, msg); return;
       case 'recovered': this.#recovered(msg); return;
-      case Ops.SUBSCRIBED:
-        for (const sub of this.subscriptions.get(msg.store) ?? []) sub[kStatus](msg.status);
-        this.#settle(`${Ops.SUBSCRIBED}:${msg.store}`, msg); return;
-      case Ops.UNSUBSCRIBED: this.#settle(`${Ops.UNSUBSCRIBED}:${msg.store}`, msg); return;
+      case Ops.SUBSCRIBED: {
+        const path = typeof msg.path === 'string' ? msg.path : undefined;
+        const subs = path === undefined ? this.subscriptions.get(msg.store) : this.pathSubscriptions.get(pathKey(msg.store, path));
+        for (const sub of subs ?? []) sub[kStatus](msg.status);
+        this.#settle(replyKey(Ops.SUBSCRIBED, msg.store, path), msg); return;
+      }
+      case Ops.UNSUBSCRIBED: this.#settle(replyKey(Ops.UNSUBSCRIBED, msg.store, typeof msg.path === 'string' ? msg.path : undefined), msg); return;
       case Ops.SNAPSHOT:
-        for (const sub of this.subscriptions.get(msg.store) ?? []) sub[kDeliver](msg);
+        if (this.subscriptions.has(msg.store)) {
+          const held = this.held.get(msg.store);
+          if (!held || msg.version >= held.version || this.resyncing.has(msg.store)) this.held.set(msg.store, { version: msg.version, seq: msg.seq, state: msg.state });
+          this.resyncing.delete(msg.store);
+          for (const sub of this.subscriptions.get(msg.store)) sub[kDeliver](msg);
+        }
         this.storeSinks.get(msg.store)?.(msg); return;
+      case 'delta': this.#delta(msg); return;
+      case 'subtree':
+        for (const sub of this.pathSubscriptions.get(pathKey(msg.store, msg.path)) ?? []) sub[kDeliver](msg);
+        return;
       case Ops.STORE_DOWN: case Ops.STORE_UP:
         for (const sub of this.subscriptions.get(msg.store) ?? []) sub[kDeliver](msg);
+        for (const subs of this.pathSubscriptions.values()) for (const sub of subs) if (sub.store === msg.store) sub[kDeliver](msg);
         return;
       case Ops.REGISTERED: case Ops.QUERIES: case Ops.QUERIES_CHANGED: case Ops.ACTION:
         this.storeSinks.get(msg.store)?.(msg); return;
@@ -714,6 +791,31 @@ export class Client extends EventEmitter {
       case Ops.BYE: this.#ended(conn, new DisconnectedError(`fluxd said bye (${msg.reason})`)); return;
       default: // ops this library does not know are ignored (SPEC §13)
     }
+  }
+
+  /**
+   * A `delta` (SPEC §16.3): applied to the state held when it is from that version; otherwise (or if it does not
+   * apply) the client resynchronises: it subscribes again, without `from`, and takes the whole snapshot fluxd sends.
+   */
+  #delta(msg) {
+    const subs = this.subscriptions.get(msg.store);
+    if (!subs || this.resyncing.has(msg.store)) return; // not subscribed (any more), or a snapshot is on its way
+    const held = this.held.get(msg.store);
+    if (held && held.version >= msg.version) return; // already held (e.g. resumed from a version past it)
+    let state;
+    if (held && held.version === msg.from && Array.isArray(msg.patch)) {
+      try { state = applyPatch(held.state, msg.patch); } catch { state = undefined; }
+    }
+    if (state === undefined) {
+      this.deltaStats.resyncs++;
+      this.resyncing.add(msg.store);
+      this.#sendQuietly(`${Ops.SUBSCRIBED}:${msg.store}`, this.#subscribeFrame(msg.store));
+      return;
+    }
+    this.deltaStats.applied++;
+    this.held.set(msg.store, { version: msg.version, seq: msg.seq, state });
+    const snapshot = { op: Ops.SNAPSHOT, store: msg.store, version: msg.version, seq: msg.seq, state };
+    for (const sub of subs) sub[kDeliver](snapshot);
   }
 
   #error(conn, msg) {
@@ -734,6 +836,10 @@ export class Client extends EventEmitter {
       }
     }
     taken ||= this.#settle(ref, msg) || this.#settle(`${Ops.SUBSCRIBED}:${ref}`, msg);
+    if (!taken && ref !== undefined) { // a refused path subscription names the store: the oldest one waiting
+      const key = this.pending.firstKey(`${Ops.SUBSCRIBED}:${ref} `);
+      if (key !== undefined) taken = this.#settle(key, msg);
+    }
     if (!taken) {
       if (ref !== undefined && this.storeSinks.has(ref)) this.storeSinks.get(ref)(msg);
       else { this.errors.push(error); if (this.errors.length > 256) this.errors.shift(); this.emit('error-frame', error); }
@@ -761,6 +867,7 @@ export class Client extends EventEmitter {
     this.pending.rejectAll(reason);
     for (const w of this.#connectWaiters.splice(0)) w.reject(reason);
     for (const set of this.subscriptions.values()) for (const sub of set) sub[kEnd]();
+    for (const set of this.pathSubscriptions.values()) for (const sub of set) sub[kEnd]();
     for (const sink of [...this.storeSinks.values()]) sink({ op: 'closed' });
     this.emit('close', reason);
   }

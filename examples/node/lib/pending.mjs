@@ -20,6 +20,8 @@ export class PendingReplies {
   get owed() { let n = 0; for (const c of this.#owed.values()) n += c; return n; }
   /** @param {string} key */
   has(key) { return this.#waiters.has(key); }
+  /** The first key with calls waiting that starts with `prefix`. @param {string} prefix @returns {string|undefined} */
+  firstKey(prefix) { for (const key of this.#waiters.keys()) if (key.startsWith(prefix)) return key; return undefined; }
   /** Calls waiting for a reply keyed `key`. @param {string} key */
   count(key) { return this.#waiters.get(key)?.length ?? 0; }
 

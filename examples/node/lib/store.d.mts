@@ -7,6 +7,10 @@ import type { ActiveQuery, QuerySet } from './query-set.mjs';
 export type Unhandled = 'reject' | 'ignore';
 export declare const Unhandled: { readonly REJECT: 'reject'; readonly IGNORE: 'ignore' };
 
+/** What a handler gets as `state`: a draft (default), the store's state itself (frozen), or a deep copy. */
+export type HandlerState = 'draft' | 'shared' | 'copy';
+export declare const HandlerState: { readonly DRAFT: 'draft'; readonly SHARED: 'shared'; readonly COPY: 'copy' };
+
 /** Thrown by a handler to reject an action with this code, message and details, unchanged. */
 export declare class Reject extends Error {
   constructor(code: string, message?: string, details?: Record<string, unknown>);
@@ -49,6 +53,10 @@ export interface StoreOptions<S> {
   /** 'reject' (default): store/unhandled-action naming the type and the handled types; 'ignore': done, no change. */
   unhandled?: Unhandled;
   onError?: (error: unknown, context: ErrorContext) => void;
+  /** 'draft' (default): change the draft in place or return a new state; 'shared': the frozen state, return a new one; 'copy': a deep copy. */
+  handlerState?: HandlerState;
+  /** Send changes as JSON Patches to a fluxd that speaks SPEC §16 (default true); false = whole states. */
+  patches?: boolean;
 }
 
 export interface StartOptions {
@@ -71,6 +79,10 @@ export declare class Store<S = any> {
   initialState: S | undefined;
   queryDeltas: boolean;
   unhandled: Unhandled;
+  handlerState: HandlerState;
+  patches: boolean;
+  /** Changes sent as patches and as whole states. */
+  readonly sent: { patches: number; states: number };
   state: S;
   version: number;
   queries: ActiveQuery[];
@@ -88,5 +100,7 @@ export declare class Store<S = any> {
   handlerFor(type: string): Handler<S> | undefined;
   start(options?: StartOptions): Promise<{ resumed: boolean }>;
   publish(state: S): void;
+  /** Publishes the change `recipe` makes to a draft of the state (as a patch). */
+  update(recipe: (draft: S) => S | undefined | void): void;
   stop(options?: CallOptions): Promise<void>;
 }

@@ -8,12 +8,30 @@ import { Client, DEFAULT_CONNECT_TIMEOUT } from './client.mjs';
 import { Deadline } from './deadline.mjs';
 import { QuerySet } from './query-set.mjs';
 import { kLose } from './internal.mjs';
+import { diff } from './patch.mjs';
+import { produce } from './draft.mjs';
 
 /** Codes of a failed registration after a reconnection that trying again later cannot cure: the store stops. */
 const REGISTRATION_FINAL = new Set(['cycle', 'bad-message', 'forbidden']);
 
 /** What a store does with an action its patterns match but no handler takes (`new Store({unhandled})`). */
 export const Unhandled = Object.freeze({ REJECT: 'reject', IGNORE: 'ignore' });
+
+/**
+ * What a handler gets as its `state` (`new Store({handlerState})`): 'draft' (default) a copy-on-write draft it may
+ * change in place (or it returns a new state); 'shared' the store's state itself, deep-frozen, Redux style: it
+ * returns a new state that shares what did not change; 'copy' a deep copy (structuredClone; the 0.2 behaviour).
+ */
+export const HandlerState = Object.freeze({ DRAFT: 'draft', SHARED: 'shared', COPY: 'copy' });
+
+/** Freezes `value` and every object inside it that is not frozen yet (a frozen object's inside is taken as frozen). */
+function freezeNew(value) {
+  if (value === null || typeof value !== 'object' || Object.isFrozen(value)) return value;
+  Object.freeze(value);
+  if (Array.isArray(value)) for (let i = 0; i < value.length; i++) freezeNew(value[i]);
+  else for (const k of Object.keys(value)) freezeNew(value[k]);
+  return value;
+}
 
 /**
  * Thrown by a handler to reject an action; the store answers `reject` with `{code, message, ...details}` exactly
@@ -113,7 +131,9 @@ function payloadCheck(spec) {
  * - no handler for a type the store's `handles` patterns match (a typo such as `counter/ad`): `store/unhandled-action`
  *   with "no handler for 'counter/ad'; this store handles: counter/add, counter/reset", unless the store was made
  *   with `unhandled: 'ignore'`, which answers such actions `done` without change.
- * Handlers get a deep copy of the state and may be async. Follow-ups dispatched with `ctx.dispatch` carry
+ * Handlers get a draft of the state (`handlerState`, below: change it in place or return a new state) and may be
+ * async; the change is sent as a JSON Patch from the version fluxd retains (SPEC §16.2; `patches`), so a handler
+ * that changes one item of a large state does not pay for encoding the whole state. Follow-ups dispatched with `ctx.dispatch` carry
  * `cause` = the action's seq and are sent after the answer, only if the handler did not throw. `onQueries(queries)`
  * is called when the active queries change; `publish(state)` sends a state outside an action.
  *
@@ -135,10 +155,14 @@ export class Store {
    * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
    * `queries` and `onQueries` see the full set as before. `unhandled`: 'reject' (default) or 'ignore' (see above).
    * `onError(error, context)`: replaces the `onError` method (the store's log; default: console.error).
+   * `handlerState`: 'draft' (default), 'shared' or 'copy' (see HandlerState). `patches` (default true): send each
+   * change as a JSON Patch from the version fluxd retains (SPEC §16.2) when fluxd speaks §16 (it announces
+   * `limits.deltaHistory`), so a change costs what changed, not the state's size; false: send whole states.
    * @param {{name?: string, handles?: string[], waitFor?: string[], initialState?: any, queryDeltas?: boolean,
-   *          unhandled?: 'reject'|'ignore', onError?: (error: unknown, context: ErrorContext) => void}} [options]
+   *          unhandled?: 'reject'|'ignore', onError?: (error: unknown, context: ErrorContext) => void,
+   *          handlerState?: 'draft'|'shared'|'copy', patches?: boolean}} [options]
    */
-  constructor({ name, handles, waitFor, initialState, queryDeltas, unhandled, onError } = {}) {
+  constructor({ name, handles, waitFor, initialState, queryDeltas, unhandled, onError, handlerState, patches } = {}) {
     const defaults = /** @type {any} */ (this.constructor);
     this.name = name ?? defaults.storeName ?? '';
     this.handles = handles ?? defaults.handles ?? [];
@@ -150,6 +174,13 @@ export class Store {
       throw new TypeError(`unhandled must be 'reject' (the default: an action without a handler is rejected with ${StoreErrorCodes.UNHANDLED_ACTION}) or 'ignore' (answered done, state unchanged), not ${JSON.stringify(this.unhandled)}`);
     }
     if (onError) this.onError = onError;
+    this.handlerState = handlerState ?? defaults.handlerState ?? HandlerState.DRAFT;
+    if (!Object.values(HandlerState).includes(this.handlerState)) {
+      throw new TypeError(`handlerState must be 'draft' (the default), 'shared' or 'copy', not ${JSON.stringify(this.handlerState)}`);
+    }
+    this.patches = patches ?? defaults.patches ?? true;
+    /** Changes sent as patches, and as whole states (SPEC §16.2). */
+    this.sent = { patches: 0, states: 0 };
     /** @type {any} */ this.state = undefined;
     this.version = 0;
     /** @type {import('./query-set.mjs').ActiveQuery[]} */ this.queries = [];
@@ -268,6 +299,10 @@ export class Store {
     }
     if (this.#phase === 'registering') { this.#registration(msg); return; }
     if (this.#phase !== 'running') return;
+    if (msg.op === 'error') { // e.g. patch-failed (fluxd then closes the connection; the store registers again)
+      this.#report(errorFromFrame(msg), {});
+      return;
+    }
     const gen = this.#gen;
     this.chain = this.chain.then(() => this.#handle(msg, gen)).catch((err) => this.#report(err, {}));
   }
@@ -290,7 +325,7 @@ export class Store {
       if (!msg.version) { this.state = undefined; this.version = 0; } // fluxd retains no state: neither does the store
     } else if (msg.op === 'snapshot') {
       // SPEC §15.3 rule 1: this is the store's state now, even if it held a newer one (never recorded by fluxd)
-      this.state = msg.state; this.version = msg.version;
+      this.state = this.#own(msg.state); this.version = msg.version;
       if (Number.isInteger(msg.seq) && msg.seq > this.#adoptedSeq) this.#adoptedSeq = msg.seq;
     } else if (msg.op === 'queries' || msg.op === 'queries-changed') {
       this.#phase = 'running';
@@ -311,17 +346,26 @@ export class Store {
    */
   publish(state) {
     if (!this.client) throw new Error(`store '${this.name}' publishes before start()`);
-    const text = canonicalJSON(state);
     if (this.#phase !== 'running') { // registering, or the client reconnects: sent once the store is registered again
+      canonicalJSON(state); // throws now for a state that is not JSON
       if (this.client.closed) throw this.client.closedReason;
       this.#unpublished = { state };
       this.state = state;
       return;
     }
-    if (text === canonicalJSON(this.state)) return;
-    this.client.sendRaw(`{"op":"state","store":${JSON.stringify(this.name)},"state":${text}}`);
-    this.state = state;
+    const change = this.#change(state);
+    if (!change) return;
+    const op = change.kind === 'patches' ? 'patch' : 'state';
+    this.client.sendRaw(`{"op":"${op}","store":${JSON.stringify(this.name)},${change.field}}`);
+    this.#commit(state, change);
   }
+
+  /**
+   * Publishes a change made by `recipe` on a draft of the state (outside an action), e.g.
+   * `store.update((s) => { s.comments[site] = fetched; })`: sent as a patch (see publish).
+   * @param {(draft: any) => any} recipe
+   */
+  update(recipe) { this.publish(produce(this.state, recipe)); }
 
   /**
    * Stops: lets the action in hand finish, says bye and closes; `timeout` (ms, default 10000) covers all of it
@@ -339,7 +383,36 @@ export class Store {
     this.client?.emit('store-error', error);
   }
 
-  #adopt(msg) { if (msg.version >= this.version) { this.version = msg.version; this.state = msg.state; } }
+  #adopt(msg) { if (msg.version >= this.version) { this.version = msg.version; this.state = this.#own(msg.state); } }
+
+  /** A state the store now holds: deep-frozen when handlers share it ('shared'). */
+  #own(state) { return this.handlerState === HandlerState.SHARED ? freezeNew(state) : state; }
+
+  /** Whether changes go as patches: asked for, fluxd speaks SPEC §16, and it retains a state to patch. */
+  #patching() { return this.patches && this.version > 0 && this.client?.welcome?.limits?.deltaHistory !== undefined; }
+
+  /**
+   * The frame body that publishes `next` (or undefined: no change), and the version it makes. As a patch from the
+   * retained version when #patching (an empty diff: no change), else as the whole state (unchanged text: none).
+   * Throws TypeError for a state that is not JSON. @returns {{field: string, version: number}|undefined}
+   */
+  #change(next) {
+    if (next === undefined) return undefined;
+    if (this.#patching()) {
+      const patch = diff(this.state, next);
+      if (patch.length === 0) return undefined;
+      return { field: `"patch":${canonicalJSON(patch)},"base":${this.version}`, version: this.version + 1, kind: 'patches' };
+    }
+    const text = canonicalJSON(next);
+    if (text === canonicalJSON(this.state)) return undefined;
+    return { field: `"state":${text}`, version: this.version + 1, kind: 'states' };
+  }
+
+  #commit(next, change) {
+    this.state = this.#own(next);
+    this.version = change.version;
+    this.sent[change.kind]++;
+  }
 
   /** A full `queries` set, or a `queries-changed` delta applied to the set kept so far. */
   #queries(msg) {
@@ -396,9 +469,11 @@ export class Store {
       reject({ code: StoreErrorCodes.BAD_PAYLOAD, message: `${msg.type} failed: ${bad.message}`, ...(bad.field !== undefined ? { field: bad.field } : {}) });
       return;
     }
-    let next; let text;
+    let next; let change;
     try {
-      next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
+      if (this.handlerState === HandlerState.DRAFT) next = await produce(this.state, (draft) => handler.call(this, draft, msg.payload, ctx));
+      else if (this.handlerState === HandlerState.SHARED) next = await handler.call(this, this.state, msg.payload, ctx);
+      else next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
     } catch (err) {
       const error = this.#rejection(err, msg);
       if (gen === this.#gen) reject(error);
@@ -408,15 +483,15 @@ export class Store {
     // once the store registered again, and it is handled then from the state adopted (SPEC §15.3).
     if (gen !== this.#gen) return;
     try {
-      if (next !== undefined) text = canonicalJSON(next);
+      change = this.#change(next);
     } catch (err) {
       this.#report(err, { type: msg.type, seq: msg.seq });
       reject({ code: StoreErrorCodes.HANDLER_FAILED, message: `${msg.type} failed: the handler returned a state that is not JSON; the store's log has the details` });
       return;
     }
-    if (text !== undefined && text !== canonicalJSON(this.state)) {
-      this.state = next;
-      client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq},"state":${text}}`, { force: true });
+    if (change) {
+      client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq},${change.field}}`, { force: true });
+      this.#commit(next, change);
     } else {
       client.sendRaw(`{"op":"done","store":${store},"seq":${msg.seq}}`, { force: true });
     }

@@ -6,7 +6,7 @@ import { Deadline } from './deadline.mjs';
 import { kRelease, kDeliver, kEnd, kStatus, kFirst, kRebase } from './internal.mjs';
 
 /**
- * @typedef {{store: string, version: number, seq: number, state: any}} Snapshot
+ * @typedef {{store: string, version: number, seq: number, state: any, path?: string, exists?: boolean}} Snapshot
  * @typedef {{kind: 'store-down', reason: string} | {kind: 'store-up', version: number}} StoreEvent
  */
 
@@ -25,9 +25,11 @@ export class Subscription {
   /** @type {Array<() => void>} */ #firstWaiters = [];
   /** @type {Array<() => void>} */ #statusWaiters = [];
 
-  /** @param {import('./client.mjs').Client} client @param {string} store */
-  constructor(client, store) {
+  /** @param {import('./client.mjs').Client} client @param {string} store @param {string} [path] */
+  constructor(client, store, path) {
     this.client = client; this.store = store;
+    /** @type {string|undefined} the JSON Pointer of a path subscription (SPEC §16.4): snapshots hold the value there */
+    this.path = path;
     /** @type {'up'|'down'|'unknown'|undefined} from `subscribed`, then store-down / store-up */ this.status = undefined;
     /** @type {Snapshot|undefined} the newest snapshot received */ this.latest = undefined;
     /** @type {StoreEvent[]} store-down / store-up, in order */ this.events = [];
@@ -45,10 +47,11 @@ export class Subscription {
   /** @param {Record<string, any>} msg @internal */
   [kDeliver](msg) {
     if (this.ended) return;
-    if (msg.op === 'snapshot') {
+    if (msg.op === 'snapshot' || msg.op === 'subtree') {
       if (this.latest && !this.#rebase && msg.version <= this.latest.version) return;
       this.#rebase = false;
-      const snap = { store: msg.store, version: msg.version, seq: msg.seq, state: msg.state };
+      /** @type {Snapshot} */ const snap = { store: msg.store, version: msg.version, seq: msg.seq, state: msg.state };
+      if (msg.op === 'subtree') { snap.path = msg.path; snap.exists = msg.exists === true; snap.state = snap.exists ? msg.value : undefined; }
       this.latest = snap;
       const waiter = this.#waiters.shift();
       if (waiter) waiter({ value: snap, done: false }); else this.#queue.push(snap);

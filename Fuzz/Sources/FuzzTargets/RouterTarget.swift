@@ -161,6 +161,9 @@ final class CollectingSink: RouterEffectSink {
     var effects: [RouterEffect] = []
     func send(_ frame: Frame, to peer: PeerID) { effects.append(.send(peer, frame)) }
     func perform(_ effect: RouterEffect) { effects.append(effect) }
+    /// Peers the input says are behind (SPEC §16.3: delta subscribers are sent snapshots then).
+    var behind: Set<PeerID> = []
+    func isBehind(_ peer: PeerID) -> Bool { behind.contains(peer) }
 }
 
 final class RouterHarness {

@@ -1438,3 +1438,39 @@ def test_patch_without_a_retained_state_fails(op: str, start_fluxd) -> None:
         store.close()
         assert not problems, "\n".join(problems)
     until_16(check)
+
+
+def test_monitors_see_patches_as_delta_events(start_fluxd) -> None:
+    """A change that came as a patch only is a monitor `event` of kind `delta` (`store`, `from`, `version`, `seq`,
+    `patch` as written) instead of `snapshot`; a change with a state (with or without a patch) stays a `snapshot`
+    event (§8.10, §16.5)."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        monitor = Conn(fluxd, "monitor", problems)
+        monitor.hello("monitor")
+        store = Conn(fluxd, "store", problems)
+        store.hello("store")
+        store.send({"op": "register", "store": "todos", "handles": ["vector/*"], "state": PATCH_BASE_STATE})
+        store.until("queries", lambda f: f.get("op") == "queries")
+        patch = [{"op": "replace", "path": "/count", "value": 2}]
+        store.send({"op": "patch", "store": "todos", "patch": patch, "base": 1})
+        store.barrier()
+        client = Conn(fluxd, "client", problems)
+        client.hello("client")
+        both = reference_patch.apply_patch(PATCH_BASE_STATE, [{"op": "replace", "path": "/count", "value": 3}])
+        seq = dispatch_settled(client, store, "d-1", "vector/both", None, store_state=both)
+        kinds = ("snapshot", "delta")
+        first, _ = monitor.until("the event of version 1", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        second, _ = monitor.until("the event of version 2", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        third, _ = monitor.until("the event of version 3", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        assert (first.get("kind"), first.get("version")) == ("snapshot", 1), short(first)
+        want = {"kind": "delta", "store": "todos", "from": 1, "version": 2, "seq": 0, "patch": patch}
+        assert {k: second.get(k) for k in want} == want and "state" not in second, \
+            f"a patch-only change: event kind delta {want} (§16.5), got {short(second)}"
+        want = {"kind": "snapshot", "store": "todos", "version": 3, "seq": seq, "state": both}
+        assert {k: third.get(k) for k in want} == want, f"a change with a state: event kind snapshot, got {short(third)}"
+        for c in (monitor, store, client):
+            c.close()
+        assert not problems, "\n".join(problems)
+    until_16(check)

@@ -35,7 +35,8 @@ DEFAULT_TIMEOUT = 10.0
 KNOWN_D2C_OPS = frozenset([
     "welcome", "registered", "action", "settled", "snapshot", "subscribed", "unsubscribed", "store-down",
     "store-up", "query-ok", "unquery-ok", "queries", "info", "got", "pong", "bye", "error",
-    "recovered", "history", "state-at"])  # (the last three: replies to §8.12's requests, since fluxd 0.3.0)
+    "recovered", "history", "state-at",  # replies to §8.12's requests, since fluxd 0.3.0
+    "delta", "subtree"])  # sent to delta and path subscribers, since fluxd 0.4.0 (§16.3, §16.4)
 PLACEHOLDER = re.compile(r"^\$[A-Za-z_][A-Za-z0-9_.:-]*$")
 
 

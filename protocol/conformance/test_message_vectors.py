@@ -30,6 +30,18 @@ what another one gets:
   version asked for, ``not-retained`` for a version the store never had. A few more tests check who may recover
   what. While fluxd does not speak §8.12 (its welcome has neither ``epoch`` nor ``durability``), a failure of
   these tests (and of the ``hello`` examples with a ``session``) is an xfail: "fluxd implements §8.12 in issue 15".
+- §16 (since fluxd 0.4.0): a ``patch`` example, and a ``done`` example with a ``patch``, is sent for a store
+  registered with the state ``PATCH_BASE_STATE`` (version 1), watched by a delta subscriber. The outcome SPEC §16.2
+  gives is computed with the reference patch implementation of ``protocol/tools/check_patch_vectors.py``: a patch
+  that applies makes version 2 (the delta subscriber gets the patch as a ``delta`` from 1 to 2, ``get`` the patched
+  state), an empty one no version, and one that does not apply (or names a ``base`` other than 1) is
+  ``patch-failed``, fatal: fluxd closes the store's connection and keeps nothing of the answer. ``subscribe``
+  examples with ``deltas``, ``from`` or ``path`` subscribe to a store registered with that state: ``subscribed``
+  (echoing ``deltas: true`` and ``path``), then the retained ``snapshot``, nothing (``from`` = the retained
+  version), or the ``subtree`` at ``path``; ``unsubscribe`` examples with ``path`` end a path subscription made
+  first. A few more tests check who may patch what, and that an action answered by a failed patch is delivered
+  again. While fluxd does not speak §16 (no ``deltaHistory`` in ``welcome.limits``), a failure of these tests is an
+  xfail: "fluxd implements §16 in issue 16".
 - Every frame fluxd sends in these tests must pass the schema of its op (``*.d2c.schema.json``), when the
   ``jsonschema`` package is installed.
 
@@ -54,6 +66,9 @@ import pytest
 
 import run
 
+sys.path.insert(0, os.path.join(run.REPO, "protocol", "tools"))
+import check_patch_vectors as reference_patch  # noqa: E402  (RFC 6902/6901, standard library only)
+
 try:
     from jsonschema import Draft202012Validator
 except ImportError:  # the reply schema checks are skipped; everything else runs
@@ -69,6 +84,8 @@ RECOVERY_OPS = {"recover", "history", "state-at"}
 MAX_RECOVER_IDS = 4096
 SESSION = "vector-session"
 NOT_YET = "fluxd implements §8.12 in issue 15"
+NOT_YET_16 = "fluxd implements §16 in issue 16"
+MAX_POINTER_BYTES = 1024  # subscribe.path (SPEC §16.4)
 KINDS = ("valid", "invalid", "invalidBySpecOnly")
 
 # --------------------------------------------------------------------------------------------------------------
@@ -151,6 +168,19 @@ def is_recover_ids(v: Any) -> bool:
     return array_of(is_id)(v) and len(v) <= MAX_RECOVER_IDS
 
 
+def is_array(v: Any) -> bool:
+    """A patch (§16.2): any JSON array; whether it applies is a question of fluxd's state (`patch-failed`), not
+    of the message's fields."""
+    return isinstance(v, list)
+
+
+def is_pointer(v: Any) -> bool:
+    """A JSON Pointer of `subscribe.path` (§16.4): RFC 6901 syntax ("" or "/"-separated tokens in which `~` is
+    followed by 0 or 1), at most 1024 bytes."""
+    return (isinstance(v, str) and utf8_len(v) <= MAX_POINTER_BYTES
+            and re.fullmatch(r"(/([^~/]|~[01])*)*", v, re.S) is not None)
+
+
 def is_history_limit(v: Any) -> bool:
     """history.limit (§8.12): an integer 1-1000."""
     return is_int(v) and 1 <= v <= 1000
@@ -170,17 +200,19 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
     "pong": {"id": (OPT, is_id)},
     "query": {"id": (REQ, is_id), "store": (REQ, is_store), "query": (REQ, is_json)},
     "unquery": {"id": (REQ, is_id)},
-    "subscribe": {"store": (REQ, is_store)},
-    "unsubscribe": {"store": (REQ, is_store)},
+    "subscribe": {"store": (REQ, is_store), "deltas": (OPT, is_bool), "from": (OPT, is_int), "path": (OPT, is_pointer)},
+    "unsubscribe": {"store": (REQ, is_store), "path": (OPT, is_pointer)},
     "workers": {"id": (REQ, is_id)},
     "restart-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
     "stop-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
     "register": {"store": (REQ, is_store), "handles": (REQ, array_of(is_pattern)),
                  "waitFor": (OPT, array_of(is_store)), "state": (OPT, is_json), "queryDeltas": (OPT, is_bool)},
     "unregister": {"store": (REQ, is_store)},
-    "done": {"store": (REQ, is_store), "seq": (REQ, is_seq), "state": (OPT, is_json)},
+    "done": {"store": (REQ, is_store), "seq": (REQ, is_seq), "state": (OPT, is_json), "patch": (OPT, is_array),
+             "base": (OPT, is_seq)},
     "reject": {"store": (REQ, is_store), "seq": (REQ, is_seq), "error": (REQ, is_store_error)},
     "state": {"store": (REQ, is_store), "state": (REQ, is_json)},
+    "patch": {"store": (REQ, is_store), "patch": (REQ, is_array), "base": (OPT, is_seq)},
     "recover": {"id": (OPT, is_id), "ids": (REQ, is_recover_ids)},
     "history": {"id": (OPT, is_id), "from": (OPT, is_seq), "limit": (OPT, is_history_limit)},
     "state-at": {"id": (OPT, is_id), "store": (REQ, is_store), "version": (OPT, is_seq), "seq": (OPT, is_int)},
@@ -191,7 +223,7 @@ CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info"
               "bye"} | RECOVERY_OPS
 ROLE_OPS = {
     "client": CLIENT_OPS | HOST_OPS,
-    "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state"},
+    "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state", "patch"},
     "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye", "history", "state-at"} | HOST_OPS,
 }
 KNOWN_OPS = set().union(*ROLE_OPS.values())
@@ -225,6 +257,8 @@ def field_problem(msg: Dict[str, Any], op: str) -> Optional[str]:
         return "settle: true without id"
     if op == "state-at" and ("version" in msg) == ("seq" in msg):
         return "state-at needs exactly one of version and seq (§8.12)"
+    if op == "subscribe" and msg.get("deltas") is True and "path" in msg:
+        return "deltas: true together with path (§16.3: not in protocol 1)"
     return None
 
 
@@ -568,12 +602,17 @@ def check_reply(r: Run, frames: List[Dict[str, Any]], alive: bool, context: Dict
         got = only(frames, "got", d)
         assert (got.get("id"), got.get("store"), got.get("state")) == (echo, msg["store"], context["state"]), \
             f"got: id echoed, the store, its retained state {context['state']!r}\n  {d}"
+    elif op == "subscribe" and "state" in context:
+        check_subscribed_16(msg, frames, context["state"], d)
     elif op == "subscribe":
         sub = only(frames, "subscribed", d)
         assert sub.get("store") == msg["store"] and sub.get("status") == "unknown", f"subscribed (unknown)\n  {d}"
+        assert len(frames) == 1, f"nothing retained: nothing follows subscribed\n  {d}"
     elif op == "unsubscribe":
         unsub = only(frames, "unsubscribed", d)
         assert unsub.get("store") == msg["store"], f"unsubscribed\n  {d}"
+        assert unsub.get("path") == msg.get("path") and ("path" in unsub) == ("path" in msg), \
+            f"unsubscribed echoes the path of a path subscription, only then (§16.4)\n  {d}"
     elif op == "query":
         assert only(frames, "query-ok", d).get("id") == echo, f"query-ok echoes the id\n  {d}"
     elif op == "unquery":
@@ -625,8 +664,14 @@ def run_request(case: Case, start_fluxd) -> None:
     if op == "unquery" and is_id(msg.get("id")):
         c.send({"op": "query", "id": msg["id"], "store": "vector-queries", "query": {}})
         c.until("query-ok", lambda f: f.get("op") == "query-ok")
+    if op == "subscribe" and not r.verdict and any(k in msg for k in FIELDS_16["subscribe"]):
+        context["state"] = PATCH_BASE_STATE
+        r.store("owner", msg["store"], [], PATCH_BASE_STATE, with_state=True)
     if op == "unsubscribe" and is_store(msg.get("store")):
-        c.send({"op": "subscribe", "store": msg["store"]})
+        sub = {"op": "subscribe", "store": msg["store"]}
+        if is_pointer(msg.get("path")):
+            sub["path"] = msg["path"]
+        c.send(sub)
         c.until("subscribed", lambda f: f.get("op") == "subscribed")
     c.send(msg)
     frames, alive = c.barrier()
@@ -730,7 +775,11 @@ def run_answer(case: Case, start_fluxd) -> None:
     name = owned_name(msg, "todos")
     seq = msg.get("seq")
     target = seq if type(seq) is int and 1 <= seq <= 60 else 1
-    owner = r.store("owner", name, ["vector/target"])
+    patched = msg["op"] == "done" and ("patch" in msg or "base" in msg)  # §16.2: a store with a retained state
+    if patched:
+        owner = r.store("owner", name, ["vector/target"], PATCH_BASE_STATE, with_state=True)
+    else:
+        owner = r.store("owner", name, ["vector/target"])
     if target > 1:
         r.store("filler", "vector-filler", ["vector/filler"])
     client = r.conn("dispatcher", "client")
@@ -741,11 +790,26 @@ def run_answer(case: Case, start_fluxd) -> None:
     assert action["seq"] == target and action["store"] == name, f"set-up: expected action {target}, got {action}"
     owner.send(msg)
     frames, alive = owner.barrier()
+    outcome = patch_outcome(msg) if patched and not r.verdict else None
+    if outcome is not None and outcome[0] == "failed":
+        r.verdict = Verdict("patch-failed", name, True, outcome[1])
     if r.verdict:
         r.expect_refused(frames, alive)
         seen, _ = client.barrier()
         assert not [f for f in seen if f.get("op") == "settled"], \
             f"a refused answer settles nothing\n  {r.describe(frames)}\n  the dispatcher got {short(seen)}"
+        if patched:
+            expect_retained(r, client, name, 1, 0, PATCH_BASE_STATE, "nothing of a refused answer is kept (§16.2)")
+    elif patched:
+        r.expect_no_error(frames)
+        assert alive and not frames, f"done has no reply\n  {r.describe(frames)}"
+        settled, _ = client.until("settled", lambda f: f.get("op") in ("settled", "error"))
+        d = f"{r.describe(frames)}\n  the dispatcher got {short(settled)}"
+        version = 1 if outcome[0] == "none" else 2
+        want = {"store": name, "status": "done", "version": version}
+        assert settled.get("op") == "settled" and settled["results"] == [want], \
+            f"settled with {want} ({outcome[1]}, §16.2)\n  {d}"
+        expect_retained(r, client, name, version, target if version == 2 else 0, outcome[2], outcome[1])
     else:
         r.expect_no_error(frames)
         assert alive and not frames, f"{msg['op']} has no reply\n  {r.describe(frames)}"
@@ -1012,6 +1076,8 @@ def test_example(case: Case, start_fluxd) -> None:
     runner = RUNNERS.get(case.file_op, run_request)
     if about_8_12(case):
         until_8_12(lambda: runner(case, start_fluxd))
+    elif about_16(case):
+        until_16(lambda: runner(case, start_fluxd))
     else:
         runner(case, start_fluxd)
 
@@ -1133,3 +1199,278 @@ def test_monitors_may_read_history(op: str, start_fluxd) -> None:
         c.close()
         assert not problems, "\n".join(problems)
     until_8_12(check)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# §16: patches, delta and path subscriptions (since fluxd 0.4.0). A fluxd that does not speak §16 yet (no
+# `deltaHistory` in its welcome.limits, §8.1) cannot pass these; their tests are then xfailed (NOT_YET_16).
+
+# The state the stores of the §16 examples register with (version 1, seq 0); the examples' patches are written
+# against it.
+PATCH_BASE_STATE = {"todos": [{"id": 1, "title": "milk", "done": False}], "count": 1, "a/b": {"~": 0}}
+# The fields §16 adds to messages peers send.
+FIELDS_16 = {"done": ("patch", "base"), "subscribe": ("deltas", "from", "path"), "unsubscribe": ("path",)}
+
+_SPEAKS_16: Dict[str, bool] = {}
+
+
+def fluxd_speaks_16() -> bool:
+    """Whether the fluxd under test announces §16's limit (checked once, on a fluxd of its own)."""
+    if "answer" not in _SPEAKS_16:
+        fluxd = Fluxd(run.fluxd_path(), [])
+        try:
+            c = Conn(fluxd, "probe", [])
+            welcome = c.hello("client")
+            c.close()
+            _SPEAKS_16["answer"] = "deltaHistory" in welcome.get("limits", {})
+        finally:
+            fluxd.stop()
+    return _SPEAKS_16["answer"]
+
+
+def about_16(case: Case) -> bool:
+    """Examples whose answer needs §16: `patch`, and messages with a field §16 adds."""
+    return case.file_op == "patch" or any(k in case.msg for k in FIELDS_16.get(case.file_op, ()))
+
+
+def until_16(test: Callable[[], None]) -> None:
+    """Runs `test`; a failure is an xfail (NOT_YET_16) while fluxd does not speak §16, a failure otherwise."""
+    try:
+        test()
+    except (Exception, pytest.fail.Exception):
+        if not fluxd_speaks_16():
+            pytest.xfail(NOT_YET_16)
+        raise
+
+
+def patch_outcome(msg: Dict[str, Any], retained: int = 1, state: Any = None) -> Tuple[str, str, Any]:
+    """What SPEC §16.2 makes of a valid `patch`, or `done` with a patch, sent for a store whose retained version
+    is `retained` with `state` (default PATCH_BASE_STATE): ("failed", why, None), ("none", why, the state) for an
+    empty patch, or ("applied", why, the new state)."""
+    state = PATCH_BASE_STATE if state is None else state
+    if "base" in msg and msg["base"] != retained:
+        return "failed", f"base {msg['base']} is not the retained version {retained}", None
+    if "state" in msg:
+        return "applied", "state and patch: the state is the new one, the patch is not applied", msg["state"]
+    patch = msg.get("patch", [])
+    try:
+        result = reference_patch.apply_patch(state, patch)
+    except reference_patch.PatchError as e:
+        return "failed", f"the patch does not apply ({e.category}: {e})", None
+    if not patch:
+        return "none", "an empty patch makes no version", state
+    return "applied", "a non-empty patch that applies makes the next version", result
+
+
+def expect_retained(r: Run, c: Conn, name: str, version: int, seq: int, state: Any, why: str) -> None:
+    """`get` on `c` answers the store's retained version, seq and state (JSON equality)."""
+    c.send({"op": "get", "id": "vector-get", "store": name})
+    got, _ = c.until("got", lambda f: f.get("id") == "vector-get" or f.get("ref") == "vector-get")
+    assert got.get("op") == "got" and (got.get("version"), got.get("seq")) == (version, seq) \
+        and reference_patch.json_equal(got.get("state"), state), \
+        f"retained: version {version}, seq {seq}, state {short(state)} ({why})\n  sent {short(r.msg)}\n  then get: {short(got)}"
+
+
+def expected_subtree(name: str, path: str, version: int, seq: int, state: Any) -> Dict[str, Any]:
+    try:
+        return {"op": "subtree", "store": name, "path": path, "version": version, "seq": seq, "exists": True,
+                "value": reference_patch.evaluate(state, path)}
+    except reference_patch.PatchError:
+        return {"op": "subtree", "store": name, "path": path, "version": version, "seq": seq, "exists": False}
+
+
+def check_subscribed_16(msg: Dict[str, Any], frames: List[Dict[str, Any]], state: Any, d: str) -> None:
+    """A subscribe with §16's fields to a store whose retained version is 1: `subscribed` (echoing `deltas: true`
+    and `path`), then the subtree at `path`, nothing (`from` 1), or the retained snapshot (§16.3, §16.4)."""
+    name = msg["store"]
+    sub = only(frames, "subscribed", d)
+    assert (sub.get("store"), sub.get("status"), sub.get("version")) == (name, "up", 1), \
+        f"subscribed: {name}, up, version 1\n  {d}"
+    if msg.get("deltas") is True:
+        assert sub.get("deltas") is True, f"subscribed echoes deltas: true for a delta subscription (§16.3)\n  {d}"
+    else:
+        assert sub.get("deltas") in (None, False), f"deltas: true only for a delta subscription (§16.3)\n  {d}"
+    assert sub.get("path") == msg.get("path") and ("path" in sub) == ("path" in msg), \
+        f"subscribed echoes the path of a path subscription, only then (§16.3)\n  {d}"
+    rest = frames[1:]
+    if "path" in msg:
+        want = [expected_subtree(name, msg["path"], 1, 0, state)]
+        got = [{k: f.get(k) for k in want[0]} | ({"value": f["value"]} if "value" in f else {}) for f in rest]
+        assert got == want and ("value" in rest[0]) == want[0]["exists"], \
+            f"then the subtree of the retained version, {short(want)} (§16.4)\n  {d}"
+    elif msg.get("from") == 1:
+        assert not rest, f"from the retained version: nothing follows subscribed (§16.3)\n  {d}"
+    else:
+        assert len(rest) == 1 and rest[0].get("op") == "snapshot" and \
+            (rest[0].get("store"), rest[0].get("version"), rest[0].get("seq")) == (name, 1, 0) and \
+            reference_patch.json_equal(rest[0].get("state"), state), \
+            f"then the retained snapshot, version 1 (§8.5, §16.3)\n  {d}"
+
+
+def run_patch(case: Case, start_fluxd) -> None:
+    """patch (§16.2): the store owns the example's store (or `todos`), registered with PATCH_BASE_STATE (version
+    1), and a delta subscriber watches it. A valid example's patch makes version 2 (the subscriber gets it as a
+    `delta`, `get` the patched state), no version when empty, or `patch-failed` (fatal; the subscriber sees the
+    store go down) when it does not apply; a refused one changes nothing."""
+    r = Run(case, start_fluxd)
+    msg = r.msg
+    name = owned_name(msg, "todos")
+    owner = r.store("owner", name, [], PATCH_BASE_STATE, with_state=True)
+    watcher = r.conn("delta-subscriber", "client")
+    watcher.send({"op": "subscribe", "store": name, "deltas": True})
+    watcher.until("the retained snapshot", lambda f: f.get("op") == "snapshot")
+    owner.send(msg)
+    frames, alive = owner.barrier()
+    outcome = patch_outcome(msg) if not r.verdict else None
+    if outcome is not None and outcome[0] == "failed":
+        r.verdict = Verdict("patch-failed", name, True, outcome[1])
+    seen, _ = watcher.barrier()
+    if r.verdict:
+        r.expect_refused(frames, alive)
+        changes = [f for f in seen if f.get("op") in ("delta", "snapshot")]
+        assert not changes, f"a refused patch makes no version\n  {r.describe(frames)}\n  the subscriber got {short(seen)}"
+        if r.verdict.fatal:
+            assert {"op": "store-down", "store": name, "reason": "disconnected"} in seen, \
+                f"patch-failed closes the store's connection: its store goes down (§16.2, §10)\n  the subscriber got {short(seen)}"
+        expect_retained(r, watcher, name, 1, 0, PATCH_BASE_STATE, "nothing of a refused patch is kept (§16.2)")
+        return r.finish()
+    r.expect_no_error(frames)
+    assert alive and not frames, f"patch has no reply (§16.2)\n  {r.describe(frames)}"
+    d = f"{r.describe(frames)}\n  the delta subscriber got {short(seen)}"
+    if outcome[0] == "none":
+        assert not seen, f"{outcome[1]} (§16.2)\n  {d}"
+        expect_retained(r, watcher, name, 1, 0, PATCH_BASE_STATE, outcome[1])
+    else:
+        want = {"op": "delta", "store": name, "from": 1, "version": 2, "seq": 0, "patch": msg["patch"]}
+        assert [{k: f.get(k) for k in want} for f in seen] == [want], \
+            f"the delta subscriber gets the patch as written, from 1 to 2, seq 0 (§16.2, §16.3)\n  {d}"
+        expect_retained(r, watcher, name, 2, 0, outcome[2], outcome[1])
+    r.finish()
+
+
+RUNNERS["patch"] = run_patch
+
+
+def test_patch_is_forbidden_to_clients(start_fluxd) -> None:
+    """A client may not send `patch` (§7): `forbidden`, ref the store, and the connection survives."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        c = Conn(fluxd, "client", problems)
+        c.hello("client")
+        c.send({"op": "patch", "store": "todos", "patch": []})
+        frames, alive = c.barrier()
+        assert alive and [(f.get("op"), f.get("code"), f.get("ref"), f.get("fatal")) for f in frames] == \
+            [("error", "forbidden", "todos", False)], f"expected error forbidden, got {short(frames)}"
+        c.close()
+        assert not problems, "\n".join(problems)
+    until_16(check)
+
+
+def test_patch_for_a_store_not_owned_is_forbidden(start_fluxd) -> None:
+    """A store-role connection patching a store another connection owns: `forbidden` (§7), survives, and the
+    store's state is unchanged."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        owner = Conn(fluxd, "owner", problems)
+        owner.hello("store")
+        owner.send({"op": "register", "store": "todos", "handles": [], "state": PATCH_BASE_STATE})
+        owner.until("queries", lambda f: f.get("op") == "queries")
+        other = Conn(fluxd, "other", problems)
+        other.hello("store")
+        other.send({"op": "patch", "store": "todos", "patch": [{"op": "replace", "path": "/count", "value": 2}], "base": 1})
+        frames, alive = other.barrier()
+        assert alive and [(f.get("op"), f.get("code"), f.get("ref"), f.get("fatal")) for f in frames] == \
+            [("error", "forbidden", "todos", False)], f"expected error forbidden, got {short(frames)}"
+        other.send({"op": "get", "id": "g", "store": "todos"})
+        got, _ = other.until("got", lambda f: f.get("id") == "g" or f.get("ref") == "g")
+        assert (got.get("version"), got.get("state")) == (1, PATCH_BASE_STATE), f"unchanged, got {short(got)}"
+        owner.close()
+        other.close()
+        assert not problems, "\n".join(problems)
+    until_16(check)
+
+
+@pytest.mark.parametrize("op", ["patch", "done"])
+def test_patch_without_a_retained_state_fails(op: str, start_fluxd) -> None:
+    """A patch for a store with no retained state is `patch-failed` (§16.2): fatal, ref the store, the connection
+    closed. For `done`, the action stays unanswered and is delivered again (`redelivered`) to the store's next
+    owner, whose answer settles it."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        store = Conn(fluxd, "store", problems)
+        store.hello("store")
+        store.send({"op": "register", "store": "empty", "handles": ["vector/empty"]})
+        store.until("queries", lambda f: f.get("op") == "queries")
+        patch = [{"op": "add", "path": "/n", "value": 1}]
+        client = Conn(fluxd, "client", problems)
+        client.hello("client")
+        seq = None
+        if op == "done":
+            client.send({"op": "dispatch", "id": "d-1", "type": "vector/empty", "settle": True})
+            action, _ = store.until("the action", lambda f: f.get("op") == "action")
+            seq = action["seq"]
+            store.send({"op": "done", "store": "empty", "seq": seq, "patch": patch})
+        else:
+            store.send({"op": "patch", "store": "empty", "patch": patch})
+        frames, alive = store.barrier()
+        assert not alive and [(f.get("op"), f.get("code"), f.get("ref"), f.get("fatal")) for f in frames] == \
+            [("error", "patch-failed", "empty", True)], \
+            f"expected error patch-failed (ref empty, fatal) and the connection closed, got {short(frames)} (alive: {alive})"
+        client.send({"op": "get", "id": "g", "store": "empty"})
+        got, _ = client.until("got", lambda f: f.get("id") == "g" or f.get("ref") == "g")
+        assert got.get("code") == "unknown-store", f"nothing of the patch is kept: get answered {short(got)}"
+        if op == "done":
+            again = Conn(fluxd, "store-again", problems)
+            again.hello("store")
+            again.send({"op": "register", "store": "empty", "handles": ["vector/empty"]})
+            action, before = again.until("the action again", lambda f: f.get("op") == "action")
+            assert [f.get("op") for f in before] == ["registered", "queries"], short(before)
+            assert (action.get("seq"), action.get("redelivered")) == (seq, True), \
+                f"the action answered by a failed patch is delivered again, redelivered (§16.2): {short(action)}"
+            again.send({"op": "done", "store": "empty", "seq": seq, "state": {"n": 1}})
+            settled, _ = client.until("settled", lambda f: f.get("op") == "settled")
+            assert settled.get("results") == [{"store": "empty", "status": "done", "version": 1}], short(settled)
+            again.close()
+        client.close()
+        store.close()
+        assert not problems, "\n".join(problems)
+    until_16(check)
+
+
+def test_monitors_see_patches_as_delta_events(start_fluxd) -> None:
+    """A change that came as a patch only is a monitor `event` of kind `delta` (`store`, `from`, `version`, `seq`,
+    `patch` as written) instead of `snapshot`; a change with a state (with or without a patch) stays a `snapshot`
+    event (§8.10, §16.5)."""
+    def check() -> None:
+        fluxd = start_fluxd()
+        problems: List[str] = []
+        monitor = Conn(fluxd, "monitor", problems)
+        monitor.hello("monitor")
+        store = Conn(fluxd, "store", problems)
+        store.hello("store")
+        store.send({"op": "register", "store": "todos", "handles": ["vector/*"], "state": PATCH_BASE_STATE})
+        store.until("queries", lambda f: f.get("op") == "queries")
+        patch = [{"op": "replace", "path": "/count", "value": 2}]
+        store.send({"op": "patch", "store": "todos", "patch": patch, "base": 1})
+        store.barrier()
+        client = Conn(fluxd, "client", problems)
+        client.hello("client")
+        both = reference_patch.apply_patch(PATCH_BASE_STATE, [{"op": "replace", "path": "/count", "value": 3}])
+        seq = dispatch_settled(client, store, "d-1", "vector/both", None, store_state=both)
+        kinds = ("snapshot", "delta")
+        first, _ = monitor.until("the event of version 1", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        second, _ = monitor.until("the event of version 2", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        third, _ = monitor.until("the event of version 3", lambda f: f.get("op") == "event" and f.get("kind") in kinds)
+        assert (first.get("kind"), first.get("version")) == ("snapshot", 1), short(first)
+        want = {"kind": "delta", "store": "todos", "from": 1, "version": 2, "seq": 0, "patch": patch}
+        assert {k: second.get(k) for k in want} == want and "state" not in second, \
+            f"a patch-only change: event kind delta {want} (§16.5), got {short(second)}"
+        want = {"kind": "snapshot", "store": "todos", "version": 3, "seq": seq, "state": both}
+        assert {k: third.get(k) for k in want} == want, f"a change with a state: event kind snapshot, got {short(third)}"
+        for c in (monitor, store, client):
+            c.close()
+        assert not problems, "\n".join(problems)
+    until_16(check)

@@ -8,7 +8,7 @@ Peers connect to --listen instead of fluxd's socket; the proxy opens one connect
 peer and copies bytes both ways as they arrive (nothing is reframed, delayed for validation or altered). Beside
 the copy, it reassembles the 4-byte-length frames of each direction (SPEC §3.1) and validates each body:
 
-- peer -> fluxd: against <op>.s2d.schema.json when the op has one (register, done, reject, state, unregister),
+- peer -> fluxd: against <op>.s2d.schema.json when the op has one (register, done, reject, state, patch, unregister),
   else <op>.c2d.schema.json;
 - fluxd -> peer: against <op>.d2c.schema.json.
 

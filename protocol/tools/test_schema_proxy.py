@@ -362,6 +362,24 @@ def test_every_frame_validates_against_its_schema(bus):
     deltas.send({"op": "bye"})
     deltas.close()
 
+    # Since fluxd 0.4.0 (SPEC §16): a store publishes a change as a patch; a delta subscriber is sent it as delta,
+    # a path subscriber as subtree. Raw peers, until the SDKs send patches of their own.
+    patcher = RawPeer(proxy_path, "raw-patcher", "store")
+    patcher.send({"op": "register", "store": "raw-patched", "handles": [], "state": {"items": [], "n": 0}})
+    patcher.until("queries")
+    delta_watcher = RawPeer(proxy_path, "raw-delta-watcher", "client")
+    delta_watcher.send({"op": "subscribe", "store": "raw-patched", "deltas": True})
+    delta_watcher.until("snapshot")
+    path_watcher = RawPeer(proxy_path, "raw-path-watcher", "client")
+    path_watcher.send({"op": "subscribe", "store": "raw-patched", "path": "/n"})
+    assert path_watcher.until("subtree")["value"] == 0
+    patcher.send({"op": "patch", "store": "raw-patched", "patch": [{"op": "replace", "path": "/n", "value": 1}], "base": 1})
+    assert delta_watcher.until("delta")["version"] == 2
+    assert path_watcher.until("subtree")["value"] == 1
+    for p in (patcher, delta_watcher, path_watcher):
+        p.send({"op": "bye"})
+        p.close()
+
     # Bad input on purpose (recorded apart, as bad_input): fluxd's answers must still validate.
     bad = RawPeer(proxy_path, "bad-input", "client")
     bad.send({"op": "no-such-op"})
@@ -432,3 +450,5 @@ def test_every_frame_validates_against_its_schema(bus):
     assert {"audit-py", "activity-node", "py-watch", "node-dispatch"} <= set(peers), sorted(peers)
     assert "pong" in sent("raw-heartbeat", "c2d") and "ping" in sent("raw-heartbeat", "d2c")
     assert "register" in sent("raw-deltas", "s2d") and "queries-changed" in sent("raw-deltas", "d2c")
+    assert "patch" in sent("raw-patcher", "s2d") and "delta" in sent("raw-delta-watcher", "d2c")
+    assert "subtree" in sent("raw-path-watcher", "d2c")

@@ -233,6 +233,18 @@ struct DeltaTests {
         #expect(bus.router.stores["todos"]!.pathSubscribers.count == 1 && bus.router.stores["todos"]!.deltaSubscribers.isEmpty)
     }
 
+    @Test("an append (`-`) touches the index the element gets, not the elements before it")
+    func appendTouchesItsIndex() {
+        let bus = Self.bus()
+        bus.send(4, #"{"op":"subscribe","store":"todos","path":"/todos/3"}"#)
+        let before = bus.take(4)
+        #expect(before.last?.bool("exists").value == false)
+        _ = Self.act(bus, #","patch":[{"op":"add","path":"/todos/-","value":{"id":4,"done":false}}]"#)
+        let after = bus.take(4)
+        #expect(after.map { $0.str("path") } == ["/todos/3"], "/todos/1 is not touched; /todos/3 now exists")
+        #expect(after.last?.rawText("value") == #"{"id":4,"done":false}"#)
+    }
+
     @Test("what touches a path (SPEC §16.4's examples)")
     func touches() throws {
         func t(_ op: String, _ path: String) throws -> Bool {
@@ -246,8 +258,8 @@ struct DeltaTests {
         #expect(try !t(#"{"op":"replace","path":"/todos/2","value":1}"#, "/todos/1"))
         #expect(try t(#"{"op":"replace","path":"/todos","value":[]}"#, "/todos/1"))
         #expect(try t(#"{"op":"add","path":"/todos/0","value":1}"#, "/todos/5/done"))
-        #expect(try !t(#"{"op":"add","path":"/todos/-","value":1}"#, "/todos/5"))
-        #expect(try t(#"{"op":"add","path":"/todos/-","value":1}"#, "/todos"))
+        #expect(try t(#"{"op":"add","path":"/todos/5","value":1}"#, "/todos/5"))
+        #expect(try !t(#"{"op":"add","path":"/todos/5","value":1}"#, "/todos/4"))
         #expect(try t(#"{"op":"replace","path":"","value":1}"#, "/anything"))
         #expect(try !t(#"{"op":"test","path":"/n","value":1}"#, "/n"))
         #expect(try t(#"{"op":"move","from":"/a","path":"/b"}"#, "/a/x"))

@@ -6,11 +6,12 @@ export declare const PROTOCOL_VERSION: 1;
 export type C2DOp = 'bye' | 'dispatch' | 'get' | 'hello' | 'history' | 'info' | 'ping' | 'pong' | 'query' | 'recover'
   | 'restart-worker' | 'state-at' | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
 /** Ops a store-role peer sends to fluxd. */
-export type S2DOp = 'done' | 'register' | 'reject' | 'state' | 'unregister';
+export type S2DOp = 'done' | 'patch' | 'register' | 'reject' | 'state' | 'unregister';
 /** Ops fluxd sends. */
-export type D2COp = 'action' | 'bye' | 'error' | 'event' | 'got' | 'history' | 'info' | 'missed' | 'ping' | 'pong'
-  | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'settled' | 'snapshot' | 'state-at'
-  | 'store-down' | 'store-up' | 'subscribed' | 'unquery-ok' | 'unsubscribed' | 'welcome' | 'worker' | 'workers';
+export type D2COp = 'action' | 'bye' | 'delta' | 'error' | 'event' | 'got' | 'history' | 'info' | 'missed' | 'ping'
+  | 'pong' | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'settled' | 'snapshot'
+  | 'state-at' | 'store-down' | 'store-up' | 'subscribed' | 'subtree' | 'unquery-ok' | 'unsubscribed' | 'welcome'
+  | 'worker' | 'workers';
 export type Op = C2DOp | S2DOp | D2COp;
 
 export declare const OpsByDirection: {
@@ -20,7 +21,8 @@ export declare const OpsByDirection: {
 };
 
 export declare const Ops: {
-  readonly ACTION: 'action'; readonly BYE: 'bye'; readonly DISPATCH: 'dispatch'; readonly DONE: 'done';
+  readonly ACTION: 'action'; readonly BYE: 'bye'; readonly DELTA: 'delta'; readonly DISPATCH: 'dispatch'; readonly DONE: 'done';
+  readonly PATCH: 'patch'; readonly SUBTREE: 'subtree';
   readonly ERROR: 'error'; readonly EVENT: 'event'; readonly GET: 'get'; readonly GOT: 'got'; readonly HELLO: 'hello';
   readonly INFO: 'info'; readonly MISSED: 'missed'; readonly PING: 'ping'; readonly PONG: 'pong';
   readonly QUERIES: 'queries'; readonly QUERIES_CHANGED: 'queries-changed'; readonly QUERY: 'query';
@@ -50,7 +52,8 @@ export declare const ResultStatus: { readonly DONE: 'done'; readonly REJECTED: '
 export type ErrorCode = 'bad-frame' | 'too-large' | 'bad-json' | 'bad-message' | 'unknown-op' | 'handshake-required'
   | 'unsupported-version' | 'timeout' | 'forbidden' | 'name-taken' | 'cycle' | 'unknown-store' | 'no-handler'
   | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'slow-consumer' | 'limit-exceeded'
-  | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained';
+  | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained'
+  | 'patch-failed';
 export declare const ErrorCodes: {
   readonly BAD_FRAME: 'bad-frame'; readonly TOO_LARGE: 'too-large'; readonly BAD_JSON: 'bad-json';
   readonly BAD_MESSAGE: 'bad-message'; readonly UNKNOWN_OP: 'unknown-op'; readonly HANDSHAKE_REQUIRED: 'handshake-required';
@@ -61,6 +64,7 @@ export declare const ErrorCodes: {
   readonly LIMIT_EXCEEDED: 'limit-exceeded'; readonly TOO_MANY_CONNECTIONS: 'too-many-connections';
   readonly MEMORY_BUDGET: 'memory-budget'; readonly UNRESPONSIVE: 'unresponsive';
   readonly DISK_FULL: 'disk-full'; readonly JOURNAL_FAILED: 'journal-failed'; readonly NOT_RETAINED: 'not-retained';
+  readonly PATCH_FAILED: 'patch-failed';
 };
 
 /** Codes of this library's own failures. */

@@ -8,10 +8,10 @@ export const PROTOCOL_VERSION = 1;
 export const OpsByDirection = Object.freeze({
   c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
     'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
-  s2d: Object.freeze(['done', 'register', 'reject', 'state', 'unregister']),
-  d2c: Object.freeze(['action', 'bye', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong', 'queries',
-    'queries-changed', 'query-ok', 'recovered', 'registered', 'settled', 'snapshot', 'state-at', 'store-down',
-    'store-up', 'subscribed', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
+  s2d: Object.freeze(['done', 'patch', 'register', 'reject', 'state', 'unregister']),
+  d2c: Object.freeze(['action', 'bye', 'delta', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong',
+    'queries', 'queries-changed', 'query-ok', 'recovered', 'registered', 'settled', 'snapshot', 'state-at',
+    'store-down', 'store-up', 'subscribed', 'subtree', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
 });
 
 /** Every op name of protocol 1, as a constant (`Ops.QUERIES_CHANGED` is `'queries-changed'`). */
@@ -62,6 +62,8 @@ export const ErrorCodes = Object.freeze({
   JOURNAL_FAILED: 'journal-failed',
   /** history or a past state outside the journal's retention window, or an ephemeral fluxd */
   NOT_RETAINED: 'not-retained',
+  /** a store's patch did not apply to the retained state (or named another base): its connection is closed (fatal) */
+  PATCH_FAILED: 'patch-failed',
 });
 
 /** Codes this library gives its own failures (never sent by fluxd). */

@@ -64,6 +64,8 @@ export declare class UnresponsiveError extends ProtocolError<'unresponsive'> { s
 export declare class DiskFullError extends ProtocolError<'disk-full'> { static readonly code: 'disk-full'; }
 export declare class JournalFailedError extends ProtocolError<'journal-failed'> { static readonly code: 'journal-failed'; }
 export declare class NotRetainedError extends ProtocolError<'not-retained'> { static readonly code: 'not-retained'; }
+/** A store's patch did not apply to fluxd's retained state (SPEC §16.2): fatal; the store reconnects and adopts. */
+export declare class PatchFailedError extends ProtocolError<'patch-failed'> { static readonly code: 'patch-failed'; }
 
 /** The class of each code of SPEC §11. */
 export declare const ErrorClasses: {
@@ -79,6 +81,7 @@ export declare const ErrorClasses: {
   readonly 'too-many-connections': typeof TooManyConnectionsError; readonly 'memory-budget': typeof MemoryBudgetError;
   readonly unresponsive: typeof UnresponsiveError; readonly 'disk-full': typeof DiskFullError;
   readonly 'journal-failed': typeof JournalFailedError; readonly 'not-retained': typeof NotRetainedError;
+  readonly 'patch-failed': typeof PatchFailedError;
 };
 
 /** An `error` frame as an instance of its code's class (FluxError for unknown codes). */

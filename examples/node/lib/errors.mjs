@@ -85,6 +85,7 @@ export class UnresponsiveError extends coded(ErrorCodes.UNRESPONSIVE) {}
 export class DiskFullError extends coded(ErrorCodes.DISK_FULL) {}
 export class JournalFailedError extends coded(ErrorCodes.JOURNAL_FAILED) {}
 export class NotRetainedError extends coded(ErrorCodes.NOT_RETAINED) {}
+export class PatchFailedError extends coded(ErrorCodes.PATCH_FAILED) {}
 
 /** The class of each code of SPEC §11. */
 export const ErrorClasses = Object.freeze({
@@ -96,6 +97,7 @@ export const ErrorClasses = Object.freeze({
   'unknown-worker': UnknownWorkerError, 'slow-consumer': SlowConsumerError, 'limit-exceeded': LimitExceededError,
   'too-many-connections': TooManyConnectionsError, 'memory-budget': MemoryBudgetError, unresponsive: UnresponsiveError,
   'disk-full': DiskFullError, 'journal-failed': JournalFailedError, 'not-retained': NotRetainedError,
+  'patch-failed': PatchFailedError,
 });
 
 /** An `error` frame as an instance of its code's class (FluxError for codes this library does not know). */

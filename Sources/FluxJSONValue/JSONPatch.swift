@@ -152,9 +152,13 @@ public struct JSONPatch: Sendable, Equatable {
 }
 
 extension JSONValue {
-    /// Applies `patch` in place: every operation, in order, or (when one fails) none.
-    public mutating func apply(_ patch: JSONPatch) throws(JSONPatchError) {
+    /// Applies `patch` in place: every operation, in order, or (when one fails) none. Returns the operations as
+    /// applied: an `add` whose path ends in `-` with that token replaced by the index the element got (so a
+    /// reader of the patch knows which element it made).
+    @discardableResult
+    public mutating func apply(_ patch: JSONPatch) throws(JSONPatchError) -> [JSONPatchOperation] {
         var undo: [PatchUndo] = []
+        var applied = patch.operations
         for (n, operation) in patch.operations.enumerated() {
             do {
                 try applyOne(operation, undo: &undo)
@@ -162,7 +166,12 @@ extension JSONValue {
                 for step in undo.reversed() { revert(step) }
                 throw JSONPatchError(error.kind, operation: n, error.message)
             }
+            if case .add(let path, let value) = operation, path.tokens.last == "-",
+               case .removeElement(_, let index)? = undo.last {
+                applied[n] = .add(path: JSONPointer(tokens: path.tokens.dropLast() + [String(index)]), value: value)
+            }
         }
+        return applied
     }
 
     /// This value with `patch` applied.

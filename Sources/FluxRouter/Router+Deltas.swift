@@ -84,8 +84,9 @@ extension Router {
         }
         var tree = store.tree ?? currentTree(store)!
         store.tree = nil  // (unique while it changes: the patch applies in place)
+        let applied: [JSONPatchOperation]
         do {
-            try tree.apply(operations)
+            applied = try tree.apply(operations)
         } catch {
             if hadTree { store.tree = tree }  // as it was: a patch applies whole or not at all
             _ = chargeRetained(store, oldCost)
@@ -99,7 +100,7 @@ extension Router {
         if journaling { journal!.patch(store: store.name, version: store.version, seq: seq, patch: patch) }
         rememberPatch(store, seq: seq, patch)
         out.traffic.snapshots += 1
-        broadcast(store, seq: seq, patch: patch, operations: operations, &out)
+        broadcast(store, seq: seq, patch: patch, operations: JSONPatch(operations: applied), &out)
         observeDelta(store, seq: seq, patch: patch, &out)
         return .applied
     }
@@ -142,7 +143,8 @@ extension Router {
     // MARK: - Sending a new version
 
     /// Sends the store's new version to its subscribers: `patch` is the change as the store wrote it (nil: it came
-    /// as a whole state, already in `store.snapshot`), `operations` its parsed form (for path subscribers).
+    /// as a whole state, already in `store.snapshot`), `operations` its operations as applied (an append's `-`
+    /// resolved to the index it made; for path subscribers).
     func broadcast(_ store: StoreEntry, seq: UInt64, patch: ArraySlice<UInt8>?, operations: JSONPatch?,
                    _ out: inout Output) {
         let version = store.version
@@ -247,8 +249,7 @@ extension Router {
         guard target.prefix(k).elementsEqual(path.prefix(k)) else { return false }
         let last = target[k]
         guard let mine = JSONValue.arrayIndex(path[k]) else { return false }
-        if last == "-" { return false }  // appended after the last element: no element moves
-        guard let at = JSONValue.arrayIndex(last) else { return false }
+        guard let at = JSONValue.arrayIndex(last) else { return false }  // (`-` was resolved to an index by apply)
         return mine >= at
     }
 }

@@ -160,3 +160,105 @@ def test_a_late_delta_subscriber_gets_the_whole_state_then_deltas(fluxd):
     finally:
         client.close()
         store.stop()
+
+
+class BigTodos(Todos):
+    """About 700 KB of state: more than the kernel holds for a subscriber that does not read, so fluxd has to keep
+    the rest, and the subscriber is behind (SPEC §16.3: more than 64 KiB waiting in fluxd)."""
+    initial_state = {"todos": [{"id": i, "title": f"todo {i} " + "x" * 140, "done": False} for i in range(1, 4001)],
+                     "nextID": 4001}
+
+
+class RawSubscriber:
+    """A subscriber on a plain socket, so the test decides when (and whether) it reads."""
+
+    def __init__(self, path):
+        import socket
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.buffer = b""
+        self.send({"op": "hello", "protocol": 1, "role": "client", "name": "slow"})
+        assert self.recv(10)["op"] == "welcome"
+
+    def send(self, message):
+        import json
+        import struct
+        body = json.dumps(message).encode()
+        self.sock.sendall(struct.pack(">I", len(body)) + body)
+
+    def recv(self, timeout):
+        import json
+        import struct
+        import time
+        deadline = time.monotonic() + timeout
+        while len(self.buffer) < 4 or len(self.buffer) < 4 + struct.unpack(">I", self.buffer[:4])[0]:
+            left = deadline - time.monotonic()
+            assert left > 0, "no frame within the deadline"
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, "fluxd closed the connection"
+            self.buffer += chunk
+        size = struct.unpack(">I", self.buffer[:4])[0]
+        body, self.buffer = self.buffer[4:4 + size], self.buffer[4 + size:]
+        return json.loads(body)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_slow_delta_subscriber_skips_versions_and_resyncs_never_holding_a_wrong_state(fluxd_factory):
+    from fluxbus.patch import apply
+    daemon = fluxd_factory(durable=True)  # durable: state-at tells the true state of every version afterwards
+    store = BigTodos(socket_path=daemon.socket_path)
+    store.start()
+    client = Client.connect(daemon.socket_path, name="driver", timeout=10)
+    slow = RawSubscriber(daemon.socket_path)
+    try:
+        require_deltas(client)
+        slow.send({"op": "subscribe", "store": "todos", "deltas": True})
+        # It reads nothing now: its snapshot fills the kernel's buffer, and what follows waits in fluxd.
+        for n in range(60):
+            client.dispatch_and_settle("todo/toggle", {"id": 1 + n * 61})
+        middle = client.get("todos").version
+        held, version, seen, snapshots, deltas = None, 0, [], 0, 0
+
+        def take_until(target):
+            nonlocal held, version, snapshots, deltas
+            while version < target:
+                frame = slow.recv(20)
+                if frame["op"] == "snapshot":
+                    held, version = frame["state"], frame["version"]
+                    snapshots += 1
+                elif frame["op"] == "delta":
+                    assert frame["from"] == version, f"a delta from {frame['from']} to a subscriber at {version}"
+                    held, version = apply(held, frame["patch"]), frame["version"]
+                    deltas += 1
+                else:
+                    assert frame["op"] == "subscribed", frame
+                    continue
+                seen.append((version, held))
+
+        take_until(middle)
+        assert version == middle
+        assert snapshots >= 2 and len(seen) < middle, \
+            f"it skipped versions and was resynchronised by a whole snapshot: saw {[v for v, _ in seen]}"
+        # Caught up, it is sent deltas again.
+        for n in range(5):
+            client.dispatch_and_settle("todo/toggle", {"id": 2 + n})
+        final = client.get("todos")
+        take_until(final.version)
+        assert deltas >= 1 and held == final.state
+        # Never a wrong state: each one it held is the state of that version (the journal's state-at).
+        checker = RawSubscriber(daemon.socket_path)
+        try:
+            for v, state in seen:
+                checker.send({"op": "state-at", "id": f"v{v}", "store": "todos", "version": v})
+                answer = checker.recv(20)
+                assert answer["op"] == "state-at" and answer["version"] == v, answer
+                assert answer["state"] == state, f"version {v}: the subscriber held another state"
+        finally:
+            checker.close()
+    finally:
+        slow.close()
+        client.close()
+        store.stop()

@@ -313,26 +313,49 @@ extension JSONValue {
         return n
     }
 
+    /// The container's payload, `.null` left in its place: the caller then holds the only reference, so changing
+    /// it copies nothing (a `switch self { case .array(var items): ... }` keeps the switched-on value alive for the
+    /// whole case body, and every change would copy the array).
+    @inline(__always)
+    mutating func takeArray() -> [JSONValue]? {
+        let taken: [JSONValue]
+        switch self {
+        case .array(let items): taken = items
+        default: return nil
+        }
+        self = .null
+        return taken
+    }
+
+    /// See `takeArray`.
+    @inline(__always)
+    mutating func takeObject() -> [(key: String, value: JSONValue)]? {
+        let taken: [(key: String, value: JSONValue)]
+        switch self {
+        case .object(let members): taken = members
+        default: return nil
+        }
+        self = .null
+        return taken
+    }
+
     /// Runs `body` on the value at `tokens`, in place (each container on the way is taken out of `self` while it
     /// changes, so nothing off the path is copied).
     private mutating func modify(_ tokens: ArraySlice<String>, all: [String],
                                  _ body: (inout JSONValue) throws(JSONPatchError) -> Void) throws(JSONPatchError) {
         guard let token = tokens.first else { return try body(&self) }
         let k = all.count - tokens.count
-        switch self {
-        case .object(var members):
+        if var members = takeObject() {
+            defer { self = .object(members) }
             guard let i = members.lastIndex(where: { sameKey($0.key, token) }) else {
                 throw Failure(.notFound, "\(JSONPointer(tokens: Array(all[...k]))) does not exist")
             }
-            self = .null
-            defer { self = .object(members) }
             try members[i].value.modify(tokens.dropFirst(), all: all, body)
-        case .array(var items):
-            let i = try Self.index(token, count: items.count, at: all, k)
-            self = .null
+        } else if var items = takeArray() {
             defer { self = .array(items) }
+            let i = try Self.index(token, count: items.count, at: all, k)
             try items[i].modify(tokens.dropFirst(), all: all, body)
-        default:
+        } else {
             throw Failure(.notFound, "\(JSONPointer(tokens: Array(all[...k]))) does not exist: its parent is not an object or array")
         }
     }
@@ -345,9 +368,7 @@ extension JSONValue {
         }
         let parent = Array(tokens.dropLast())
         try modify(parent[...], all: tokens) { (container: inout JSONValue) throws(JSONPatchError) in
-            switch container {
-            case .object(var members):
-                container = .null
+            if var members = container.takeObject() {
                 defer { container = .object(members) }
                 if let i = members.lastIndex(where: { sameKey($0.key, last) }) {
                     undo.append(.setMember(parent: parent, index: i, value: members[i].value))
@@ -356,7 +377,8 @@ extension JSONValue {
                     members.append((last, value))
                     undo.append(.removeMember(parent: parent, index: members.count - 1))
                 }
-            case .array(var items):
+            } else if var items = container.takeArray() {
+                defer { container = .array(items) }
                 let index: Int
                 if last == "-" {
                     index = items.count
@@ -369,11 +391,9 @@ extension JSONValue {
                     }
                     index = i
                 }
-                container = .null
-                defer { container = .array(items) }
                 items.insert(value, at: index)
                 undo.append(.removeElement(parent: parent, index: index))
-            default:
+            } else {
                 throw Failure(.notFound, "\(JSONPointer(tokens: parent)) is not an object or array")
             }
         }
@@ -384,23 +404,20 @@ extension JSONValue {
         let parent = Array(tokens.dropLast())
         var removed = JSONValue.null
         try modify(parent[...], all: tokens) { (container: inout JSONValue) throws(JSONPatchError) in
-            switch container {
-            case .object(var members):
+            if var members = container.takeObject() {
+                defer { container = .object(members) }
                 guard let i = members.lastIndex(where: { sameKey($0.key, last) }) else {
                     throw Failure(.notFound, "\(JSONPointer(tokens: tokens)) does not exist")
                 }
-                container = .null
-                defer { container = .object(members) }
                 let member = members.remove(at: i)
                 removed = member.value
                 undo.append(.insertMember(parent: parent, index: i, key: member.key, value: member.value))
-            case .array(var items):
-                let i = try Self.index(last, count: items.count, at: tokens, tokens.count - 1)
-                container = .null
+            } else if var items = container.takeArray() {
                 defer { container = .array(items) }
+                let i = try Self.index(last, count: items.count, at: tokens, tokens.count - 1)
                 removed = items.remove(at: i)
                 undo.append(.insertElement(parent: parent, index: i, value: removed))
-            default:
+            } else {
                 throw Failure(.notFound, "\(JSONPointer(tokens: parent)) is not an object or array")
             }
         }
@@ -415,22 +432,19 @@ extension JSONValue {
         }
         let parent = Array(tokens.dropLast())
         try modify(parent[...], all: tokens) { (container: inout JSONValue) throws(JSONPatchError) in
-            switch container {
-            case .object(var members):
+            if var members = container.takeObject() {
+                defer { container = .object(members) }
                 guard let i = members.lastIndex(where: { sameKey($0.key, last) }) else {
                     throw Failure(.notFound, "\(JSONPointer(tokens: tokens)) does not exist")
                 }
-                container = .null
-                defer { container = .object(members) }
                 undo.append(.setMember(parent: parent, index: i, value: members[i].value))
                 members[i].value = value
-            case .array(var items):
-                let i = try Self.index(last, count: items.count, at: tokens, tokens.count - 1)
-                container = .null
+            } else if var items = container.takeArray() {
                 defer { container = .array(items) }
+                let i = try Self.index(last, count: items.count, at: tokens, tokens.count - 1)
                 undo.append(.setElement(parent: parent, index: i, value: items[i]))
                 items[i] = value
-            default:
+            } else {
                 throw Failure(.notFound, "\(JSONPointer(tokens: parent)) is not an object or array")
             }
         }
@@ -445,17 +459,17 @@ extension JSONValue {
         case .root(let value):
             self = value
         case .setMember(let parent, let index, let value):
-            at(parent) { if case .object(var m) = $0 { $0 = .null; m[index].value = value; $0 = .object(m) } }
+            at(parent) { if var m = $0.takeObject() { m[index].value = value; $0 = .object(m) } }
         case .removeMember(let parent, let index):
-            at(parent) { if case .object(var m) = $0 { $0 = .null; m.remove(at: index); $0 = .object(m) } }
+            at(parent) { if var m = $0.takeObject() { m.remove(at: index); $0 = .object(m) } }
         case .insertMember(let parent, let index, let key, let value):
-            at(parent) { if case .object(var m) = $0 { $0 = .null; m.insert((key, value), at: index); $0 = .object(m) } }
+            at(parent) { if var m = $0.takeObject() { m.insert((key, value), at: index); $0 = .object(m) } }
         case .setElement(let parent, let index, let value):
-            at(parent) { if case .array(var a) = $0 { $0 = .null; a[index] = value; $0 = .array(a) } }
+            at(parent) { if var a = $0.takeArray() { a[index] = value; $0 = .array(a) } }
         case .removeElement(let parent, let index):
-            at(parent) { if case .array(var a) = $0 { $0 = .null; a.remove(at: index); $0 = .array(a) } }
+            at(parent) { if var a = $0.takeArray() { a.remove(at: index); $0 = .array(a) } }
         case .insertElement(let parent, let index, let value):
-            at(parent) { if case .array(var a) = $0 { $0 = .null; a.insert(value, at: index); $0 = .array(a) } }
+            at(parent) { if var a = $0.takeArray() { a.insert(value, at: index); $0 = .array(a) } }
         }
     }
 }

@@ -10,7 +10,8 @@
 //     <- fluxd (executable: argument parsing and wiring only)
 //   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
 //   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
-//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs: for tools)
+//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs, patches; TrackedArray and the
+//     codecs over JSON values that SPEC §16's patches are made and read with) <- FluxClient, FluxStore, TodoModel
 //   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
 import PackageDescription
 
@@ -79,7 +80,7 @@ let package = Package(
         .target(name: "CFluxSys"),
         .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", .product(name: "DequeModule", package: "swift-collections")],
                 swiftSettings: swiftSettings),
-        .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
+        .target(name: "FluxClient", dependencies: ["FluxCore", "FluxJSONValue", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
                                                   .product(name: "Logging", package: "swift-log")],
@@ -117,7 +118,7 @@ let package = Package(
         ),
         // Examples: each store and view is its own process (see examples/README.md).
         .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/Support", swiftSettings: swiftSettings),
-        .target(name: "TodoModel", path: "examples/todo/Model", swiftSettings: swiftSettings),
+        .target(name: "TodoModel", dependencies: ["FluxJSONValue"], path: "examples/todo/Model", swiftSettings: swiftSettings),
         .executableTarget(name: "todo-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "stats-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Stats", swiftSettings: swiftSettings),
         .executableTarget(name: "todo-view", dependencies: ["TodoModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/View", swiftSettings: swiftSettings),

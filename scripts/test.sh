@@ -81,7 +81,8 @@ run_suite() {  # run_suite LABEL COMMAND...: runs one suite and prints a PASS/FA
 run_suite "pytest examples/python (sync + asyncio clients, Store, vectors, polyglot demo)" \
     python3 -m pytest -q -p no:cacheprovider examples/python/tests
 run_suite "pytest protocol/conformance (scenarios against fluxd) + protocol/tools" \
-    python3 -m pytest -q -p no:cacheprovider protocol/conformance protocol/tools/test_check_frozen.py
+    python3 -m pytest -q -p no:cacheprovider protocol/conformance protocol/tools/test_check_frozen.py \
+        protocol/tools/test_patch_vectors.py
 run_suite "pytest tests/durability (crash and restart, torn and corrupt journals, the data directory's lock, disk full)" \
     python3 -m pytest -q -p no:cacheprovider tests/durability
 run_suite "schema proxy (every frame of fluxd, fluxctl, Swift/Python/Node clients and stores validates)" \

@@ -34,13 +34,13 @@ func diff(_ old: JSONValue, _ new: JSONValue, at path: JSONPointer) -> [JSONChan
     case (.object(let a), .object(let b)):
         var changes: [JSONChange] = []
         for member in a {
-            if let other = b.last(where: { $0.key == member.key }) {
+            if let other = b.last(where: { sameKey($0.key, member.key) }) {
                 changes += diff(member.value, other.value, at: path.appending(member.key))
             } else {
                 changes.append(JSONChange(kind: .remove, path: path.appending(member.key), old: member.value))
             }
         }
-        for member in b where !a.contains(where: { $0.key == member.key }) {
+        for member in b where !a.contains(where: { sameKey($0.key, member.key) }) {
             changes.append(JSONChange(kind: .add, path: path.appending(member.key), new: member.value))
         }
         return changes
@@ -66,5 +66,19 @@ func diff(_ old: JSONValue, _ new: JSONValue, at path: JSONPointer) -> [JSONChan
         return changes
     default:
         return [JSONChange(kind: .replace, path: path, old: old, new: new)]
+    }
+}
+
+extension JSONValue {
+    /// A JSON Patch (RFC 6902) that turns this value into `new`: `changes(to:)` as operations, in an order that
+    /// applies (array removals from the highest index down, then additions). Empty when the values are equal.
+    public func diffPatch(to new: JSONValue) -> JSONPatch {
+        JSONPatch(operations: changes(to: new).map { change in
+            switch change.kind {
+            case .add: .add(path: change.path, value: change.new ?? .null)
+            case .remove: .remove(path: change.path)
+            case .replace: .replace(path: change.path, value: change.new ?? .null)
+            }
+        })
     }
 }

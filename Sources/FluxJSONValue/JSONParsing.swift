@@ -30,9 +30,15 @@ extension JSONValue {
     /// Parses JSON bytes. The grammar is FluxCore's (`Envelope(body:)`): RFC 8259, valid UTF-8, no lone
     /// surrogates, depth at most 64, nothing after the value.
     public init<Bytes: Collection>(parsing bytes: Bytes) throws(JSONParseError) where Bytes.Element == UInt8 {
+        try self.init(parsing: bytes, maxDepth: 64)
+    }
+
+    /// Parses JSON bytes nested at most `maxDepth` deep (for files that hold deeper values as data, such as
+    /// protocol/vectors/patch.json; anything that travels in a frame is bounded by 64).
+    public init<Bytes: Collection>(parsing bytes: Bytes, maxDepth: Int) throws(JSONParseError) where Bytes.Element == UInt8 {
         let body = Array(bytes)
         do {
-            _ = try Envelope(body: body)
+            _ = try Envelope(body: body, maxDepth: maxDepth)
         } catch {
             switch error {
             case .invalidJSON(let offset, let reason):

@@ -56,7 +56,7 @@ public struct JSONPointer: Sendable, Equatable, Hashable, CustomStringConvertibl
             let here = walked.tokens.isEmpty ? "the state" : "\(walked)"
             switch current {
             case .object(let members):
-                guard let member = members.last(where: { $0.key == token }) else {
+                guard let member = members.last(where: { sameKey($0.key, token) }) else {
                     let keys = members.map(\.key)
                     throw PointerError(message: "\(walked.appending(token)) does not exist: \(here) has no member \"\(token)\""
                         + (keys.isEmpty ? " (it is empty)" : " (members: \(keys.joined(separator: ", ")))"))

@@ -31,17 +31,17 @@ public enum JSONValue: Equatable, Sendable {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
         case (.number(let x), .number(let y)): return x == y
-        case (.string(let x), .string(let y)): return x == y
+        case (.string(let x), .string(let y)): return sameKey(x, y)
         case (.array(let x), .array(let y)): return x == y
         case (.object(let x), .object(let y)):
-            return x.count == y.count && zip(x, y).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+            return x.count == y.count && zip(x, y).allSatisfy { sameKey($0.key, $1.key) && $0.value == $1.value }
         default: return false
         }
     }
 
     /// The member `key` of an object (the last one if the key repeats); nil for other values.
     public subscript(key: String) -> JSONValue? {
-        if case .object(let members) = self { return members.last { $0.key == key }?.value }
+        if case .object(let members) = self { return members.last { sameKey($0.key, key) }?.value }
         return nil
     }
 
@@ -66,3 +66,9 @@ public enum JSONValue: Equatable, Sendable {
     /// Whether this is `null`.
     public var isNull: Bool { if case .null = self { return true } else { return false } }
 }
+
+/// Whether two keys (or strings) are the same JSON text: compared by their Unicode scalars (UTF-8 bytes), not by
+/// Swift's canonical equivalence, under which "é" and "e" + U+0301 are equal although JSON has them as two
+/// different keys.
+@inline(__always)
+func sameKey(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }

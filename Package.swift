@@ -106,6 +106,12 @@ let package = Package(
             dependencies: ["FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
+        // The Swift SDK's own cost with a large state, before/after SPEC §16 (A/B in one process; issue 16).
+        .executableTarget(
+            name: "flux-delta-bench",
+            dependencies: ["FluxClient", "FluxCore", "FluxJSONValue", "TodoModel"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "fluxctl",
             dependencies: [

@@ -164,19 +164,3 @@ final class WholeSnapshots: Sendable {
         }
     }
 }
-
-extension JSONPatch {
-    /// What each operation touched (for the incremental decoder).
-    var touches: [JSONPatchTouch] {
-        operations.map { op in
-            switch op {
-            case .add(let path, let value): JSONPatchTouch(kind: .add, path: path, value: value)
-            case .remove(let path): JSONPatchTouch(kind: .remove, path: path)
-            case .replace(let path, let value): JSONPatchTouch(kind: .replace, path: path, value: value)
-            case .move(let from, let path): JSONPatchTouch(kind: .move, path: path, from: from)
-            case .copy(let from, let path): JSONPatchTouch(kind: .copy, path: path, from: from)
-            case .test(let path, let value): JSONPatchTouch(kind: .test, path: path, value: value)
-            }
-        }
-    }
-}

@@ -27,6 +27,22 @@ public struct JSONPatchTouch: Sendable, Equatable {
     }
 }
 
+extension JSONPatch {
+    /// What each operation touched (for `JSONIncrementalDecoder.decode(_:after:)`).
+    public var touches: [JSONPatchTouch] {
+        operations.map { op in
+            switch op {
+            case .add(let path, let value): JSONPatchTouch(kind: .add, path: path, value: value)
+            case .remove(let path): JSONPatchTouch(kind: .remove, path: path)
+            case .replace(let path, let value): JSONPatchTouch(kind: .replace, path: path, value: value)
+            case .move(let from, let path): JSONPatchTouch(kind: .move, path: path, from: from)
+            case .copy(let from, let path): JSONPatchTouch(kind: .copy, path: path, from: from)
+            case .test(let path, let value): JSONPatchTouch(kind: .test, path: path, value: value)
+            }
+        }
+    }
+}
+
 /// Decodes Swift values from `JSONValue` as Foundation's `JSONDecoder` (default strategies) decodes the same JSON
 /// text: numbers into any integer type when they are whole and fit, `Data` from base64, `URL` from a string,
 /// `Decimal` from a number, `Date` from seconds since 2001.

@@ -17,7 +17,9 @@ func nextTrackedStamp() -> UInt64 {
 }
 
 /// One logged change of a `TrackedArray`, with the element as it was right after the change.
+@usableFromInline
 struct TrackedChange<Element> {
+    @usableFromInline
     enum Kind {
         case set(Int, Element)
         case insert(Int, Element)
@@ -29,6 +31,7 @@ struct TrackedChange<Element> {
 
 /// The recent changes of a `TrackedArray`: `base` names the content before the first entry; each entry's stamp names
 /// the content after it. Bounded: the oldest entries are dropped (then `base` moves on).
+@usableFromInline
 struct TrackedLog<Element> {
     var base: UInt64
     var entries: [TrackedChange<Element>] = []
@@ -40,6 +43,7 @@ struct TrackedLog<Element> {
 
     var stamp: UInt64 { entries.last?.stamp ?? base }
 
+    @usableFromInline
     mutating func append(_ kind: TrackedChange<Element>.Kind) {
         if entries.count >= 2 * Self.keep {
             base = entries[Self.keep - 1].stamp
@@ -83,15 +87,15 @@ struct TrackedLog<Element> {
 public struct TrackedArray<Element> {
     /// Elements per chunk while the array only grows at its end (chunks are split at twice this when elements are
     /// inserted in the middle).
-    static var chunkSize: Int { 64 }
+    @usableFromInline static var chunkSize: Int { 64 }
 
-    var chunks: [[Element]] = []
+    @usableFromInline var chunks: [[Element]] = []
     /// `starts[k]`: the index of the first element of `chunks[k]`.
-    var starts: [Int] = []
-    var total = 0
+    @usableFromInline var starts: [Int] = []
+    @usableFromInline var total = 0
     /// Whether every chunk but the last holds exactly `chunkSize` elements (index arithmetic instead of a search).
-    var uniform = true
-    var log = TrackedLog<Element>()
+    @usableFromInline var uniform = true
+    @usableFromInline var log = TrackedLog<Element>()
 
     /// An empty array.
     public init() {}
@@ -115,7 +119,7 @@ public struct TrackedArray<Element> {
 
     // MARK: Chunks
 
-    @inline(__always)
+    @inlinable @inline(__always)
     func locate(_ i: Int) -> (chunk: Int, offset: Int) {
         precondition(i >= 0 && i < total, "TrackedArray index \(i) out of range (count \(total))")
         if uniform { return (i / Self.chunkSize, i % Self.chunkSize) }
@@ -196,15 +200,16 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
     public typealias Index = Int
     public typealias Indices = Range<Int>
 
-    public var startIndex: Int { 0 }
-    public var endIndex: Int { total }
-    public var count: Int { total }
-    public var isEmpty: Bool { total == 0 }
-    public var indices: Range<Int> { 0..<total }
-    @inline(__always) public func index(after i: Int) -> Int { i + 1 }
-    @inline(__always) public func index(before i: Int) -> Int { i - 1 }
+    @inlinable public var startIndex: Int { 0 }
+    @inlinable public var endIndex: Int { total }
+    @inlinable public var count: Int { total }
+    @inlinable public var isEmpty: Bool { total == 0 }
+    @inlinable public var indices: Range<Int> { 0..<total }
+    @inlinable public func index(after i: Int) -> Int { i + 1 }
+    @inlinable public func index(before i: Int) -> Int { i - 1 }
 
     /// The element at `index`; setting it (or changing it in place) is logged as one change.
+    @inlinable
     public subscript(index: Int) -> Element {
         get {
             let (k, o) = locate(index)
@@ -230,14 +235,19 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
         }
     }
 
+    @inlinable
     public func makeIterator() -> Iterator { Iterator(chunks: chunks) }
 
     /// Walks the chunks in order.
     public struct Iterator: IteratorProtocol {
-        let chunks: [[Element]]
-        var chunk = 0
-        var offset = 0
+        @usableFromInline let chunks: [[Element]]
+        @usableFromInline var chunk = 0
+        @usableFromInline var offset = 0
 
+        @inlinable
+        init(chunks: [[Element]]) { self.chunks = chunks }
+
+        @inlinable
         public mutating func next() -> Element? {
             while chunk < chunks.count {
                 if offset < chunks[chunk].count {
@@ -253,6 +263,7 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
 
     /// The index of the first element that satisfies `predicate` (walking the chunks, without an index search per
     /// element).
+    @inlinable
     public func firstIndex(where predicate: (Element) throws -> Bool) rethrows -> Int? {
         var base = 0
         for c in chunks {
@@ -263,6 +274,7 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
     }
 
     /// The index of the last element that satisfies `predicate`.
+    @inlinable
     public func lastIndex(where predicate: (Element) throws -> Bool) rethrows -> Int? {
         var end = total
         for c in chunks.reversed() {
@@ -273,18 +285,21 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
     }
 
     /// The first element that satisfies `predicate`.
+    @inlinable
     public func first(where predicate: (Element) throws -> Bool) rethrows -> Element? {
         for c in chunks { if let e = try c.first(where: predicate) { return e } }
         return nil
     }
 
     /// Whether an element satisfies `predicate`.
+    @inlinable
     public func contains(where predicate: (Element) throws -> Bool) rethrows -> Bool {
         for c in chunks where try c.contains(where: predicate) { return true }
         return false
     }
 
     /// How many elements satisfy `predicate`.
+    @inlinable
     public func count(where predicate: (Element) throws -> Bool) rethrows -> Int {
         var n = 0
         for c in chunks { for e in c where try predicate(e) { n += 1 } }
@@ -292,6 +307,7 @@ extension TrackedArray: RandomAccessCollection, MutableCollection {
     }
 
     /// Calls `body` on each element in order.
+    @inlinable
     public func forEach(_ body: (Element) throws -> Void) rethrows {
         for c in chunks { for e in c { try body(e) } }
     }

@@ -11,6 +11,8 @@
 //     <- fluxd (executable: argument parsing and wiring only)
 //   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
 //   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
+//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs, patches; TrackedArray and the
+//     codecs over JSON values that SPEC §16's patches are made and read with) <- FluxClient, FluxStore, TodoModel
 //   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
 import PackageDescription
 
@@ -79,7 +81,7 @@ let package = Package(
         .target(name: "CFluxSys"),
         .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", "FluxJSONValue", .product(name: "DequeModule", package: "swift-collections")],
                 swiftSettings: swiftSettings),
-        .target(name: "FluxClient", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
+        .target(name: "FluxClient", dependencies: ["FluxCore", "FluxJSONValue", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
                                                   .product(name: "Logging", package: "swift-log")],
@@ -105,6 +107,12 @@ let package = Package(
             dependencies: ["FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
+        // The Swift SDK's own cost with a large state, before/after SPEC §16 (A/B in one process; issue 16).
+        .executableTarget(
+            name: "flux-delta-bench",
+            dependencies: ["FluxClient", "FluxCore", "FluxJSONValue", "TodoModel"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "fluxctl",
             dependencies: [
@@ -117,7 +125,7 @@ let package = Package(
         ),
         // Examples: each store and view is its own process (see examples/README.md).
         .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/Support", swiftSettings: swiftSettings),
-        .target(name: "TodoModel", path: "examples/todo/Model", swiftSettings: swiftSettings),
+        .target(name: "TodoModel", dependencies: ["FluxJSONValue"], path: "examples/todo/Model", swiftSettings: swiftSettings),
         .executableTarget(name: "todo-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "stats-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Stats", swiftSettings: swiftSettings),
         .executableTarget(name: "todo-view", dependencies: ["TodoModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/View", swiftSettings: swiftSettings),

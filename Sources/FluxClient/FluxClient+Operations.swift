@@ -129,25 +129,32 @@ extension FluxClient {
     /// (`unsubscribe`) when the last local one ends: its consumer's task is cancelled, it and its iterator are
     /// dropped (e.g. `break` out of `for try await`), or `cancel()` is called. It finishes with an error when the
     /// connection drops or a snapshot does not decode as `S`, and without one after `close()`.
+    ///
+    /// With a fluxd that has delta subscriptions (SPEC §16.3, fluxd 0.4.0), the subscription holds the state as
+    /// JSON, applies each change fluxd sends as a patch, and decodes the typed state incrementally: a
+    /// `TrackedArray` in `S` that the patch did not touch is the earlier value again, and one whose elements it
+    /// touched decodes only those elements (the rest of `S` is decoded again). A change that cannot be applied
+    /// makes the subscription ask fluxd for the whole state again.
     public func subscribe<S: Decodable & Sendable>(store: String, as type: S.Type = S.self) -> Subscription<S> {
-        subscribe(store: store) { (bytes: ArraySlice<UInt8>) throws(FluxError) -> S in
-            try FluxJSON.decode(S.self, from: bytes)
-        }
+        let reader = StateReader<S, TypedCodec<S>>.typed(S.self)
+        return subscribe(store: store) { raw throws(FluxError) in try reader.read(raw) }
     }
 
-    /// Subscribes to a store's snapshots as the JSON the store published (for tools; see `subscribe(store:as:)`).
+    /// Subscribes to a store's snapshots as JSON (for tools; see `subscribe(store:as:)`): whole snapshots as the
+    /// store published them, states made by patches as compact JSON.
     public func subscribeJSON(store: String) -> Subscription<RawJSON> {
-        subscribe(store: store) { (bytes: ArraySlice<UInt8>) throws(FluxError) -> RawJSON in RawJSON(Array(bytes)) }
+        let reader = StateReader<RawJSON, Void>.json()
+        return subscribe(store: store) { raw throws(FluxError) in try reader.read(raw) }
     }
 
-    private func subscribe<S: Sendable>(store: String, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) -> Subscription<S> {
+    private func subscribe<S: Sendable>(store: String, read: @escaping @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<S>) -> Subscription<S> {
         let core = SubscriptionCore(client: self, store: store)
         guard Names.isValidStore(store) else {
             core.queue.finish(.invalidArgument("bad store name \"\(store)\""))
-            return Subscription(core: core, decode: decode)
+            return Subscription(core: core, read: read)
         }
         core.attach(addSubscriber(store: store, .queue(core.queue)))
-        return Subscription(core: core, decode: decode)
+        return Subscription(core: core, read: read)
     }
 
     /// Adds a local subscriber to `store`'s wire subscription (sending `subscribe` if it is the first), whose
@@ -158,7 +165,18 @@ extension FluxClient {
         deliver: @escaping @Sendable (WireStoreEvent) -> Void,
         end: @escaping @Sendable (FluxError?) -> Void
     ) -> Int? {
-        addSubscriber(store: store, .callback(CallbackQueue(deliver: deliver, end: end)))
+        // Such subscribers get whole snapshots: deltas are applied to a state held for this subscriber, and the
+        // result rendered (a tool's or a following store's cost; typed subscriptions decode deltas incrementally).
+        let whole = WholeSnapshots()
+        let client = self
+        return addSubscriber(store: store, .callback(CallbackQueue(deliver: { event in
+            guard case .snapshot(let raw) = event else { return deliver(event) }
+            switch whole.take(raw) {
+            case .deliver(let snapshot): deliver(.snapshot(snapshot))
+            case .skip: break
+            case .resync: client.resync(store: store)
+            }
+        }, end: end)))
     }
 
     private func addSubscriber(store: String, _ subscriber: Subscriber) -> Int? {
@@ -172,7 +190,14 @@ extension FluxClient {
             if var sub = s.subscriptions[store] {
                 // Served from what the wire subscription already knows, before anything newer (same lock).
                 if let status = sub.status { subscriber.push(.subscribed(status, version: sub.version)) }
-                if let latest = sub.latest { subscriber.push(.snapshot(latest)) }
+                if let latest = sub.latest, latest.version == sub.delivered {
+                    subscriber.push(.snapshot(latest))
+                } else if sub.delivered > 0 && s.phase == .ready {
+                    // Deltas came after the last whole snapshot: ask fluxd for the whole state again (those that
+                    // hold it drop it).
+                    sub.resyncing = true
+                    s.outbox.append(contentsOf: Self.subscribeFrame(store: store, deltas: s.deltas, from: nil).wireBytes)
+                }
                 sub.subscribers[id] = subscriber
                 s.subscriptions[store] = sub
             } else {
@@ -181,15 +206,36 @@ extension FluxClient {
                 s.subscriptions[store] = sub
                 // While reconnecting, the reconnection subscribes to every store then in `subscriptions`.
                 guard s.phase != .reconnecting else { return id }
-                var b = FrameBuilder(op: "subscribe")
-                b.string("store", store)
-                s.outbox.append(contentsOf: b.finish().wireBytes)
+                s.outbox.append(contentsOf: Self.subscribeFrame(store: store, deltas: s.deltas, from: nil).wireBytes)
             }
             return id
         }
         subscriber.run()
         try? flush()
         return id
+    }
+
+    /// `subscribe` for `store`: a delta subscription when fluxd has them (SPEC §16.3), resuming from `from`.
+    static func subscribeFrame(store: String, deltas: Bool, from: Int?) -> Frame {
+        var b = FrameBuilder(op: "subscribe")
+        b.string("store", store)
+        if deltas {
+            b.bool("deltas", true)
+            if let from, from > 0 { b.int("from", from) }
+        }
+        return b.finish()
+    }
+
+    /// Asks fluxd for `store`'s whole state again (`subscribe` again, SPEC §16.3 resync): its snapshot goes to every
+    /// local subscriber, and those that hold that version already drop it.
+    package func resync(store: String) {
+        let sent = state.withLock { s -> Bool in
+            guard s.phase == .ready, s.subscriptions[store] != nil else { return false }
+            s.subscriptions[store]?.resyncing = true
+            s.outbox.append(contentsOf: Self.subscribeFrame(store: store, deltas: s.deltas, from: nil).wireBytes)
+            return true
+        }
+        if sent { try? flush() }
     }
 
     /// Removes a local subscriber (sending `unsubscribe` if it was the last) and ends it.

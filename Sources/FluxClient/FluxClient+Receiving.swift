@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJSONValue
 import Logging
 
 // What the connection's reader hands to the client, one event at a time, in wire order. Nothing here calls user
@@ -36,7 +37,7 @@ extension FluxClient {
             if let id = env.fluxString("id") { complete(id, .success(env)) }
         case "recovered":
             handleRecovered(env)
-        case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up":
+        case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up", "delta":
             handleSubscriptionMessage(op, env)
         case "registered", "action", "queries", "queries-changed":
             if let store = env.fluxString("store"), let sink = state.withLock({ $0.sinks[store] }) {
@@ -99,6 +100,17 @@ extension FluxClient {
     private func handleSubscriptionMessage(_ op: String, _ env: Envelope) {
         let store = env.fluxString("store") ?? ""
         var problem: FluxError?
+        // A delta's patch is read before the lock is taken.
+        var patch: JSONPatch?
+        if op == "delta" {
+            guard let raw = env.raw("patch"), let parsed = try? JSONPatch(parsing: raw) else {
+                reportUnanswered(.protocolViolation("bad delta message for \(store)"))
+                resync(store: store)
+                return
+            }
+            patch = parsed
+        }
+        var resyncNeeded = false
         var sink: (@Sendable (StoreInbound) -> Void)?
         let callbacks = state.withLock { s -> [Subscriber] in
             if op == "unsubscribed" {
@@ -124,12 +136,34 @@ extension FluxClient {
                 let snapshot = RawSnapshot(store: store, version: version, seq: env.fluxInt("seq") ?? 0, state: raw,
                                            era: s.era)
                 // Versions only grow (R4): one not above the last delivered is a repeat (after a reconnection,
-                // the retained snapshot sent again on subscribing) and is not delivered twice.
-                guard version > sub.delivered else { return [] }
+                // the retained snapshot sent again on subscribing) and is not delivered twice, unless a resync
+                // asked for it (subscribers that hold it drop it).
+                let resync = sub.resyncing
+                sub.resyncing = false
+                guard version > sub.delivered || (resync && version == sub.delivered) else {
+                    s.subscriptions[store] = sub
+                    return []
+                }
                 sub.delivered = version
                 if (sub.latest?.version ?? 0) < version { sub.latest = snapshot }
                 sub.version = max(sub.version, version)
                 event = .snapshot(snapshot)
+            case "delta":
+                guard let version = env.fluxInt("version"), let from = env.fluxInt("from"), let patch else {
+                    problem = .protocolViolation("bad delta message for \(store)")
+                    return []
+                }
+                guard version > sub.delivered else { return [] }
+                guard from == sub.delivered else {
+                    // Not from the version the subscribers hold: cannot come from a conforming fluxd. Resync.
+                    problem = .protocolViolation("delta of \(store) from version \(from), but version \(sub.delivered) is held; resynchronising")
+                    resyncNeeded = true
+                    return []
+                }
+                sub.delivered = version
+                sub.version = max(sub.version, version)
+                event = .snapshot(RawSnapshot(store: store, version: version, seq: env.fluxInt("seq") ?? 0,
+                                              state: [], era: s.era, patch: patch, from: from))
             case "store-down":
                 sub.status = .down
                 event = .storeDown(env.fluxString("reason") ?? "unknown")
@@ -147,6 +181,7 @@ extension FluxClient {
         sink?(.message(env))
         for subscriber in callbacks { subscriber.run() }
         if let problem { reportUnanswered(problem) }
+        if resyncNeeded { resync(store: store) }
     }
 
     private func handleMonitorEvent(_ env: Envelope, kind: String) {

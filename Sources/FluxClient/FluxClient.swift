@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJSONValue
 import Foundation
 import Logging
 import Synchronization
@@ -11,15 +12,34 @@ package enum WireStoreEvent: Sendable {
     case storeUp(Int)
 }
 
-/// A snapshot whose state is still JSON bytes.
+/// A snapshot whose state is still JSON bytes, or (a `delta`, SPEC §16.3) the patch from version `from`.
 package struct RawSnapshot: Sendable {
     package var store: String
     package var version: Int
     package var seq: Int
+    /// The whole state (empty for a delta).
     package var state: ArraySlice<UInt8>
     /// How many times this client found a new fluxd history (`welcome.epoch`) when it reconnected: versions of
     /// different eras are not comparable.
     package var era = 0
+    /// For a delta: the patch from version `from` to `version`.
+    package var patch: JSONPatch?
+    /// For a delta: the version the patch applies to.
+    package var from = 0
+
+    package init(store: String, version: Int, seq: Int, state: ArraySlice<UInt8>, era: Int = 0,
+                 patch: JSONPatch? = nil, from: Int = 0) {
+        self.store = store
+        self.version = version
+        self.seq = seq
+        self.state = state
+        self.era = era
+        self.patch = patch
+        self.from = from
+    }
+
+    /// Whether this is a delta (a patch, not a whole state).
+    package var isDelta: Bool { patch != nil }
 }
 
 /// What a store registered through a client receives: its messages (`registered`, its own `snapshot`, `queries`,
@@ -122,9 +142,13 @@ public final class FluxClient: Sendable {
         var subscribers: [Int: Subscriber] = [:]
         var status: StoreStatus?
         var version = 0
+        /// The newest whole snapshot (a subscriber added later starts from it, when no delta came after it).
         var latest: RawSnapshot?
         /// The newest version handed to the subscribers (within the current era): older ones are dropped.
         var delivered = 0
+        /// A resync was asked for (a `subscribe` again): its snapshot goes to the subscribers even when it is not
+        /// newer than `delivered` (those that hold it already drop it).
+        var resyncing = false
     }
 
     /// A monitor-event consumer.
@@ -172,6 +196,8 @@ public final class FluxClient: Sendable {
         var recovering: [String: [String]] = [:]
         /// Bumped when a reconnection finds another fluxd history (`welcome.epoch`).
         var era = 0
+        /// Whether fluxd has delta subscriptions (SPEC §16: `welcome.limits.deltaHistory`).
+        var deltas: Bool { welcome?.limits.deltaHistory != nil }
         var reconnectTask: Task<Void, Never>?
     }
 

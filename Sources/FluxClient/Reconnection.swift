@@ -248,9 +248,10 @@ extension FluxClient {
                     s.subscriptions[store]?.delivered = 0
                     s.subscriptions[store]?.latest = nil
                 }
-                var b = FrameBuilder(op: "subscribe")
-                b.string("store", store)
-                out.append(contentsOf: b.finish().wireBytes)
+                // Within one epoch, a delta subscription resumes from the version its subscribers hold (§16.3).
+                s.subscriptions[store]?.resyncing = false
+                let from = changed ? nil : s.subscriptions[store]?.delivered
+                out.append(contentsOf: Self.subscribeFrame(store: store, deltas: s.deltas, from: from).wireBytes)
             }
             for (id, query) in s.liveQueries.sorted(by: { $0.key < $1.key }) {
                 var b = FrameBuilder(op: "query", capacity: 64 + query.query.count)

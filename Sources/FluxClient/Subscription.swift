@@ -8,12 +8,15 @@ final class SubscriptionCore: Sendable {
     let client: FluxClient
     let store: String
     /// Filled by the client under its lock; a new snapshot replaces a waiting (unread) snapshot, at its place.
+    /// A delta never replaces anything (each is applied in turn); a whole snapshot replaces a waiting older one.
     let queue = EventQueue<WireStoreEvent>(coalesce: { waiting, new in
-        if case .snapshot(let old) = waiting, case .snapshot(let newer) = new { return newer.version > old.version }
+        if case .snapshot(let old) = waiting, case .snapshot(let newer) = new {
+            return !newer.isDelta && newer.version > old.version
+        }
         return false
     })
-    private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, era: Int, status: SubscriptionStatus?)>(
-        (nil, false, 0, 0, nil))
+    private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, era: Int, status: SubscriptionStatus?,
+                                resyncing: Bool)>((nil, false, 0, 0, nil, false))
 
     init(client: FluxClient, store: String) {
         self.client = client
@@ -41,6 +44,16 @@ final class SubscriptionCore: Sendable {
 
     var status: SubscriptionStatus? { shared.withLock { $0.status } }
 
+    /// The held state cannot take the deltas that come: asks fluxd for the whole state (once until it comes).
+    func resync() {
+        let ask = shared.withLock { s -> Bool in
+            s.lastVersion = 0
+            defer { s.resyncing = true }
+            return !s.resyncing
+        }
+        if ask { client.resync(store: store) }
+    }
+
     /// Takes in one event before it is handed out: updates the status; false for a stale snapshot (skip it).
     func admit(_ event: WireStoreEvent) -> Bool {
         shared.withLock { s in
@@ -58,6 +71,11 @@ final class SubscriptionCore: Sendable {
                     status.version = 0
                 }
                 if raw.version <= s.lastVersion { return false }
+                if s.resyncing {
+                    // Waiting for a whole state: deltas until then cannot apply.
+                    if raw.isDelta { return false }
+                    s.resyncing = false
+                }
                 s.lastVersion = raw.version
                 status.version = max(status.version, raw.version)
             case .storeDown(let reason):
@@ -96,11 +114,12 @@ public struct Subscription<S: Sendable>: AsyncSequence, Sendable {
     /// The store subscribed to.
     public var store: String { token.core.store }
     let token: SubscriptionToken
-    let decode: @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S
+    /// Turns snapshots and deltas into states (holding the state between them).
+    let read: @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<S>
 
-    init(core: SubscriptionCore, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) {
+    init(core: SubscriptionCore, read: @escaping @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<S>) {
         self.token = SubscriptionToken(core)
-        self.decode = decode
+        self.read = read
     }
 
     /// Where the store stands as of the last event this subscription handed out: nil before the first
@@ -135,18 +154,18 @@ public struct Subscription<S: Sendable>: AsyncSequence, Sendable {
     }
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(token: token, decode: decode)
+        Iterator(token: token, read: read)
     }
 
-    /// Decodes events as they are consumed.
+    /// Decodes events as they are consumed (a delta: applied to the state held, decoded incrementally).
     public struct Iterator: AsyncIteratorProtocol {
         let token: SubscriptionToken
-        let decode: @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S
+        let read: @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<S>
         var finished = false
 
-        init(token: SubscriptionToken, decode: @escaping @Sendable (ArraySlice<UInt8>) throws(FluxError) -> S) {
+        init(token: SubscriptionToken, read: @escaping @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<S>) {
             self.token = token
-            self.decode = decode
+            self.read = read
         }
 
         /// The next event; nil when the subscription ended (cancelled, closed, or the consumer's task cancelled).
@@ -171,15 +190,23 @@ public struct Subscription<S: Sendable>: AsyncSequence, Sendable {
                     case .storeDown(let reason): return .storeDown(reason: reason)
                     case .storeUp(let version): return .storeUp(version: version)
                     case .snapshot(let raw):
-                        let state: S
+                        let step: ReadStep<S>
                         do {
-                            state = try decode(raw.state)
+                            step = try read(raw)
                         } catch {
                             finished = true
                             core.cancel()
                             throw .coding("snapshot \(raw.version) of \(raw.store) does not decode as \(S.self): \(error)")
                         }
-                        return .snapshot(Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: state))
+                        switch step {
+                        case .state(let state):
+                            return .snapshot(Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: state))
+                        case .skip:
+                            continue
+                        case .resync:
+                            core.resync()
+                            continue
+                        }
                     }
                 case .end(let error):
                     finished = true

@@ -47,7 +47,8 @@ public struct Limits: Sendable, Equatable, Codable {
     public var maxStoresPerConnection: Int?
     /// How long fluxd keeps the outcomes of a session's settled dispatches for `recover` (ms; SPEC §15.4).
     public var outcomeWindow: Int?
-    /// Bytes of recent patches fluxd keeps per store for subscribers that resume (SPEC §16.3).
+    /// Bytes of recent patches fluxd holds per store for resuming delta subscribers (SPEC §16.3; since fluxd
+    /// 0.4.0: its presence says fluxd takes patches, delta and path subscriptions).
     public var deltaHistory: Int?
 
     public init() {}

@@ -1,5 +1,6 @@
 import FluxClient
 import FluxCore
+import FluxJSONValue
 import Foundation
 import Logging
 
@@ -24,6 +25,15 @@ extension FluxStore {
         var followed: [String: any Sendable] = [:]
         /// The active queries (canonical JSON bytes -> count), kept from `queries` and `queries-changed`.
         var activeQueries: [[UInt8]: Int] = [:]
+        /// Describes each new state as a patch from the one fluxd retains (SPEC §16.2); its baseline is that state.
+        var delta = JSONDeltaEncoder()
+        /// Whether fluxd takes patches (its `welcome.limits` has `deltaHistory`: fluxd 0.4.0 or later).
+        var patches = false
+        /// The version fluxd retains, which the next patch applies to (sent as `base`); nil: not known (patches go
+        /// without `base`).
+        var base: Int?
+        /// After `patch-failed`: the next change goes as a whole state (a patch that failed once is not trusted).
+        var wholeNext = false
 
         var registered: Bool { phase != .registering && phase != .interrupted }
 
@@ -41,6 +51,9 @@ extension FluxStore {
             try client.send(frame: frame, generation: current)
             generation = current
             phase = .registering
+            patches = client.welcome.limits.deltaHistory != nil
+            delta.forgetBaseline()
+            base = nil
         }
 
         mutating func handle(_ item: Inbound) throws(FluxError) -> Step {
@@ -104,12 +117,19 @@ extension FluxStore {
                     throw FluxError.coding("the retained state of \(store.name) does not decode as \(State.self): \(error)")
                 }
                 adoptedSeq = env.fluxInt("seq") ?? adoptedSeq
+                adoptBaseline(raw, version: env.fluxInt("version") ?? 0)
                 becomeReady()
             case "error":
                 let error = FluxError.server(ServerError(
                     rawCode: env.fluxString("code") ?? "", message: env.fluxString("message") ?? "",
                     ref: env.fluxString("ref"), fatal: env.bool("fatal").value ?? false))
                 if phase == .registering { throw error }
+                if env.fluxString("code") == "patch-failed" {
+                    // fluxd closes the connection; the store registers again, adopts the retained state, and
+                    // sends its next change whole.
+                    wholeNext = true
+                    store.logger.warning("store \(store.name): fluxd could not apply a patch (\(error)); registering again")
+                }
                 store.report(error)
             case "queries", "queries-changed":
                 if phase != .ready { becomeReady() }
@@ -195,10 +215,10 @@ extension FluxStore {
             var copy = state
             var b: FrameBuilder
             do {
-                var encoded: [UInt8]?
+                var change: Publication?
                 if let h = handler(for: type) {
                     try h(&copy, env.raw("payload"), ctx, decoder)
-                    if copy != state { encoded = try FluxJSON.encode(copy) }
+                    change = try publication(of: copy)
                 } else if store.unhandled == .reject {
                     let handled = store.handledTypes
                     throw StoreRejection(
@@ -206,11 +226,11 @@ extension FluxStore {
                         message: "no handler for '\(type)'; this store handles: "
                             + (handled.isEmpty ? "no action types (it has no handlers)" : handled.joined(separator: ", ")))
                 }
-                b = FrameBuilder(op: "done", capacity: 64 + (encoded?.count ?? 0))
+                b = FrameBuilder(op: "done", capacity: 64 + (change?.size ?? 0))
                 b.string("store", store.name)
                 b.int("seq", seq)
-                if let encoded {
-                    b.raw("state", encoded)
+                if let change {
+                    add(change, new: copy, to: &b)
                     state = copy
                     store.publishState(copy)
                 }
@@ -236,11 +256,15 @@ extension FluxStore {
             var copy = state
             do {
                 try body(&copy, ctx)
-                if copy != state {
-                    let encoded = try FluxJSON.encode(copy)
-                    var b = FrameBuilder(op: "state", capacity: 64 + encoded.count)
+                if let change = try publication(of: copy) {
+                    var b: FrameBuilder
+                    if case .whole = change {
+                        b = FrameBuilder(op: "state", capacity: 64 + change.size)
+                    } else {
+                        b = FrameBuilder(op: "patch", capacity: 64 + change.size)
+                    }
                     b.string("store", store.name)
-                    b.raw("state", encoded)
+                    add(change, new: copy, to: &b)
                     state = copy
                     store.publishState(copy)
                     try? client.send(frame: b.finish(), generation: generation)
@@ -250,6 +274,74 @@ extension FluxStore {
                 return
             }
             carryOut(ctx)
+        }
+
+        /// How a new state is published: as a patch from the retained state (SPEC §16.2), or whole.
+        enum Publication {
+            case patch(JSONDeltaEncoder.Change, bytes: [UInt8])
+            case whole([UInt8], baseline: Bool)
+
+            var size: Int {
+                switch self {
+                case .patch(_, let bytes): return bytes.count
+                case .whole(let bytes, _): return bytes.count
+                }
+            }
+        }
+
+        /// What to publish for `new` (nil: unchanged). A patch when fluxd takes them and the store knows the state
+        /// fluxd retains; else the whole state, when it differs from the current one.
+        func publication(of new: State) throws -> Publication? {
+            if patches && !wholeNext, let change = try delta.change(to: new) {
+                return change.isEmpty ? nil : .patch(change, bytes: change.bytes)
+            }
+            if new == state { return nil }
+            return .whole(try FluxJSON.encode(new), baseline: patches)
+        }
+
+        /// Puts `change` into a `done`, `patch` or `state` frame, and takes it as what fluxd now retains.
+        mutating func add(_ change: Publication, new: State, to b: inout FrameBuilder) {
+            switch change {
+            case .patch(let c, let bytes):
+                b.raw("patch", bytes)
+                if let base { b.int("base", base) }
+                base = base.map { $0 + 1 }
+                delta.commit(c)
+            case .whole(let bytes, let baseline):
+                b.raw("state", bytes)
+                wholeNext = false
+                // fluxd retains exactly these bytes now (or identical ones): later patches start from them, without
+                // a `base` (the version is not known here).
+                base = nil
+                delta.forgetBaseline()
+                if baseline { try? delta.setBaseline(new) }
+            }
+        }
+
+        /// After adopting the retained state (its bytes `raw`, at `version`): patches start from it. When the
+        /// state encodes to other bytes than fluxd's (another member order, a field the model does not keep), the
+        /// store publishes its own encoding first, so that fluxd and the store agree on the JSON patches apply to.
+        mutating func adoptBaseline(_ raw: ArraySlice<UInt8>, version: Int) {
+            delta.forgetBaseline()
+            base = nil
+            guard patches, version > 0 else { return }
+            do {
+                try delta.setBaseline(state)
+                if wholeNext { return }
+                let mine = try FluxJSON.encode(state)
+                if mine.elementsEqual(raw) {
+                    base = version
+                    return
+                }
+                var b = FrameBuilder(op: "state", capacity: 64 + mine.count)
+                b.string("store", store.name)
+                b.raw("state", mine)
+                try client.send(frame: b.finish(), generation: generation)
+                base = version + 1
+            } catch {
+                delta.forgetBaseline()
+                store.logger.debug("store \(store.name): no patches from the adopted state: \(error)")
+            }
         }
 
         func carryOut(_ ctx: StoreContext) {

@@ -1,6 +1,8 @@
 // The todo example's shared model: the state of the `todos` and `stats` stores, the actions' payloads and their
 // type names, and the pure reducer logic. Used by todo-store, stats-store and todo-view (each its own process).
 
+import FluxJSONValue
+
 /// The names of the stores of the todo example.
 public enum TodoStores {
     /// The store owning the todo list (todo-store).
@@ -46,12 +48,13 @@ public struct Todo: Codable, Equatable, Sendable, Identifiable {
 
 /// The full state of the `todos` store (one explicit state type per store, seed 004).
 public struct TodoState: Codable, Equatable, Sendable {
-    /// The todos, in creation order.
-    public var todos: [Todo]
+    /// The todos, in creation order. A `TrackedArray` (encoded as a plain JSON array): the store publishes a
+    /// change of one todo as a patch of that todo, and views decode only the todos a patch touched (SPEC §16).
+    public var todos: TrackedArray<Todo>
     /// The id the next created todo gets.
     public var nextID: Int
 
-    public init(todos: [Todo] = [], nextID: Int = 1) {
+    public init(todos: TrackedArray<Todo> = [], nextID: Int = 1) {
         self.todos = todos
         self.nextID = nextID
     }

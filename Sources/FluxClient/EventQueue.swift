@@ -4,8 +4,9 @@ import Synchronization
 /// A single-consumer queue between the connection's reader (which pushes, never waiting) and one consuming task
 /// (which awaits `next()`), bounded by policy rather than by blocking the producer:
 ///
-/// - `coalesce(waiting, new)`: when it returns true for the last waiting item, `new` takes its place instead of
-///   being appended (a subscription's newest-wins: a snapshot replaces a waiting snapshot, SPEC §8.5);
+/// - `coalesce(waiting, new)`: when it returns an item for the last waiting one, that item takes its place instead
+///   of `new` being appended (a subscription's newest-wins: a snapshot replaces a waiting snapshot, SPEC §8.5, and
+///   a delta merges into the waiting snapshot or delta it follows, SPEC §16.3);
 /// - `limit`: when that many items wait, the oldest is dropped and counted (`takeDropped()`).
 ///
 /// No lock is held while a continuation is resumed.
@@ -32,9 +33,9 @@ final class EventQueue<Item: Sendable>: Sendable {
 
     private let state = Mutex(State())
     private let limit: Int
-    private let coalesce: @Sendable (Item, Item) -> Bool
+    private let coalesce: @Sendable (Item, Item) -> Item?
 
-    init(limit: Int = .max, coalesce: @escaping @Sendable (Item, Item) -> Bool = { _, _ in false }) {
+    init(limit: Int = .max, coalesce: @escaping @Sendable (Item, Item) -> Item? = { _, _ in nil }) {
         self.limit = limit
         self.coalesce = coalesce
     }
@@ -47,8 +48,8 @@ final class EventQueue<Item: Sendable>: Sendable {
                 s.waiter = nil
                 return w
             }
-            if s.items.count > s.head, coalesce(s.items[s.items.count - 1], item) {
-                s.items[s.items.count - 1] = item
+            if s.items.count > s.head, let merged = coalesce(s.items[s.items.count - 1], item) {
+                s.items[s.items.count - 1] = merged
                 return nil
             }
             if s.items.count - s.head >= limit {

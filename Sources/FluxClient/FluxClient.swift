@@ -38,8 +38,15 @@ package struct RawSnapshot: Sendable {
         self.from = from
     }
 
-    /// Whether this is a delta (a patch, not a whole state).
-    package var isDelta: Bool { patch != nil }
+    /// Set when deltas merged while the consumer did not read (SPEC §16.3) grew past `maxMergedOperations`: the
+    /// reader asks fluxd for the whole state instead.
+    package var mustResync = false
+    /// How many operations of merged deltas may wait for a consumer before a resync replaces them.
+    package static let maxMergedOperations = 4096
+
+    /// Whether this is a delta (a patch to the state held, not a whole state). A whole state with a patch after it
+    /// (`state` and `patch` both set: deltas merged into a waiting snapshot) is not.
+    package var isDelta: Bool { patch != nil && state.isEmpty || mustResync }
 }
 
 /// What a store registered through a client receives: its messages (`registered`, its own `snapshot`, `queries`,

@@ -70,13 +70,17 @@ final class StateReader<S: Sendable, Codec>: Sendable {
     private let decodeWhole: @Sendable (inout Codec, ArraySlice<UInt8>) throws(FluxError) -> S
     /// Decodes the state after a patch (the tree after it, the patch).
     private let decodeAfter: @Sendable (inout Codec, JSONValue, JSONPatch) throws(FluxError) -> S
+    /// Decodes a whole state from a tree (a waiting snapshot with deltas merged into it).
+    private let decodeTree: @Sendable (inout Codec, JSONValue) throws(FluxError) -> S
 
     init(codec: Codec,
          whole: @escaping @Sendable (inout Codec, ArraySlice<UInt8>) throws(FluxError) -> S,
-         after: @escaping @Sendable (inout Codec, JSONValue, JSONPatch) throws(FluxError) -> S) {
+         after: @escaping @Sendable (inout Codec, JSONValue, JSONPatch) throws(FluxError) -> S,
+         tree: @escaping @Sendable (inout Codec, JSONValue) throws(FluxError) -> S) {
         held = Mutex(HeldState(codec: codec))
         decodeWhole = whole
         decodeAfter = after
+        decodeTree = tree
     }
 
     func read(_ raw: RawSnapshot) throws(FluxError) -> ReadStep<S> {
@@ -87,6 +91,17 @@ final class StateReader<S: Sendable, Codec>: Sendable {
             throw .invalidArgument("a subscription's snapshots were read by two consumers at once")
         }
         defer { held.withLock { $0 = state } }
+        if raw.mustResync { return .resync }
+        if let patch = raw.patch, !raw.state.isEmpty {
+            // A whole snapshot with the deltas that came while it waited merged into it: the whole state, then
+            // the patch, decoded whole (the earlier decoded state is of another version).
+            var base = raw
+            base.version = raw.from
+            base.patch = nil
+            _ = state.whole(base)
+            guard state.apply(raw, patch: patch) else { return .resync }
+            return .state(try decodeTree(&state.codec, state.tree!))
+        }
         if let patch = raw.patch {
             guard state.apply(raw, patch: patch) else { return .resync }
             return .state(try decodeAfter(&state.codec, state.tree!, patch))
@@ -120,6 +135,13 @@ extension StateReader {
                 } catch {
                     throw .coding("cannot decode \(T.self): \(error)")
                 }
+            },
+            tree: { codec, tree throws(FluxError) in
+                do {
+                    return try codec.decoder.decode(tree)
+                } catch {
+                    throw .coding("cannot decode \(T.self): \(error)")
+                }
             })
     }
 
@@ -128,7 +150,8 @@ extension StateReader {
         StateReader<RawJSON, Void>(
             codec: (),
             whole: { _, bytes in RawJSON(Array(bytes)) },
-            after: { _, tree, _ in RawJSON(tree.compactBytes) })
+            after: { _, tree, _ in RawJSON(tree.compactBytes) },
+            tree: { _, tree in RawJSON(tree.compactBytes) })
     }
 
     /// Hands out whole snapshots as raw bytes (for callback subscribers).
@@ -136,7 +159,8 @@ extension StateReader {
         StateReader<ArraySlice<UInt8>, Void>(
             codec: (),
             whole: { _, bytes in bytes },
-            after: { _, tree, _ in tree.compactBytes[...] })
+            after: { _, tree, _ in tree.compactBytes[...] },
+            tree: { _, tree in tree.compactBytes[...] })
     }
 }
 

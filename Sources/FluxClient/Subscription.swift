@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJSONValue
 import Foundation
 import Synchronization
 
@@ -7,13 +8,28 @@ import Synchronization
 final class SubscriptionCore: Sendable {
     let client: FluxClient
     let store: String
-    /// Filled by the client under its lock; a new snapshot replaces a waiting (unread) snapshot, at its place.
-    /// A delta never replaces anything (each is applied in turn); a whole snapshot replaces a waiting older one.
+    /// Filled by the client under its lock: a slow consumer finds only the newest state waiting (SPEC §8.5's
+    /// newest wins, kept by the library too). A whole snapshot replaces a waiting older one, at its place; a delta
+    /// that follows the waiting snapshot or delta merges into it (its operations appended: the consumer applies
+    /// them at once); past `RawSnapshot.maxMergedOperations` the merged change is dropped for a resync (fluxd
+    /// sends the whole state), so what waits stays bounded.
     let queue = EventQueue<WireStoreEvent>(coalesce: { waiting, new in
-        if case .snapshot(let old) = waiting, case .snapshot(let newer) = new {
-            return !newer.isDelta && newer.version > old.version
+        guard case .snapshot(let old) = waiting, case .snapshot(let newer) = new,
+              newer.era == old.era, newer.version > old.version else { return nil }
+        guard let patch = newer.patch, newer.state.isEmpty else { return new }
+        guard newer.from == old.version, !old.mustResync else { return nil }
+        var merged = old
+        let operations = (old.patch?.operations ?? []) + patch.operations
+        if operations.count > RawSnapshot.maxMergedOperations {
+            merged = RawSnapshot(store: newer.store, version: newer.version, seq: newer.seq, state: [], era: newer.era)
+            merged.mustResync = true
+            return .snapshot(merged)
         }
-        return false
+        merged.patch = JSONPatch(operations: operations)
+        merged.version = newer.version
+        merged.seq = newer.seq
+        if old.state.isEmpty { merged.from = old.from } else { merged.from = old.version }
+        return .snapshot(merged)
     })
     private let shared = Mutex<(id: Int?, cancelled: Bool, lastVersion: Int, era: Int, status: SubscriptionStatus?,
                                 resyncing: Bool)>((nil, false, 0, 0, nil, false))

@@ -292,10 +292,13 @@ extension FluxStore {
         /// What to publish for `new` (nil: unchanged). A patch when fluxd takes them and the store knows the state
         /// fluxd retains; else the whole state, when it differs from the current one.
         func publication(of new: State) throws -> Publication? {
+            // A handler that changed nothing publishes nothing (R4: no version), even when it went through a
+            // tracked collection's mutating method (`removeAll` that removed nothing). Cheap for tracked
+            // collections: copies that share their chunks compare by identity.
+            if new == state { return nil }
             if patches && !wholeNext, let change = try delta.change(to: new) {
                 return change.isEmpty ? nil : .patch(change, bytes: change.bytes)
             }
-            if new == state { return nil }
             return .whole(try FluxJSON.encode(new), baseline: patches)
         }
 

@@ -10,7 +10,7 @@ struct Monitor: AsyncParsableCommand {
         abstract: "Show all traffic through fluxd live: actions, settlements, snapshots, connections, errors.",
         discussion: """
         One line per event: dispatch (#seq type, origin peer, payload), settle (each store's result), snapshot \
-        (store, version, the seq that made it), store-up, store-down, connect, disconnect, error. When fluxctl \
+        (store, version, the seq that made it), delta (the same for a change a store sent as a patch), store-up, store-down, connect, disconnect, error. When fluxctl \
         cannot keep up, fluxd drops events for it (routing is never slowed) and fluxctl prints "missed N events".
 
         Filters combine (all must match): --type PATTERN (repeatable; todo/* style) keeps actions of matching \
@@ -33,7 +33,7 @@ struct Monitor: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Also write the dispatched actions to this file as JSON lines.", valueName: "file")) var record: String?
     @Option(name: .long, help: "Exit after this many events.") var count: Int?
     @Option(name: .long, help: "Timestamps: wall (local time), uptime (seconds since fluxd started) or none.") var time: TimeFormat = .wall
-    @Flag(name: .long, help: "Print snapshot states (otherwise only their size).") var states = false
+    @Flag(name: .long, help: "Print snapshot states and delta patches (otherwise only their size).") var states = false
 
     func validate() throws {
         for pattern in type where !Names.isValidPattern(pattern) {
@@ -206,7 +206,7 @@ struct MonitorTap: @unchecked Sendable {
             guard filter.types.isEmpty, filter.peer == nil, let store = filter.store,
                   case .array(let results)? = env.json("results") else { return false }
             return results.contains { $0["store"]?.stringValue == store }
-        case "snapshot":
+        case "snapshot", "delta":
             let store = env.str("store") ?? ""
             guard filter.types.isEmpty || passed.contains(seq) else { return false }
             if let want = filter.store, want != store { return false }
@@ -288,6 +288,11 @@ struct MonitorTap: @unchecked Sendable {
             text = Style.magenta(label) + " \(env.str("store") ?? "?") v\(env.integer("version") ?? 0) \(seq)"
             if let state = env.raw("state") {
                 text += states ? " " + String(decoding: state, as: UTF8.self) : " (\(state.count) bytes)"
+            }
+        case "delta":  // SPEC §16: a change that came as a patch
+            text = Style.magenta(label) + " \(env.str("store") ?? "?") v\(env.integer("version") ?? 0) \(seq)"
+            if let patch = env.raw("patch") {
+                text += states ? " " + String(decoding: patch, as: UTF8.self) : " (patch, \(patch.count) bytes)"
             }
         case "store-up":
             text = Style.green(label) + " \(env.str("store") ?? "?") v\(env.integer("version") ?? 0)"

@@ -49,8 +49,9 @@ struct InMemoryBusTests {
         let settlement = try await client.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "milk"))
         #expect(settlement.seq >= 1)
         #expect(settlement["todos"] == .done(version: 2))
-        // Read your writes (R5): the snapshot is already in the subscription's buffer when settled arrives.
-        let latest = events.elements.compactMap(\.snapshot).last
+        // The recorder's task takes the snapshot from the subscription in its own time (that it is in the buffer
+        // when settled arrives, R5, is the "read your writes" test's).
+        let latest = try await events.wait { $0.contains { $0.snapshot?.version == 2 } }.compactMap(\.snapshot).last
         #expect(latest?.version == 2)
         #expect(latest?.seq == settlement.seq)
         #expect(latest?.state.todos.map(\.title) == ["milk"])

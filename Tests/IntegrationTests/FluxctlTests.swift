@@ -363,8 +363,9 @@ struct FluxctlTests {
             let actionLines = lines.filter { !$0.hasPrefix("connect") && !$0.hasPrefix("disconnect") }
             #expect(Array(actionLines.prefix(5)) == [
                 #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: actionLines[0]))) {"title":"milk"}"#,
-                "snapshot   todos v2 #1 (74 bytes)",
-                "snapshot   stats v3 #1 (62 bytes)",
+                // (the Swift stores publish their changes as patches, SPEC §16: fluxd's event kind is delta)
+                "delta      todos v2 #1 (patch, 136 bytes)",
+                "delta      stats v3 #1 (patch, 185 bytes)",
                 "settle     #1 stats done v3, todos done v2",
                 #"dispatch   #2 todo/create from fluxctl(\#(try peer(in: actionLines[4]))) {"title":"eggs"}"#,
             ], "\(all.stdout)")
@@ -376,7 +377,7 @@ struct FluxctlTests {
                 try #require(JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
             }
             #expect(events.map { "\($0["kind"]!) \($0["seq"] ?? "-")" } == [
-                "dispatch 3", "snapshot 3", "settle 3", "dispatch 4", "snapshot 4", "snapshot 4", "settle 4",
+                "dispatch 3", "delta 3", "settle 3", "dispatch 4", "delta 4", "delta 4", "settle 4",
             ], "\(json.stdout)")
             #expect(events[0]["type"] as? String == "todo/toggle")
             #expect(events[0]["t"] is Int)
@@ -385,7 +386,7 @@ struct FluxctlTests {
             let stats = try await byStore.finish()
             #expect(stats.lines == [
                 #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: stats.lines[0]))) {"title":"milk"}"#,
-                "snapshot   stats v3 #1 (62 bytes)",
+                "delta      stats v3 #1 (patch, 185 bytes)",
                 "settle     #1 stats done v3, todos done v2",
             ], "\(stats)")
 

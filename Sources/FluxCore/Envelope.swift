@@ -157,6 +157,10 @@ public struct Envelope: Sendable {
     /// Whether a field is present (with any value, including null).
     public func has(_ key: String) -> Bool { span(key) != nil }
 
+    /// Whether the message has top-level fields other than the well-known ones (`EnvelopeKey`): when it has none,
+    /// looking up any other key by name can be skipped (a hot-path `done` carries only well-known fields).
+    public var hasOtherFields: Bool { !others.isEmpty }
+
     /// The raw bytes of a field's value.
     public func raw(_ key: String) -> ArraySlice<UInt8>? { raw(at: span(key)) }
 

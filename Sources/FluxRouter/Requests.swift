@@ -248,7 +248,7 @@ struct AnswerRequest {
         }
         if isDone {
             state = env.span(.state)
-            if let span = env.span("patch") {
+            if env.hasOtherFields, let span = env.span("patch") {
                 let (patch, base) = try PatchRequest.patchAndBase(env, span, ref: env.string(.store).value)
                 self.patch = patch
                 self.base = base

@@ -793,7 +793,7 @@ final class RouterHarness {
         // KNOWN (docs/fuzzing.md, Findings): a connection that closes holding a path subscription is leaked (the
         // subscription and its peer reference each other). What a path subscribe allocates is a LeakSanitizer root
         // unless strict, so that only that leak is tolerated.
-        let ignoreLeaks = !Self.strict && !wasClosing && message.isPathSubscribe
+        let ignoreLeaks = !Self.strict(.leak) && !wasClosing && message.isPathSubscribe
         if ignoreLeaks { __lsan_disable() }
         feed(.frame(peer.id, message.body), "\(label) from \(peer.id): \(String(decoding: message.body, as: UTF8.self))")
         if ignoreLeaks { __lsan_enable() }
@@ -1085,7 +1085,7 @@ final class RouterHarness {
             if isBehind(peer) {
                 var resuming = false
                 if case .frame(let from, let body) = currentEvent, from == id, (try? Envelope(body: body))?.string(.op).value == "subscribe" { resuming = true }
-                fuzzCheck(resuming && !Self.strict, "delta to peer \(id), which is behind: \(frame.text) (\(eventDescription))")
+                fuzzCheck(resuming && !Self.strict(.resumeBehind), "delta to peer \(id), which is behind: \(frame.text) (\(eventDescription))")
             }
         case "settled":
             guard case .value(let sid) = env.string(.id) else { fuzzFail("settled without a string id: \(frame.text)") }

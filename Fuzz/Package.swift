@@ -29,6 +29,7 @@ let package = Package(
             dependencies: [
                 .product(name: "FluxCore", package: rootIdentity),
                 .product(name: "FluxRouter", package: rootIdentity),
+                .product(name: "FluxJSONValue", package: rootIdentity),
             ],
             swiftSettings: swiftSettings
         ),

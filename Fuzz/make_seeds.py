@@ -16,10 +16,16 @@ ROOT = os.path.dirname(HERE)
 VECTORS = os.path.join(ROOT, "protocol", "vectors")
 
 
+KEEP = ("regression-", "bad-hello-")
+
+
 def write_corpus(name, inputs):
     out = os.path.join(HERE, "corpus", name)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
+    # Seeds kept by hand (inputs that showed a finding) stay; everything this script wrote is rewritten.
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        if not f.startswith(KEEP):
+            os.remove(os.path.join(out, f))
     seen = set()
     for label, data in inputs:
         digest = hashlib.sha1(data).hexdigest()[:12]
@@ -97,10 +103,12 @@ def envelope_seeds():
 # connect (one byte: credentials, bit 0 = pid and uid, bit 1 = uid 1001 instead of 1000).
 T = {name: i for i, name in enumerate(
     ["hello", "register", "unregister", "dispatch", "done", "reject", "state", "subscribe", "unsubscribe", "query",
-     "unquery", "get", "info", "ping", "bye", "host", "unknown", "garbage", "pong"])}
+     "unquery", "get", "info", "ping", "bye", "host", "unknown", "garbage", "pong",
+     # since 0.4.0 (SPEC §16; RouterDeltas.swift)
+     "done+patch", "patch", "subscribe16", "unsubscribe16"])}
 C = {name: 200 + i for i, name in enumerate(
     ["connect", "closed", "flushCloses", "tick", "drain", "shutdown", "emptyFrame", "oversized", "backlogged", "raw",
-     "endOfBatch", "transport", "overBudget", "sweepTick"])}
+     "endOfBatch", "transport", "overBudget", "sweepTick", "writes"])}
 STORES = ["todos", "stats", "a", "b.c"]
 NEW_DEFAULTS = (0, 0, 0, 0)
 
@@ -155,6 +163,67 @@ def reject(slot):
 
 def subscribe(slot, store):
     return [T["subscribe"], slot, 1, store]
+
+
+# --- SPEC §16 (RouterHarness.templates16). A patch is [count, ops..., format, base]; each op [kind, args...].
+PATHS = {p: i for i, p in enumerate(["", "/n", "/t", "/todos", "/todos/0", "/todos/1", "/todos/2", "/todos/-",
+                                     "/todos/0/done", "/todos/1/done", "/0", "/1", "/2", "/-", "/x", "/a~1b", "/n/x",
+                                     "/todos/01"])}
+VALUES = {v: i for i, v in enumerate(["1", "2", "true", '"s"', "null", "done", "[]", "[1,2]", "todos"])}
+SUB_PATHS = {p: i for i, p in enumerate(["", "/n", "/t", "/todos", "/todos/0", "/todos/1", "/todos/2",
+                                         "/todos/1/done", "/0", "/1", "/2", "/-", "/a~1b", "/x"])}
+
+
+def op_add(path, value): return [0, PATHS[path], VALUES[value]]
+def op_remove(path): return [2, PATHS[path]]
+def op_replace(path, value): return [3, PATHS[path], VALUES[value]]
+def op_move(frm, path): return [5, PATHS[frm], PATHS[path]]
+def op_copy(frm, path): return [6, PATHS[frm], PATHS[path]]
+def op_test(path, value): return [7, PATHS[path], VALUES[value]]
+def op_append(id_, done): return [8, id_, 1 if done else 0]
+def op_toggle(i, done): return [9, i, 1 if done else 0]
+def op_root(value): return [10, VALUES[value]]
+def op_invalid(k): return [11, k]
+
+
+def patch(*ops, spaces=False, base=None):  # base: None, "right", "next", "previous"
+    out = [len(ops)]
+    for o in ops:
+        out += o
+    out.append(0 if spaces else 1)
+    out.append({None: 4, "right": 0, "next": 2, "previous": 3}[base])
+    return out
+
+
+def done_patch(slot, p, mode=0, state=None):
+    """mode 0: patch only; 4: with the consistent state; 6: with states[state]; 7: malformed (p: table index)."""
+    if mode == 7:
+        return [T["done+patch"], slot, 1, 0, 0, 7, p]
+    return [T["done+patch"], slot, 1, 0, 0, mode] + p + ([state] if mode == 6 else [])
+
+
+def patch_op(slot, p):
+    return [T["patch"], slot, 1, 0, 1] + p
+
+
+def subscribe16(slot, store, deltas=False, from_=None, path=None):
+    """from_: None, "current", "previous", ("back", n), ("ahead", n); path: a SUB_PATHS key."""
+    out = [T["subscribe16"], slot, 1, store, 1 if deltas else 0]
+    if from_ is None: out.append(0)
+    elif from_ == "current": out.append(3)
+    elif from_ == "previous": out.append(4)
+    elif from_[0] == "back": out += [5, from_[1]]
+    else: out += [6, from_[1]]
+    out += [0] if path is None else [1, SUB_PATHS[path]]
+    return out
+
+
+def unsubscribe_path(slot, index=0):  # the index-th path the slot holds (sorted by store, path)
+    return [T["unsubscribe16"], slot, index, 1]
+
+
+def writes(slot, how):  # 0 resume, 1 held, 2 held and behind, 3 not behind
+    return [C["writes"], slot, how]
 
 
 def tick(step):  # 0, 1, 50, 99, 100, 101, 4999, 5000, 5001 ms
@@ -245,6 +314,46 @@ def router_seeds():
               hello(2, 1), register(2, 0, 0b1), [T["state"], 2, 1, 0, 1, 3], [C["transport"], 2, 0])
     for k, cfg in enumerate([v2(budget=1), v2(budget=3), v2(budget=6, fair=1), v2(budget=2)]):
         inputs.append((f"memory{k}", program((0x00, 0x00) + cfg, *memory)))
+
+    # --- since 0.4.0 (SPEC §16): patches, delta and path subscribers, resume, held writes and peers behind.
+    # A store with a todo list; a full, a delta and two path subscribers; changes as patches (one appending, one
+    # shifting indices), a state with a patch, the patch op, an empty patch, then a patch that fails (the store is
+    # closed and registers again: the action comes back).
+    todo = (connect(1), hello(1, 1), register(1, 0, 0b1, state=1), connect(0), hello(0, 0), subscribe(0, 0),
+            connect(2), hello(2, 0), subscribe16(2, 0, deltas=True), connect(3), hello(3, 0),
+            subscribe16(3, 0, path="/todos/1"), subscribe16(3, 0, path="/n"),
+            dispatch(0, 0), done_patch(1, patch(op_root("todos"), base="right")),
+            dispatch(0, 0), done_patch(1, patch(op_append(3, False), op_replace("/n", "2"), spaces=True)),
+            dispatch(0, 1), done_patch(1, patch(op_remove("/todos/0")), mode=4),
+            patch_op(1, patch(op_toggle(1, True), op_test("/n", "2"))),
+            dispatch(0, 0), done_patch(1, patch()),
+            dispatch(0, 0), done_patch(1, patch(op_move("/todos/0", "/todos/-"), op_copy("/n", "/x")), mode=6, state=2),
+            dispatch(0, 0), done_patch(1, patch(op_remove("/x"), op_remove("/x"))),
+            [C["flushCloses"], 0], connect(4), hello(4, 1), register(4, 0, 0b1), done_patch(4, patch(op_replace("/n", "1"), base="next")),
+            register(4, 0, 0b1), done(4, state=3), [T["get"], 0, 1, 0], unsubscribe_path(3))
+    # Malformed: a patch that is not an array, deltas with a path, a bad path, a patch for a store with no state.
+    malformed = (connect(1), hello(1, 1), register(1, 0, 0b1), connect(0), hello(0, 0),
+                 [T["subscribe16"], 0, 1, 0, 1, 0, 1, 1], [T["subscribe16"], 0, 1, 0, 0, 0, 3, 1],
+                 dispatch(0, 0), done_patch(1, 0, mode=7), done_patch(1, patch(op_invalid(0))),
+                 connect(2), hello(2, 1), register(2, 1, 0b100), patch_op(2, patch(op_add("/n", "1"))))
+    # Resume: a delta subscriber comes back with the version it holds, an older one, one ahead.
+    resume = (connect(1), hello(1, 1), register(1, 0, 0b1, state=1), connect(0), hello(0, 0),
+              patch_op(1, patch(op_replace("/n", "2"))), patch_op(1, patch(op_add("/x", "1"))),
+              patch_op(1, patch(op_remove("/n"))),
+              subscribe16(0, 0, deltas=True, from_="current"), subscribe16(0, 0, deltas=True, from_=("back", 1)),
+              subscribe16(0, 0, deltas=True, from_=("ahead", 1)), subscribe16(0, 0, from_="previous"),
+              patch_op(1, patch(op_add("/n", "true"))), [C["closed"], 0], connect(0), hello(0, 0),
+              subscribe16(0, 0, deltas=True, from_=("back", 2)), patch_op(1, patch(op_replace("/n", "1"))))
+    # Held writes and peers behind: a delta subscriber falls behind (snapshots, coalesced), catches up (deltas).
+    behind = (connect(1), hello(1, 1), register(1, 0, 0b1, state=1), connect(0), hello(0, 0),
+              subscribe16(0, 0, deltas=True), subscribe16(0, 0, path="/n"), writes(0, 2),
+              patch_op(1, patch(op_replace("/n", "2"))), patch_op(1, patch(op_replace("/n", "1"))),
+              writes(0, 3), patch_op(1, patch(op_replace("/n", "2"))), writes(0, 0),
+              patch_op(1, patch(op_replace("/n", "true"))), dispatch(0, 0), done_patch(1, patch(op_remove("/n"))))
+    for k, (b0, cfg) in enumerate([(0x80, NEW_DEFAULTS), (0x00, NEW_DEFAULTS), (0x80, v2(subs=2, budget=4)),
+                                   (0x80, v2(budget=1, batching=True))]):
+        for name, steps in [("todo", todo), ("malformed", malformed), ("resume", resume), ("behind", behind)]:
+            inputs.append((f"{name}{k}", program((b0, 0x00) + cfg, *steps)))
     write_corpus("router", inputs)
 
 

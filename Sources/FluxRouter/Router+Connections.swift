@@ -95,6 +95,8 @@ extension Router {
             stores[sub.store]?.pathSubscribers.removeAll { $0 === sub }
             memory.release(peer.account, Router.subscriptionCost(sub.store) + sub.pathJSON.count)
         }
+        let pathStores = peer.pathSubscriptions.map(\.store)
+        peer.pathSubscriptions = []  // (each holds the peer: a cycle otherwise)
         var withdrawn: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {
             withdrawn[q.store, default: []].append(q.bytes)
@@ -109,7 +111,7 @@ extension Router {
         for name in changes.keys.sorted() {
             if let store = stores[name] { queriesChanged(store, changes[name]!, &out) }
         }
-        for name in Set(peer.subscriptions).union(changes.keys).union(peer.pathSubscriptions.map(\.store)).sorted() {
+        for name in Set(peer.subscriptions).union(changes.keys).union(pathStores).sorted() {
             if let store = stores[name] { forgetIfUnused(store) }
         }
         out.log(.debug, "peer \(id) (\(peer.name)) closed")

@@ -28,6 +28,9 @@ extension Router {
     /// to the memory budget like the retained snapshot). Measured for the todo state (JSONValue: ~3.5 bytes of
     /// heap per byte of JSON for small objects of short strings and numbers).
     static let treeOverhead = 4
+    /// Patch bytes applied before a patched state is measured again, at least (a tiny state is not rendered after
+    /// every patch; its charge stays within `treeOverhead` x (its size + this)).
+    static let remeasureSlack = 4096
 
     // MARK: - The retained state
 
@@ -37,6 +40,15 @@ extension Router {
         guard let tree = store.tree else { return nil }
         let state = tree.compactBytes
         store.snapshot = snapshotFrame(store, seq: store.snapshotSeq, state: state[...])
+        // Measured now: the charge follows the state's size, not the patches' (see `remeasure`).
+        store.treeBytes = state.count
+        store.patchBytes = 0
+        let cost = 96 + store.nameJSON.count + Router.treeOverhead * state.count
+        if let account = store.retainedBy, cost != store.retainedCost {
+            memory.release(account, store.retainedCost)
+            memory.force(account, cost)
+            store.retainedCost = cost
+        }
         return store.snapshot
     }
 
@@ -77,10 +89,16 @@ extension Router {
         if operations.isEmpty { return .empty }
         // The charge first (an estimate that does not need the result): a refused one changes nothing.
         let hadTree = store.tree != nil
-        let treeBytes = (hadTree ? store.treeBytes : store.stateRange.count) + patch.count
-        let oldCost = store.retainedCost
-        guard chargeRetained(store, 96 + store.nameJSON.count + Router.treeOverhead * treeBytes) else {
-            return .overBudget(treeBytes)
+        if !hadTree {
+            store.treeBytes = store.stateRange.count
+            store.patchBytes = 0
+        }
+        // The charge first, from an estimate that does not need the result (the size measured when the state was
+        // last rendered, plus the patches since): a refused one changes nothing.
+        let estimate = store.treeBytes + store.patchBytes + patch.count
+        let before = (account: store.retainedBy, cost: store.retainedCost)
+        guard chargeRetained(store, 96 + store.nameJSON.count + Router.treeOverhead * estimate) else {
+            return .overBudget(estimate)
         }
         var tree = store.tree ?? currentTree(store)!
         store.tree = nil  // (unique while it changes: the patch applies in place)
@@ -89,11 +107,11 @@ extension Router {
             applied = try tree.apply(operations)
         } catch {
             if hadTree { store.tree = tree }  // as it was: a patch applies whole or not at all
-            _ = chargeRetained(store, oldCost)
+            restoreCharge(store, before)      // and nothing of it is kept (SPEC §16.2), its charge neither
             return .failed("patch for \"\(store.name)\" does not apply to version \(store.version): \(error)")
         }
         store.tree = tree
-        store.treeBytes = treeBytes
+        store.patchBytes += patch.count
         store.snapshot = nil
         store.version += 1
         store.snapshotSeq = seq
@@ -101,8 +119,25 @@ extension Router {
         rememberPatch(store, seq: seq, patch)
         out.traffic.snapshots += 1
         broadcast(store, seq: seq, patch: patch, operations: JSONPatch(operations: applied), &out)
+        if store.patchBytes > max(store.treeBytes, Router.remeasureSlack) { remeasure(store) }
         observeDelta(store, seq: seq, patch: patch, &out)
         return .applied
+    }
+
+    /// Measures the patched state again (renders it: a cost paid once per state's size worth of patches, so
+    /// amortized to the patches' size; and the rendering is kept for the next frame or `get` that needs it) and charges what it is, so a store that keeps patching is charged for the
+    /// state it has, not for every patch it ever sent.
+    func remeasure(_ store: StoreEntry) {
+        guard store.tree != nil else { return }
+        _ = retainedSnapshot(store)
+    }
+
+    /// Puts a retained state's charge back where it was (account and size).
+    func restoreCharge(_ store: StoreEntry, _ before: (account: MemoryBudget.Account?, cost: Int)) {
+        if let account = store.retainedBy { memory.release(account, store.retainedCost) }
+        store.retainedBy = before.account
+        store.retainedCost = before.cost
+        if let account = before.account { memory.force(account, before.cost) }
     }
 
     /// Charges the retained state's new cost to its publisher (as `publish` does for whole states).
@@ -154,7 +189,7 @@ extension Router {
         if !store.deltaSubscribers.isEmpty {
             var delta: Frame?
             for sub in store.deltaSubscribers {
-                if let patch, sub.sent == version - 1, !out.isBehind(sub.peer) {
+                if let patch, version > 1, sub.sent == version - 1, !out.isBehind(sub.peer) {
                     if delta == nil { delta = deltaFrame(store, from: version - 1, version: version, seq: seq, patch: patch) }
                     out.send(sub.peer, delta!)
                 } else if let frame = retainedSnapshot(store) {
@@ -166,8 +201,9 @@ extension Router {
         if !store.pathSubscribers.isEmpty { notifyPaths(store, operations: operations, &out) }
     }
 
-    /// A `delta` frame (SPEC §16.3): the patch bytes as the store wrote them. Never coalesced: a subscriber that is
-    /// behind is sent the snapshot instead.
+    /// A `delta` frame (SPEC §16.3): the patch bytes as the store wrote them. Never replaced, and a fence: a
+    /// snapshot of the store queued before it is not replaced by a newer one after it (the delta applies to the
+    /// version before it). A subscriber that is behind is sent the snapshot instead.
     func deltaFrame(_ store: StoreEntry, from: UInt64, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) -> Frame {
         var b = FrameBuilder(op: "delta", capacity: 80 + store.nameJSON.count + patch.count)
         b.raw("store", store.nameJSON)
@@ -175,7 +211,7 @@ extension Router {
         b.int("version", version)
         b.int("seq", seq)
         b.raw("patch", patch)
-        return b.finish()
+        return b.finish(coalescing: .fence(key: store.key))
     }
 
     /// What a (re)subscribing connection is sent after `subscribed` (SPEC §16.3, resume): nothing when it holds
@@ -185,7 +221,7 @@ extension Router {
         guard store.hasRetained else { return }
         if let from, from == store.version { return }
         if deltas, let from, from < store.version, let first = store.recentPatches.first,
-           first.version <= from + 1 {
+           first.version <= from + 1, !out.isBehind(peer) {
             for patch in store.recentPatches where patch.version > from {
                 out.send(peer, deltaFrame(store, from: patch.version - 1, version: patch.version, seq: patch.seq,
                                           patch: patch.bytes[...]))

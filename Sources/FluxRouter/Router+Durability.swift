@@ -206,7 +206,8 @@ extension Router {
             rememberPatch(store, seq: p.seq, p.patch)
         }
         store.tree = tree
-        store.treeBytes = bytes
+        store.treeBytes = store.stateRange.count
+        store.patchBytes = bytes - store.stateRange.count
         store.snapshot = nil
         memory.release(owner, store.retainedCost)
         store.retainedCost = 96 + store.nameJSON.count + Router.treeOverhead * bytes

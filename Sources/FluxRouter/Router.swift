@@ -129,10 +129,15 @@ public final class Router {
         for store in stores.values {
             store.ownerPeer = nil
             store.subscribers.removeAll()
+            store.deltaSubscribers.removeAll()
+            store.pathSubscribers.removeAll()
             store.queue.removeAll()
             store.inflight.removeAll()
         }
-        for peer in peers.values { peer.lastStore = nil }
+        for peer in peers.values {
+            peer.lastStore = nil
+            peer.pathSubscriptions = []
+        }
     }
 
     /// Convenience for tests: the effects of one event.

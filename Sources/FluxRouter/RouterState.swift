@@ -71,7 +71,9 @@ final class StoreEntry {
     /// SPEC §16.5: the retained state as a tree, kept while the store publishes patches (nil otherwise), and the
     /// bytes its memory charge assumes.
     @exclusivity(unchecked) var tree: JSONValue?
+    /// The state's size when it was last parsed or rendered, and the bytes of the patches applied since.
     @exclusivity(unchecked) var treeBytes = 0
+    @exclusivity(unchecked) var patchBytes = 0
     /// The most recent patches, for subscribers resuming with `from` (SPEC §16.3), within `deltaHistory` bytes.
     @exclusivity(unchecked) var recentPatches = Deque<RecentPatch>()
     @exclusivity(unchecked) var recentPatchBytes = 0

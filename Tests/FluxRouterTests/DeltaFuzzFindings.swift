@@ -11,8 +11,8 @@ struct DeltaFuzzFindings {
     @Test("a connection that closes holding a path subscription is freed (PathSubscription and Peer hold each other)")
     func pathSubscriberIsFreed() {
         let bus = DeltaTests.bus()  // peer 2: a full subscriber; peer 4: path subscriptions to /todos/1 and /n
-        weak var full = bus.router.peers[2]
-        weak var path = bus.router.peers[4]
+        weak let full = bus.router.peers[2]
+        weak let path = bus.router.peers[4]
         #expect(full != nil && path != nil)
         bus.disconnect(2)
         bus.disconnect(4)
@@ -83,7 +83,8 @@ struct DeltaFuzzFindings {
         let store = bus.router.stores["todos"]!
         let stateBytes = #"{"n":200}"#.utf8.count
         // SPEC §16.5: "charged to the memory budget like the retained snapshot"; Router.treeOverhead is 4.
-        #expect(store.retainedCost <= 96 + store.nameJSON.count + 4 * (stateBytes + 64),
+        // (Re-measured once the patches since the last measure outgrow the state, and at least remeasureSlack.)
+        #expect(store.retainedCost <= 96 + store.nameJSON.count + 4 * (stateBytes + Router.remeasureSlack + 64),
                 "\(store.retainedCost) bytes charged for a state of \(stateBytes) bytes after 200 patches")
         #expect(!bus.closedPeers.contains(1))
     }

@@ -168,7 +168,8 @@ struct DeltaTests {
         _ = Self.act(bus, #","patch":[{"op":"replace","path":"/n","value":6}]"#)
         let caughtUp = bus.take(3)
         #expect(caughtUp.map(\.op) == ["delta"] && caughtUp.first?.num("from") == 3)
-        #expect(bus.marks[3]!.last?.coalescing == Coalescing.none, "deltas are never replaced")
+        #expect(bus.marks[3]!.last?.coalescing == .fence(key: bus.router.stores["todos"]!.key),
+                "deltas are never replaced, and no snapshot before one is")
     }
 
     @Test("resume with from: nothing when current, the kept patches when they reach back, else the snapshot")

@@ -107,4 +107,11 @@ extension Router {
         b.raw("load", loadJSON)
         out.send(peer, b.finish())
     }
+
+    /// Whose share of the memory budget a store's retained state is charged to, and how much (for tests and the
+    /// fuzz target's model of the budget: a patched state's charge follows when fluxd last measured it, SPEC §16.5).
+    public func retainedCharge(of name: String) -> (uid: UInt32, bytes: Int)? {
+        guard let store = stores[name], let account = store.retainedBy else { return nil }
+        return (account.uid, store.retainedCost)
+    }
 }

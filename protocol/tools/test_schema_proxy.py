@@ -363,7 +363,7 @@ def test_every_frame_validates_against_its_schema(bus):
     deltas.close()
 
     # Since fluxd 0.4.0 (SPEC §16): a store publishes a change as a patch; a delta subscriber is sent it as delta,
-    # a path subscriber as subtree. Raw peers, until the SDKs send patches of their own.
+    # a path subscriber as subtree.
     patcher = RawPeer(proxy_path, "raw-patcher", "store")
     patcher.send({"op": "register", "store": "raw-patched", "handles": [], "state": {"items": [], "n": 0}})
     patcher.until("queries")
@@ -376,6 +376,9 @@ def test_every_frame_validates_against_its_schema(bus):
     patcher.send({"op": "patch", "store": "raw-patched", "patch": [{"op": "replace", "path": "/n", "value": 1}], "base": 1})
     assert delta_watcher.until("delta")["version"] == 2
     assert path_watcher.until("subtree")["value"] == 1
+    # A whole state outside an action (the libraries send patches since 0.4.0; the op stays in protocol 1).
+    patcher.send({"op": "state", "store": "raw-patched", "state": {"items": ["x"], "n": 2}})
+    assert delta_watcher.until("snapshot")["version"] == 3
     for p in (patcher, delta_watcher, path_watcher):
         p.send({"op": "bye"})
         p.close()
@@ -433,7 +436,7 @@ def test_every_frame_validates_against_its_schema(bus):
     for swift_store in ("todo-store", "stats-store", "comments-store"):
         assert {"hello", "register", "done"} <= sent(swift_store, "c2d") | sent(swift_store, "s2d"), swift_store
     assert "reject" in sent("todo-store", "s2d") and "unregister" in sent("stats-store", "s2d")
-    assert "state" in sent("comments-store", "s2d")
+    assert "state" in sent("raw-patcher", "s2d") and sent("comments-store", "s2d") & {"state", "patch"}
     for store in ("py-store", "node-store"):
         # (since 0.4.0 the libraries publish a change as the patch op, SPEC §16.2; the state op is the comments
         # store's, above)

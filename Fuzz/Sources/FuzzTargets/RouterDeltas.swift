@@ -47,7 +47,9 @@ final class StoreModel {
     var cost = 0
     var uid: UInt32 = 0
     var isTree = false
-    var treeBytes = 0
+    /// The largest state and patch this store had (bounds of a patched state's charge, SPEC §16.5).
+    var largestState = 0
+    var largestPatch = 0
 
     var current: (bytes: [UInt8], value: JSONValue)? { history[version] }
 }
@@ -305,18 +307,24 @@ extension RouterHarness {
             if refusedFatally("memory-budget") { return false }  // its room did not fit
             fuzzCheck(errors.isEmpty, "\(what) applies to the retained state, but was refused: \(errors) (\(eventDescription))")
             let m = model(store)
-            m.treeBytes = (m.isTree ? m.treeBytes : m.current!.bytes.count) + p.bytes.count
+            m.largestState = max(m.largestState, m.current!.bytes.count, value.compactBytes.count)
+            m.largestPatch = max(m.largestPatch, p.bytes.count)
             m.isTree = true
-            m.cost = 96 + quoted(store).utf8.count + Self.treeOverhead * m.treeBytes
             m.uid = peer.uid
             m.version += 1
             m.history[m.version] = (value.compactBytes, value)
             m.patches[m.version] = p.bytes
             eventVersions.append((store, m.version, true))
+            // fluxd's charge for the tree follows when it last measured the state (its renderings, and once the
+            // patches since outgrow it): taken from the router, bounded here (SPEC §16.5, "charged like the
+            // retained snapshot": not growing with every patch).
+            let charge = router.retainedCharge(of: store)
+            fuzzCheck(charge?.uid == peer.uid, "the patched state of \(store) is charged to uid \(charge?.uid ?? 0), not its publisher's \(peer.uid) (\(eventDescription))")
+            m.cost = charge?.bytes ?? 0
             if Self.strict(.treeCharge) {
-                // SPEC §16.5: the tree is charged "like the retained snapshot", i.e. for its size.
-                let bound = 96 + quoted(store).utf8.count + Self.treeOverhead * (value.compactBytes.count + p.bytes.count)
-                fuzzCheck(m.cost <= bound, "KNOWN: the retained tree of \(store) is charged \(m.cost) bytes for a state of \(value.compactBytes.count) (\(eventDescription))")
+                let bound = 96 + quoted(store).utf8.count
+                    + Self.treeOverhead * (m.largestState + max(m.largestState, 4096) + m.largestPatch)
+                fuzzCheck(m.cost <= bound, "the retained tree of \(store) is charged \(m.cost) bytes; its largest state is \(m.largestState) (\(eventDescription))")
             }
             return true
         case .failsLate(let why):
@@ -325,9 +333,10 @@ extension RouterHarness {
             // KNOWN (docs/fuzzing.md, Findings): the room charged for the patched tree is handed back to the failing
             // connection's account, so the retained state is charged to it from then on.
             if Self.strict(.failedPatchCharge) {
-                fuzzCheck(models[store]!.uid == peer.uid, "KNOWN: a failed patch moved the charge of \(store)'s retained state from uid \(models[store]!.uid) to uid \(peer.uid) (\(eventDescription))")
+                let charge = router.retainedCharge(of: store)
+                fuzzCheck(charge?.uid == models[store]!.uid,
+                          "a failed patch changed the charge of \(store)'s retained state: \(String(describing: charge)), it was uid \(models[store]!.uid) \(models[store]!.cost) bytes (\(eventDescription))")
             }
-            models[store]!.uid = peer.uid
             return false
         }
     }

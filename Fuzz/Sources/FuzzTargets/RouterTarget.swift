@@ -607,6 +607,11 @@ final class RouterHarness {
     func checkFinalMemory() {
         var byUser: [UInt32: Int] = [:]
         for (_, c) in registrationCharges { byUser[c.uid, default: 0] += c.cost }
+        for (name, m) in models where m.isTree {
+            // A patched state's charge moves when fluxd renders it (a full subscriber, a get, a checkpoint): the
+            // router's figure, bounded after every patch (checkPatchOutcome).
+            if let charge = router.retainedCharge(of: name) { m.cost = charge.bytes }
+        }
         for (_, m) in models where m.version > 0 { byUser[m.uid, default: 0] += m.cost }
         let total = byUser.values.reduce(0, +)
         let m = router.memory

@@ -477,6 +477,8 @@ class Bench:
         the modes interleaved."""
         a, s = self.args, self.args.scale
         langs = self.large_langs()
+        if a.large_langs:
+            langs = {k: v for k, v in langs.items() if k in a.large_langs.split(",")}
         counts = {"full": max(10, int(a.large_actions_full * s)), "deltas": max(50, int(a.large_actions * s))}
         log(f"workload 8: {a.large_todos:,} todos, {a.large_subscribers} subscribers, {counts['full']} actions "
             f"(full) / {counts['deltas']} (deltas), languages {list(langs)}")
@@ -870,6 +872,7 @@ def main():
                     help="workload 9: actions journaled (over 100 stores) before the restarts (times --scale)")
     ap.add_argument("--large-todos", type=int, default=10_000, help="workload 8: todos in the store's state")
     ap.add_argument("--large-subscribers", type=int, default=10, help="workload 8: subscribers")
+    ap.add_argument("--large-langs", default="", help="workload 8: comma-separated languages (default swift,python,node)")
     ap.add_argument("--large-actions", type=int, default=2000,
                     help="workload 8: toggles dispatched with deltas (times --scale)")
     ap.add_argument("--large-actions-full", type=int, default=100,

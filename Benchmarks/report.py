@@ -175,7 +175,9 @@ def large_state_section(L, res, doc):
                 L.append(f"| {title} | {seen(full)} | {seen(delta)} | |")
                 continue
             a, b = med(full, key), med(delta, key)
-            L.append(f"| {title} | {fmt(a, d)} | {fmt(b, d)} | {ratio(b, a)} |")
+            r = "—" if a is None or b is None or not a or not b else (
+                f"{b / a:.2f}x" if b / a >= 0.01 else f"1/{a / b:,.0f}")
+            L.append(f"| {title} | {fmt(a, d)} | {fmt(b, d)} | {r} |")
         bad = [r["label"] for r in full + delta if not r.get("sub_consistent", True) or r.get("rejected")]
         if bad:
             L.append("")
@@ -207,6 +209,9 @@ def large_state_section(L, res, doc):
         L.append("|---|---:|:---:|")
         for name, val, ok in checks:
             L.append(f"| {name} | {val} | {'✓' if ok else '✗'} |")
+        L.append("")
+        L.append("What bounds the missed ones (one action in flight: every frame wakes fluxd, the store and each "
+                 "subscriber on 2 shared cores), with the measurements behind it: `Benchmarks/large-state.md`.")
         L.append("")
     return checks
 

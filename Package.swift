@@ -113,6 +113,13 @@ let package = Package(
             dependencies: ["FluxClient", "FluxCore", "FluxJSONValue", "TodoModel"],
             swiftSettings: swiftSettings
         ),
+        // Benchmark workload 8 (issue 16): the example todo store and typed subscribers with a large state, whole
+        // states vs deltas, one role per process (Benchmarks/run.py). Not a product.
+        .executableTarget(
+            name: "flux-large-state-bench",
+            dependencies: ["FluxStore", "FluxClient", "FluxJSONValue", "TodoModel"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "fluxctl",
             dependencies: [

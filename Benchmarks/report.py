@@ -1,6 +1,8 @@
 """Turns the figures of one benchmark run (results.json) into Benchmarks/RESULTS.md.
 
-`python3 Benchmarks/report.py [results.json]` rewrites RESULTS.md from a saved run without measuring again."""
+`python3 Benchmarks/report.py [results.json]` rewrites RESULTS.md from a saved run without measuring again;
+`python3 Benchmarks/report.py --splice 8 results-large-state.json` rewrites only section 8 (a run with `--only 8`),
+keeping the other sections as they are."""
 import json
 import os
 import re
@@ -81,17 +83,159 @@ def split_table(L, present, c1, c8):
         L.append("")
 
 
+LANGS = [("swift", "Swift SDK (FluxStore, FluxClient typed)"), ("python", "Python library"), ("node", "Node library")]
+LARGE_ROWS = [
+    ("actions/s (one in flight, each settled before the next)", "actions_per_s", 1, True),
+    ("store CPU µs per action", "store_cpu_us_per_action", 1, False),
+    ("bytes received per subscriber per change (per version the store made)", "sub_bytes_per_version", 0, False),
+    ("subscriber CPU µs per change (per state it was handed)", "sub_cpu_us_per_change", 1, False),
+    ("states handed to each subscriber / versions made", None, 0, None),
+    ("fluxd CPU µs per action (/proc/PID/stat, 10 ms ticks)", "fluxd_cpu_us_per_action", 1, False),
+    ("fluxd CPU µs per action (schedstat, ns)", "fluxd_schedstat_us_per_action", 1, False),
+    ("new subscriber: ms from subscribe to the whole state (after the changes)", "first_state_ms_after", 1, False),
+    ("fluxd peak RSS MiB", "fluxd_hwm_mib", 1, False),
+]
+LARGE_TARGETS = [("store CPU per action", "store_cpu_us_per_action", 100, "µs"),
+                 ("bytes per subscriber per change", "sub_bytes_per_version", 1024, "B"),
+                 ("subscriber CPU per change", "sub_cpu_us_per_change", 100, "µs"),
+                 ("fluxd CPU per action", "fluxd_cpu_us_per_action", 20, "µs")]
+
+
+def large_rows(res, lang, mode):
+    rows = [r for r in res if r.get("sys") == "large" and r.get("lang") == lang and r.get("mode") == mode
+            and "error" not in r]
+    for r in rows:
+        if r.get("fluxd_hwm_kb"):
+            r["fluxd_hwm_mib"] = r["fluxd_hwm_kb"] / 1024
+    return rows
+
+
+def large_state_section(L, res, doc):
+    """Workload 8 (issue 16): a store holding 10,000 todos, one toggled per action, 10 subscribers; whole states
+    (before SPEC §16) vs patches and deltas (after), per language; the Swift targets."""
+    runs = [r for r in res if r.get("sys") == "large"]
+    if not runs:
+        return []
+    m = doc["machine"]
+    any_run = next((r for r in runs if "error" not in r), runs[0])
+    full_n = next((r["actions"] for r in runs if r.get("mode") == "full"), "?")
+    delta_n = next((r["actions"] for r in runs if r.get("mode") == "deltas"), "?")
+    size = next((r.get("store_registered_bytes") for r in runs if r.get("store_registered_bytes")), None)
+    L.append("## 8. Large states (issue 16)")
+    L.append("")
+    L.append(f"Same machine ({m.get('cpu', '?')}, {m.get('cores')} cores, Linux {m.get('kernel')}). Command: `"
+             + doc["command"] + "`.")
+    L.append("")
+    L.append(f"- Workload: one store holding {any_run.get('todos', 0):,} todos (the example todo model: "
+             "`{\"todos\":[{\"id\":1,\"title\":\"todo number 1: buy milk and eggs\",\"done\":false,\"createdSeq\":1},"
+             f"...],\"nextID\":...}}`"
+             + (f", {size / 1000:,.0f} KB as the Swift store registers it" if size else "")
+             + f"); each action toggles one todo (ids in turn: action n toggles the n-th todo); "
+             f"{any_run.get('subscribers', '?')} subscribers of the store's language, each reading the toggled todo "
+             "through its state after every change. The driver (the benchmark process, with the Python library) "
+             "dispatches the toggles one at a time, each settled before the next (so actions/s is the rate of one "
+             f"store answering in turn while the subscribers compete for the 2 cores); {full_n} actions with whole "
+             f"states, {delta_n} with deltas; a fresh release fluxd (`--ephemeral --max-frame 16777216`) per run; "
+             f"{doc['args']['reps']} repetitions, the two modes interleaved, medians.")
+    L.append("- **before** (whole states, as before SPEC §16): the store sends every new state whole "
+             "(`done.state`), subscribers subscribe without deltas and get every change as a whole snapshot. "
+             "Swift: `flux-large-state-bench --full` hides §16 from the SDK (its transport drops "
+             "`welcome.limits.deltaHistory`, so FluxStore and FluxClient behave as with a fluxd before 0.4.0: "
+             "FluxJSON.encode of the whole `TodoState`; snapshots parsed and decoded whole); Python "
+             "`bench_large_state.py --mode full` (patches off, copy handler); Node `bench-large-state.mjs --mode full` "
+             "(deep copy, whole state) and `--deltas false`.")
+    L.append("- **after** (SPEC §16): the store publishes a patch (`done.patch` + `base`), subscribers ask for "
+             "deltas and apply them. Swift: the example `TodoState` (its todos a `TrackedArray`): the patch comes from "
+             "the array's change log, the typed subscription decodes only the touched todo; Python `--mode patch` "
+             "(draft handler); Node `--mode patch` (draft handler).")
+    L.append("- Store CPU: the store process's user+system CPU (getrusage / process.cpuUsage) from its first action "
+             "to its last answer, per action. Subscriber CPU: each subscriber's from holding its first state to "
+             "holding the last action's, per state handed to it (mean of the subscribers). Bytes: every frame byte a "
+             "subscriber received in that span / versions the store made (= per action). fluxd CPU: utime+stime "
+             "from /proc/PID/stat from the first dispatch until every subscriber held the last state, per action "
+             "(schedstat's ns figure beside it). New subscriber: one more subscriber of the language started after "
+             "the changes: ms from its `subscribe` to the decoded whole state (fluxd renders the patched state).")
+    L.append("")
+    for lang, name in LANGS:
+        full, delta = large_rows(res, lang, "full"), large_rows(res, lang, "deltas")
+        if not full and not delta:
+            if any(r.get("lang") == lang for r in runs):
+                L.append(f"**{name}**: failed ({'; '.join(r.get('error', '') for r in runs if r.get('lang') == lang)[:300]})")
+                L.append("")
+            continue
+        L.append(f"**{name}**")
+        L.append("")
+        L.append("| | before (whole states) | after (deltas) | after / before |")
+        L.append("|---|---:|---:|---:|")
+        for title, key, d, higher in LARGE_ROWS:
+            if key is None:
+                def seen(rows):
+                    c, v = med(rows, "sub_changes"), med(rows, "sub_versions")
+                    return "—" if c is None or not v else f"{c:,.0f} / {v:,.0f}"
+                L.append(f"| {title} | {seen(full)} | {seen(delta)} | |")
+                continue
+            a, b = med(full, key), med(delta, key)
+            r = "—" if a is None or b is None or not a or not b else (
+                f"{b / a:.2f}x" if b / a >= 0.01 else f"1/{a / b:,.0f}")
+            L.append(f"| {title} | {fmt(a, d)} | {fmt(b, d)} | {r} |")
+        bad = [r["label"] for r in full + delta if not r.get("sub_consistent", True) or r.get("rejected")]
+        if bad:
+            L.append("")
+            L.append(f"Inconsistent or rejected in: {', '.join(bad)}.")
+        L.append("")
+    fails = [r for r in runs if "error" in r]
+    if fails:
+        L.append("Failed runs: " + "; ".join(f"{r['label']}: {r['error'][:160]}" for r in fails))
+        L.append("")
+
+    checks = []
+    delta = large_rows(res, "swift", "deltas")
+    if delta:
+        for name, key, limit, unit in LARGE_TARGETS:
+            v = med(delta, key)
+            if v is None:
+                continue
+            over = "" if v <= limit else f" ({v / limit:.1f}x the target)"
+            checks.append((f"Swift SDK: {name} ≤ {limit:,} {unit}", f"{fmt(v, 1)} {unit}{over}", v <= limit))
+        late = med(delta, "first_state_ms_after")
+        whole = all(r.get("first_state_ms_after") is not None for r in delta)
+        if late is not None:
+            checks.append(("Swift SDK: a new subscriber still gets the whole state at once",
+                           f"{fmt(late, 1)} ms to the decoded whole state", whole))
+    if checks:
+        L.append("### Targets (issue 16), checked against this run")
+        L.append("")
+        L.append("| target | measured | met |")
+        L.append("|---|---:|:---:|")
+        for name, val, ok in checks:
+            L.append(f"| {name} | {val} | {'✓' if ok else '✗'} |")
+        L.append("")
+        L.append("What bounds the missed ones (one action in flight: every frame wakes fluxd, the store and each "
+                 "subscriber on 2 shared cores), with the measurements behind it: `Benchmarks/large-state.md`.")
+        L.append("")
+    return checks
+
+
+def legacy_labels(res):
+    """results files from before workload 8 was large states name the durability runs w8-: they are w9- now."""
+    for r in res:
+        label = r.get("label", "")
+        if label.startswith("w8-") and r.get("sys") in ("flux", "redis", "disk"):
+            r["label"] = "w9-" + label[3:]
+    return res
+
+
 FLUX_MODES = [("ephemeral", "FluxBus, --ephemeral (memory only)"), ("none", "FluxBus, --durability none"),
               ("batch", "FluxBus, --durability batch (default)"), ("always", "FluxBus, --durability always")]
 REDIS_MODES = [("everysec", "Redis, appendfsync everysec"), ("always", "Redis, appendfsync always")]
 
 
 def durability_section(L, res, doc):
-    """Workload 8 (issue 15): what durability costs, beside Redis with an AOF; the disk's sync latency; restart."""
-    disk = [r for r in res if r.get("sys") == "disk" and r.get("label", "").startswith("w8-fdatasync")]
-    rows = {(s, m): (pick(res, s, f"w8-{m}-rtt"), pick(res, s, f"w8-{m}-pipe-c1"), pick(res, s, f"w8-{m}-pipe-c8"))
+    """Workload 9 (issue 15): what durability costs, beside Redis with an AOF; the disk's sync latency; restart."""
+    disk = [r for r in res if r.get("sys") == "disk" and r.get("label", "").startswith("w9-fdatasync")]
+    rows = {(s, m): (pick(res, s, f"w9-{m}-rtt"), pick(res, s, f"w9-{m}-pipe-c1"), pick(res, s, f"w9-{m}-pipe-c8"))
             for s, modes in (("flux", FLUX_MODES), ("redis", REDIS_MODES)) for m, _ in modes}
-    restart = next((r for r in res if r.get("label") == "w8-restart"), None)
+    restart = next((r for r in res if r.get("label") == "w9-restart"), None)
     if not disk and not any(any(v) for v in rows.values()) and not restart:
         return []
     sync50, sync99 = med(disk, "p50_us"), med(disk, "p99_us")
@@ -100,15 +244,15 @@ def durability_section(L, res, doc):
         """Workload 1's p50 as a multiple of the disk's fdatasync p50 probed around it (same repetition: the probes
         just before and after the two `always` runs), median over the repetitions."""
         out = []
-        for r in pick(res, s, f"w8-{m}-rtt"):
+        for r in pick(res, s, f"w9-{m}-rtt"):
             rep = r["label"].rsplit("-", 1)[1]
-            near = [d["p50_us"] for d in disk if d["label"].startswith(f"w8-fdatasync-{rep}-")]
+            near = [d["p50_us"] for d in disk if d["label"].startswith(f"w9-fdatasync-{rep}-")]
             if near and r.get("p50_us"):
                 out.append(r["p50_us"] / statistics.mean(near))
         return statistics.median(out) if out else None
     d = doc.get("disk", {})
     m = doc["machine"]
-    L.append("## 8. Durability (issue 15)")
+    L.append("## 9. Durability (issue 15)")
     L.append("")
     L.append(f"Same run, same machine ({m.get('cpu', '?')}, {m.get('cores')} cores, Linux {m.get('kernel')}). "
              f"Data directories in the run's temporary directory, on {d.get('source', '?')} ({d.get('fstype', '?')}, "
@@ -150,7 +294,7 @@ def durability_section(L, res, doc):
         for mode, name in modes:
             a, b, c = rows[(s, mode)]
             if not (a or b or c):
-                fail = failed(res, s, f"w8-{mode}-")
+                fail = failed(res, s, f"w9-{mode}-")
                 L.append(f"| {name} | not measured{' (failed)' if fail else ''} | | | | | | | | |")
                 continue
             p50 = med(a, "p50_us")
@@ -163,11 +307,11 @@ def durability_section(L, res, doc):
                      f"{fmt(med(b, 'p99_us'))} | {fmt(med(c, 'rounds_per_s'), 0)} | {fmt(med(c, 'p99_us'))} | "
                      f"{fmt(med(b, 'broker_cpu_us_per_round'), 2)} | {fmt(per, 0) if per is not None else '—'} |")
     L.append("")
-    a1 = next((r for r in res if r.get("label", "").startswith("w8-") and "-rtt-" in r.get("label", "")
+    a1 = next((r for r in res if r.get("label", "").startswith("w9-") and "-rtt-" in r.get("label", "")
                and "rounds" in r), None)
-    p1 = next((r for r in res if "-pipe-c1-" in r.get("label", "") and r.get("label", "").startswith("w8-")
+    p1 = next((r for r in res if "-pipe-c1-" in r.get("label", "") and r.get("label", "").startswith("w9-")
                and "rounds" in r), None)
-    p8 = next((r for r in res if "-pipe-c8-" in r.get("label", "") and r.get("label", "").startswith("w8-")
+    p8 = next((r for r in res if "-pipe-c8-" in r.get("label", "") and r.get("label", "").startswith("w9-")
                and "rounds" in r), None)
     L.append(f"Round trip: {a1['rounds'] if a1 else '?'} round trips per repetition after a warm-up; pipelined: "
              f"64 in flight per client, {p1['rounds'] if p1 else '?'} round trips (1 client) and "
@@ -273,7 +417,60 @@ def durability_section(L, res, doc):
 
 
 def write(doc, path):
-    res = doc["results"]
+    with open(path, "w") as f:
+        f.write(render(doc, os.path.join(os.path.dirname(path), "NOTES.md")))
+
+
+SECTION = re.compile(r"^## (\d+)\. ")
+
+
+def sections(text):
+    """The numbered `## N. ...` sections of a RESULTS.md: {N: (start line, end line)} (end: the next `## `)."""
+    lines = text.split("\n")
+    out, current = {}, None
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            if current is not None:
+                out[current[0]] = (current[1], i)
+                current = None
+            hit = SECTION.match(line)
+            if hit:
+                current = (int(hit.group(1)), i)
+    if current is not None:
+        out[current[0]] = (current[1], len(lines))
+    return lines, out
+
+
+def splice(doc, path, numbers, raw_name):
+    """Replaces sections `numbers` of the RESULTS.md at `path` with those of this (partial) run, keeping the others
+    as they are; a section not there yet goes before the next higher one (or before the first unnumbered `## `)."""
+    new_lines, new = sections(render(doc, None))
+    lines, old = sections(open(path).read()) if os.path.exists(path) else ([], {})
+    for n in sorted(numbers, reverse=True):
+        if n not in new:
+            continue
+        a, b = new[n]
+        body = new_lines[a:b]
+        while body and body[-1] == "":
+            body.pop()
+        note = (f"Generated by `{doc['command']}` (Benchmarks/run.py + report.py) on {doc['date'][:10]} and spliced "
+                f"here (the other sections are from their own runs); raw figures in `Benchmarks/{raw_name}`.")
+        body = body[:2] + [note, ""] + body[2:] + [""]
+        if n in old:
+            a, b = old[n]
+            lines[a:b] = body
+        else:
+            later = [old[k][0] for k in old if k > n]
+            at = min(later) if later else next((i for i, x in enumerate(lines) if x.startswith("## ")
+                                               and not SECTION.match(x) and i > 0), len(lines))
+            lines[at:at] = body
+        lines, old = sections("\n".join(lines))
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def render(doc, notes_path):
+    res = legacy_labels(doc["results"])
     m = doc["machine"]
     present = [s for s in ORDER if any(r.get("sys") == s for r in res)]
     L = []
@@ -283,7 +480,7 @@ def write(doc, path):
              "`Benchmarks/results.json`. Do not edit by hand: rerun the command.")
     L.append("")
     L.append(f"- Date: {doc['date']}; whole run {doc['duration_s']} s; scale {doc['args']['scale']} "
-             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6, 7 and 8 (median shown); "
+             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6, 7, 8 and 9 (median shown); "
              f"{doc['args'].get('spin', 0)} busy loop(s) at nice 19 kept the cores awake (`--spin`).")
     L.append(f"- Machine: {m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('mem')}, Linux {m.get('kernel')}, "
              f"load average at the end {' '.join(m.get('load', []))}.")
@@ -468,6 +665,7 @@ def write(doc, path):
                  f"throughput {ratio(med(sdk_pipe, 'rounds_per_s'), med(c_pipe, 'rounds_per_s'))}.")
         L.append("")
 
+    large_state_section(L, res, doc)
     durability_section(L, res, doc)
 
     # ---- targets
@@ -512,15 +710,20 @@ def write(doc, path):
         for r in errs:
             L.append(f"- {r.get('sys')} {r.get('label')}: {r.get('error')}")
         L.append("")
-    notes_path = os.path.join(os.path.dirname(path), "NOTES.md")
-    if os.path.exists(notes_path):
+    if notes_path and os.path.exists(notes_path):
         L.append(open(notes_path).read().rstrip())
         L.append("")
-    with open(path, "w") as f:
-        f.write("\n".join(L))
+    return "\n".join(L)
 
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "results.json")
-    write(json.load(open(src)), os.path.join(here, "RESULTS.md"))
+    argv = sys.argv[1:]
+    if argv[:1] == ["--splice"]:
+        # report.py --splice N[,N] FILE: rewrites only sections N of RESULTS.md from FILE (a run with --only N)
+        src = argv[2]
+        splice(json.load(open(src)), os.path.join(here, "RESULTS.md"), [int(x) for x in argv[1].split(",")],
+               os.path.basename(src))
+    else:
+        src = argv[0] if argv else os.path.join(here, "results.json")
+        write(json.load(open(src)), os.path.join(here, "RESULTS.md"))

@@ -146,7 +146,7 @@ def data_bytes(d):
 
 
 def disk_info(path):
-    """The file system the run's temporary directory is on (where the data directories of workload 8 live)."""
+    """The file system the run's temporary directory is on (where the data directories of workload 9 live)."""
     try:
         out = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE,OPTIONS", "-T", path], capture_output=True,
                              text=True, timeout=5).stdout.split()
@@ -194,8 +194,10 @@ class Bench:
         self.results = []
         self.fluxd = args.fluxd
         self.sdk_store = args.sdk_store or os.path.join(os.path.dirname(os.path.abspath(args.fluxd)), "flux-bench-store")
+        self.large_bench = args.large_bench or os.path.join(os.path.dirname(os.path.abspath(args.fluxd)),
+                                                            "flux-large-state-bench")
         self.nats_port = 14222 + os.getpid() % 1000
-        self.dirs = 0  # data directories made (workload 8), each fresh
+        self.dirs = 0  # data directories made (workload 9), each fresh
         self.disk = disk_info(self.tmp)
 
     # ---------------------------------------------------------------- build
@@ -223,7 +225,7 @@ class Bench:
         return d
 
     def start_broker(self, system, durability=None):
-        """Starts `system` on a private socket. `durability` (workload 8): for fluxd `ephemeral` (the default) or
+        """Starts `system` on a private socket. `durability` (workload 9): for fluxd `ephemeral` (the default) or
         `none`/`batch`/`always` on a fresh --data-dir; for Redis `everysec`/`always` (appendonly yes, the AOF in a
         fresh directory). The broker's data directory, if any, is `proc.data_dir`."""
         t = self.tmp
@@ -288,7 +290,7 @@ class Bench:
 
         `sdk_store`: FluxBus with the Swift SDK store instead of the C one. `cpu_of_store`: the CPU and memory
         figures (`broker_*` in the client's output) are the store process's instead of the broker's.
-        `durability` (workload 8): see `start_broker`; Redis then also writes (`fluxbench --redis-write`), and the
+        `durability` (workload 9): see `start_broker`; Redis then also writes (`fluxbench --redis-write`), and the
         bytes the broker wrote to its data directory are recorded (`journal_bytes`, per action)."""
         broker = store = None
         write = ["--redis-write"] if system == "redis" and durability else []
@@ -421,11 +423,148 @@ class Bench:
                         self.run("flux", f"w7-{kind}-pipe-rep{rep}", window=64, count=p7, warmup=p7 // 10,
                                  sdk_store=kind == "sdk", cpu_of_store=True)
 
-        # 8. durability (issue 15): workloads 1 and 2 through fluxd ephemeral / none / batch / always and Redis
+        # 8. large states (issue 16): a store holding 10,000 todos, each action toggles one, 10 subscribers, in
+        # Swift, Python and Node, whole states (before SPEC §16) vs patches and deltas (after)
+        if want("8"):
+            self.large_state()
+
+        # 9. durability (issue 15): workloads 1 and 2 through fluxd ephemeral / none / batch / always and Redis
         # with a durable write per message (AOF everysec / always), the disk's own fdatasync latency in the same
         # run, then restart time and journal bytes with 1,000,000 journaled actions over 100 stores
-        if want("8"):
+        if want("9"):
             self.durability()
+
+    # ---------------------------------------------------------------- workload 8: large states (issue 16)
+    def large_langs(self):
+        """The store and client command lines of workload 8 per language, and how its driver addresses the store:
+        (action type, first todo id). Swift: `flux-large-state-bench` (next to fluxd, or --large-bench); Python:
+        examples/python/bench_large_state.py; Node: examples/node/bench-large-state.mjs."""
+        a = self.args
+        py = os.path.join(ROOT, "examples", "python", "bench_large_state.py")
+        js = os.path.join(ROOT, "examples", "node", "bench-large-state.mjs")
+        node = shutil.which("node")
+        langs = {}
+        if os.path.exists(self.large_bench):
+            def swift(role, sock, mode, actions):
+                argv = [self.large_bench, role, "--socket", sock, "--todos", str(a.large_todos)]
+                if role == "client":
+                    argv += ["--actions", str(actions)]
+                return argv + (["--full"] if mode == "full" else [])
+            langs["swift"] = (swift, lambda mode: "todo/toggle", 1)
+        else:
+            log(f"no {self.large_bench}: workload 8 without Swift")
+
+        def python(role, sock, mode, actions):
+            return [sys.executable, py, "--socket", sock, "--role", role, "--mode", "full" if mode == "full" else "patch",
+                    "--todos", str(a.large_todos), "--actions", str(actions)]
+        langs["python"] = (python, lambda mode: f"bigtodos-{'full' if mode == 'full' else 'patch'}/toggle", 1)
+        if node:
+            def nodejs(role, sock, mode, actions):
+                argv = [node, js, "--role", role, "--socket", sock, "--todos", str(a.large_todos)]
+                if role == "store":
+                    return argv + ["--mode", "full" if mode == "full" else "patch", "--actions", str(actions)]
+                return argv + ["--deltas", "false" if mode == "full" else "true", "--changes", str(actions)]
+            langs["node"] = (nodejs, lambda mode: "todo/toggle", 0)
+        else:
+            log("no node: workload 8 without Node")
+        return langs
+
+    def large_state(self):
+        """Workload 8 (issue 16): per language and mode (`full`: whole states and whole snapshots, as before SPEC §16;
+        `deltas`: patches and delta subscriptions), a fresh fluxd, the store seeded with --large-todos todos, 10
+        subscribers of the same language reading the toggled todo after each change, and a driver (this process,
+        the Python library) dispatching toggles one at a time, each settled before the next. Repeated (--reps),
+        the modes interleaved."""
+        a, s = self.args, self.args.scale
+        langs = self.large_langs()
+        if a.large_langs:
+            langs = {k: v for k, v in langs.items() if k in a.large_langs.split(",")}
+        counts = {"full": max(10, int(a.large_actions_full * s)), "deltas": max(50, int(a.large_actions * s))}
+        log(f"workload 8: {a.large_todos:,} todos, {a.large_subscribers} subscribers, {counts['full']} actions "
+            f"(full) / {counts['deltas']} (deltas), languages {list(langs)}")
+        for rep in range(a.reps):
+            for lang, spec in langs.items():
+                for mode in (("full", "deltas") if rep % 2 == 0 else ("deltas", "full")):
+                    self.large_run(lang, spec, mode, counts[mode], f"w8-{lang}-{mode}-rep{rep}")
+
+    def large_run(self, lang, spec, mode, actions, label):
+        a = self.args
+        argv_of, type_of, first_id = spec
+        rec = {"sys": "large", "lang": lang, "mode": mode, "label": label, "todos": a.large_todos,
+               "subscribers": a.large_subscribers, "actions": actions, "window": 1}
+        broker = store = None
+        clients = []
+        sock = f"{self.tmp}/fluxd-large.sock"
+        deadline = a.run_timeout * 3
+        try:
+            broker = Proc([self.fluxd, "--socket", sock, "--ephemeral", "--max-frame", str(16 << 20),
+                           "--log-level", "warning"], ready="fluxd ready")
+            store = JsonProc(argv_of("store", sock, mode, actions), f"{lang} store")
+            store.expect(lambda m: m.get("ready"), 120)
+            clients = [JsonProc(argv_of("client", sock, mode, actions), f"{lang} client")
+                       for _ in range(a.large_subscribers)]
+            ready = [c.expect(lambda m: m.get("ready"), 120) for c in clients]
+            rec["first_state_ms_start"] = statistics.median(first_state_ms(m) for m in ready)
+            rec["store_registered_bytes"] = store.first.get("registered_bytes_sent")
+
+            sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+            from fluxbus import Client
+            driver = Client.connect(sock, name="bench-driver", timeout=60, reconnect=False)
+            kind = type_of(mode)
+            cpu0, ns0, t0 = proc_cpu_ticks(broker.pid), proc_cpu_ns(broker.pid), time.perf_counter()
+            rejected = 0
+            try:
+                for n in range(actions):
+                    st = driver.dispatch_and_settle(kind, {"id": n % a.large_todos + first_id}, timeout=120)
+                    rejected += sum(1 for r in st.results if r.status != "done")
+            finally:
+                t1 = time.perf_counter()
+                driver.close()
+            rec["actions_per_s"] = round(actions / (t1 - t0), 1)
+            rec["rejected"] = rejected
+            if lang == "swift":
+                store.p.stdin.close()  # the Swift store reports when its standard input ends
+            sr = store.expect(lambda m: "ready" not in m, deadline)
+            crs = [c.expect(lambda m: "ready" not in m, deadline) for c in clients]
+            cpu1, ns1 = proc_cpu_ticks(broker.pid), proc_cpu_ns(broker.pid)
+            rec["fluxd_cpu_us_per_action"] = round((cpu1 - cpu0) * 1e6 / os.sysconf("SC_CLK_TCK") / actions, 1)
+            if ns0 is not None and ns1 is not None:
+                rec["fluxd_schedstat_us_per_action"] = round((ns1 - ns0) / 1000 / actions, 1)
+            rec["seconds_until_subscribers_done"] = round(time.perf_counter() - t0, 3)
+            rec["fluxd_hwm_kb"] = hwm_kb(broker.pid)
+            rec["store"] = sr
+            rec["clients"] = crs
+            rec["store_cpu_us_per_action"] = pick_num(sr, "cpu_us_per_action", "store_cpu_us_per_action",
+                                                      "cpuUsPerAction")
+            per = [client_figures(m) for m in crs]
+            for k in ("cpu_us_per_change", "bytes_per_version", "bytes_per_change", "changes", "versions"):
+                vals = [p[k] for p in per if p.get(k) is not None]
+                rec[f"sub_{k}"] = round(statistics.mean(vals), 1) if vals else None
+            rec["sub_consistent"] = all(m.get("consistent", True) for m in crs)
+            # A new subscriber after the changes: the time from its subscribe to the whole state decoded.
+            late = JsonProc(argv_of("client", sock, mode, 0), f"{lang} late client")
+            clients.append(late)
+            rec["first_state_ms_after"] = first_state_ms(late.expect(lambda m: m.get("ready"), 120))
+            late.expect(lambda m: "ready" not in m, 60)
+            log(f"{lang:6} {mode:6} {actions:5} actions {rec['actions_per_s']:8.1f}/s  store "
+                f"{fmt_num(rec['store_cpu_us_per_action'])} us/action  subscriber {fmt_num(rec['sub_cpu_us_per_change'])}"
+                f" us/change {fmt_num(rec['sub_bytes_per_version'])} B/change  fluxd "
+                f"{rec['fluxd_cpu_us_per_action']} us/action  new subscriber {rec['first_state_ms_after']} ms")
+        except (RuntimeError, OSError, ValueError, KeyError, TimeoutError) as e:
+            log(f"{lang} {label}: FAILED {e}")
+            rec["error"] = str(e)[:300]
+        except Exception as e:  # the Python library's own errors (fluxbus.FluxError ...)
+            log(f"{lang} {label}: FAILED {type(e).__name__}: {e}")
+            rec["error"] = f"{type(e).__name__}: {e}"[:300]
+        finally:
+            for c in clients:
+                c.stop()
+            if store:
+                store.stop()
+            if broker:
+                broker.stop()
+        self.results.append(rec)
+        return rec
 
     def durability(self):
         a, s = self.args, self.args.scale
@@ -441,27 +580,27 @@ class Bench:
         n1 = max(1000, int(10_000 * s))
         c1, c8 = max(2000, int(200_000 * s)), max(500, int(50_000 * s))
         probes = max(250, int(3000 * s) // max(1, 2 * a.reps))
-        log(f"workload 8 on {self.disk.get('source', '?')} ({self.disk.get('fstype', '?')}) under {self.tmp}")
+        log(f"workload 9 on {self.disk.get('source', '?')} ({self.disk.get('fstype', '?')}) under {self.tmp}")
 
         def probe(rep, when):
             r = fdatasync_probe(self.tmp, probes)
-            r.update({"sys": "disk", "label": f"w8-fdatasync-rep{rep}-{when}"})
+            r.update({"sys": "disk", "label": f"w9-fdatasync-rep{rep}-{when}"})
             log(f"disk   fdatasync of 1 byte ({when:6}) p50 {r['p50_us']:9.1f} us  p99 {r['p99_us']:9.1f} us")
             self.results.append(r)
 
         for rep in range(a.reps):
             pair = synced if rep % 2 == 0 else synced[::-1]
             for sysn, mode in combos:
-                self.run(sysn, f"w8-{mode}-rtt-rep{rep}", count=n1, warmup=max(200, n1 // 20), durability=mode)
+                self.run(sysn, f"w9-{mode}-rtt-rep{rep}", count=n1, warmup=max(200, n1 // 20), durability=mode)
             probe(rep, "before")
             for sysn, mode in pair:
-                self.run(sysn, f"w8-{mode}-rtt-rep{rep}", count=n1, warmup=max(200, n1 // 20), durability=mode)
+                self.run(sysn, f"w9-{mode}-rtt-rep{rep}", count=n1, warmup=max(200, n1 // 20), durability=mode)
             probe(rep, "after")
             for sysn, mode in combos + pair:
-                self.run(sysn, f"w8-{mode}-pipe-c1-rep{rep}", window=64, count=c1, warmup=c1 // 10,
+                self.run(sysn, f"w9-{mode}-pipe-c1-rep{rep}", window=64, count=c1, warmup=c1 // 10,
                          durability=mode)
             for sysn, mode in combos + pair:
-                self.run(sysn, f"w8-{mode}-pipe-c8-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10,
+                self.run(sysn, f"w9-{mode}-pipe-c8-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10,
                          durability=mode)
         self.restart()
 
@@ -478,7 +617,7 @@ class Bench:
         data = self.fresh_dir("fluxd-restart")
         sock = f"{self.tmp}/fluxd-restart.sock"
         argv = [self.fluxd, "--socket", sock, "--data-dir", data, "--durability", "batch", "--log-level", "notice"]
-        rec = {"sys": "flux", "label": "w8-restart", "actions": actions, "stores": stores, "restarts": []}
+        rec = {"sys": "flux", "label": "w9-restart", "actions": actions, "stores": stores, "restarts": []}
 
         def start(kind):
             t0 = time.perf_counter()
@@ -506,7 +645,7 @@ class Bench:
             log(f"feeding {actions:,} actions over {stores} stores")
             cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(stores),
                    "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
-                   "--store-pid", str(store.pid), "--label", "w8-feed", "--timeout", str(max(a.run_timeout, 600))]
+                   "--store-pid", str(store.pid), "--label", "w9-feed", "--timeout", str(max(a.run_timeout, 600))]
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.run_timeout, 600) + 30)
             feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
             if out.returncode != 0 or "error" in feed:
@@ -546,6 +685,123 @@ class Bench:
 
     def cleanup(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class JsonProc:
+    """A benchmark role printing one JSON object per line on stdout; `expect` waits (with a deadline) for a line
+    matching a predicate. stderr is kept (last lines) for error messages. Stopped by pid."""
+
+    def __init__(self, argv, name):
+        import queue
+        self.name = name
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        self.lines = queue.Queue()
+        self.err = []
+        self.first = {}
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _read(self):
+        for line in iter(self.p.stdout.readline, b""):
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                pass
+        self.lines.put(None)
+
+    def _drain(self):
+        for line in iter(self.p.stderr.readline, b""):
+            self.err = (self.err + [line.decode(errors="replace").rstrip()])[-5:]
+
+    def expect(self, pred, timeout):
+        import queue
+        end = time.time() + timeout
+        while True:
+            try:
+                m = self.lines.get(timeout=max(0.01, end - time.time()))
+            except queue.Empty:
+                raise TimeoutError(f"{self.name}: nothing after {timeout} s ({' / '.join(self.err)})")
+            if m is None:
+                self.lines.put(None)
+                raise RuntimeError(f"{self.name} ended (exit {self.p.poll()}): {' / '.join(self.err)}")
+            if m.get("ready") and not self.first:
+                self.first = m
+            if pred(m):
+                return m
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=5)
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
+
+
+def pick_num(m, *keys):
+    for k in keys:
+        if m.get(k) is not None:
+            return m[k]
+    return None
+
+
+def first_state_ms(m):
+    return pick_num(m, "first_state_ms", "firstStateMs")
+
+
+def client_figures(m):
+    """One subscriber's figures whatever its language named them: CPU per change received, bytes received per
+    version the store made (per action) and per change received, changes received, versions advanced."""
+    changes = pick_num(m, "changes") or 0
+    versions = pick_num(m, "versions") or 0
+    total = pick_num(m, "bytes_received", "bytesReceived")
+    if total is None and pick_num(m, "bytes_per_change") is not None:
+        total = m["bytes_per_change"] * max(changes, 1)
+    return {"cpu_us_per_change": pick_num(m, "cpu_us_per_change", "subscriber_cpu_us_per_change", "cpuUsPerChange"),
+            "bytes_per_version": total / versions if total is not None and versions else None,
+            "bytes_per_change": total / changes if total is not None and changes else None,
+            "changes": changes, "versions": versions}
+
+
+def fmt_num(v):
+    return "—" if v is None else f"{v:,.1f}"
+
+
+def proc_cpu_ticks(pid):
+    """utime + stime of a process (all its threads), in clock ticks, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def proc_cpu_ns(pid):
+    """The CPU time of every thread of a process in ns (/proc/PID/task/*/schedstat, first field), or None."""
+    try:
+        total = 0
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def hwm_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def rss_kb(pid):
@@ -603,17 +859,34 @@ def main():
     ap.add_argument("--sdk-store", default=None,
                     help="release flux-bench-store executable (the Swift SDK store of workload 7; default: next to "
                          "fluxd; workload 7 is skipped when there is none)")
+    ap.add_argument("--large-bench", default=None,
+                    help="release flux-large-state-bench executable (the Swift roles of workload 8; default: next to "
+                         "fluxd; workload 8 runs without Swift when there is none)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1 for a quick run)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions of workloads 1, 2, 6, 7 and 8 (medians reported)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="repetitions of workloads 1, 2, 6, 7, 8 and 9 (medians reported)")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections in workload 5")
     ap.add_argument("--spin", type=int, default=1, help="busy loops at nice 19 keeping cores awake (0 = quiet)")
     ap.add_argument("--only", default="", help="comma-separated workload numbers to run (default all)")
     ap.add_argument("--restart-actions", type=int, default=1_000_000,
-                    help="workload 8: actions journaled (over 100 stores) before the restarts (times --scale)")
+                    help="workload 9: actions journaled (over 100 stores) before the restarts (times --scale)")
+    ap.add_argument("--large-todos", type=int, default=10_000, help="workload 8: todos in the store's state")
+    ap.add_argument("--large-subscribers", type=int, default=10, help="workload 8: subscribers")
+    ap.add_argument("--large-langs", default="", help="workload 8: comma-separated languages (default swift,python,node)")
+    ap.add_argument("--large-actions", type=int, default=2000,
+                    help="workload 8: toggles dispatched with deltas (times --scale)")
+    ap.add_argument("--large-actions-full", type=int, default=100,
+                    help="workload 8: toggles dispatched with whole states (times --scale)")
     ap.add_argument("--run-timeout", type=float, default=120)
-    ap.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    ap.add_argument("--out", default=None,
+                    help="raw figures (default results.json; with --only 8 results-large-state.json, with --only 9 "
+                         "results-durability.json, with another --only results-partial.json)")
     ap.add_argument("--command", default="scripts/bench.sh")
     args = ap.parse_args()
+    if args.out is None:
+        name = {"": "results.json", "8": "results-large-state.json", "9": "results-durability.json"}.get(
+            args.only, "results-partial.json")
+        args.out = os.path.join(HERE, name)
 
     # SIGTERM ends the run through the `finally` blocks: brokers, stores and busy loops are stopped by pid.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -644,7 +917,12 @@ def main():
         json.dump(doc, f, indent=1)
     log(f"wrote {args.out} in {doc['duration_s']} s")
     import report
-    report.write(doc, os.path.join(HERE, "RESULTS.md"))
+    if args.only:
+        # Some workloads only: their sections replace the same sections of RESULTS.md, the others stay.
+        report.splice(doc, os.path.join(HERE, "RESULTS.md"), [int(x) for x in args.only.split(",")],
+                      os.path.basename(args.out))
+    else:
+        report.write(doc, os.path.join(HERE, "RESULTS.md"))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@
 //       It prints {"role":"store","ready":true} once registered.
 //   node bench-large-state.mjs --socket S --role client [--deltas true|false] [--changes N] [--read-id ID]
 //       subscribes to "todos" (deltas: asks for delta frames; false: whole snapshots), reads the toggled todo
-//       through the state after each change, and after --changes changes (default 1000) prints {"role":"client",
-//       "deltas","changes","cpuUsPerChange","bytesPerChange","deltasApplied","resyncs","versionsSkipped"}.
-//       It prints {"role":"client","ready":true} once it holds the first snapshot.
+//       through the state after each change, and once it holds the version --changes after its first (default
+//       1000; 0: at once) prints {"role":"client","deltas","changes","versions","firstStateMs","bytesReceived",
+//       "cpuUsPerChange","bytesPerChange","deltasApplied","resyncs","versionsSkipped"}.
+//       It prints {"role":"client","ready":true,"firstStateMs"} once it holds the first snapshot (ms from subscribe).
 //   node bench-large-state.mjs --socket S --role driver [--actions N] [--todos 10000] [--window 16]
 //       dispatches N todo/toggle actions (ids in turn), at most --window unsettled at once, and prints
 //       {"role":"driver","actions","seconds","actionsPerSecond"}.
@@ -78,19 +79,25 @@ async function runClient() {
   const deltas = args.deltas !== 'false';
   const changes = num('changes', 1000);
   const client = await Client.connect({ socketPath: args.socket, name: 'bench-client', deltas });
+  const t0 = performance.now();
   const sub = await client.subscribe('todos', { waitForSnapshot: true });
   const first = await sub.next();
-  out({ role: 'client', ready: true });
-  let seen = 0; let skipped = 0; let last = first.version; let start = 0; let bytes0 = 0; let readDone = 0;
-  for await (const snap of sub) {
-    if (seen === 0) { start = cpuUs(); bytes0 = client.socket.bytesRead; }
-    seen++;
-    skipped += snap.version - last - 1; last = snap.version;
-    readDone += snap.state.todos[seen % TODOS].done ? 1 : 0; // read through the state, as a view would
-    if (seen >= changes) break;
+  const firstStateMs = Number((performance.now() - t0).toFixed(1));
+  out({ role: 'client', ready: true, firstStateMs });
+  // Until the state of the version --changes after the first (versions skipped under newest-wins count too).
+  let seen = 0; let skipped = 0; let last = first.version; const start = cpuUs(); const bytes0 = client.socket.bytesRead; let readDone = 0;
+  if (changes > 0) {
+    for await (const snap of sub) {
+      seen++;
+      skipped += snap.version - last - 1; last = snap.version;
+      // read the toggled todo through the state, as a view would (the driver toggles id (seq - 1) % N, as run.py's)
+      readDone += snap.state.todos[(snap.seq - 1) % TODOS].done ? 1 : 0;
+      if (last >= first.version + changes) break;
+    }
   }
-  const cpu = cpuUs() - start;
-  out({ role: 'client', deltas, changes: seen, cpuUsPerChange: Math.round(cpu / seen), bytesPerChange: Math.round((client.socket.bytesRead - bytes0) / seen),
+  const cpu = cpuUs() - start; const bytes = client.socket.bytesRead - bytes0;
+  out({ role: 'client', deltas, changes: seen, versions: last - first.version, firstStateMs, bytesReceived: bytes,
+    cpuUsPerChange: Math.round(cpu / Math.max(seen, 1)), bytesPerChange: Math.round(bytes / Math.max(seen, 1)),
     deltasApplied: client.deltaStats.applied, resyncs: client.deltaStats.resyncs, versionsSkipped: skipped, readDone });
   await client.close();
 }
@@ -102,7 +109,7 @@ async function runDriver() {
   const t0 = performance.now();
   let sent = 0; const inflight = new Set();
   while (sent < actions) {
-    const p = client.dispatchAndSettle('todo/toggle', { id: (sent * 7919) % TODOS }, { timeout: 120000 }).then((s) => { s.check(); inflight.delete(p); });
+    const p = client.dispatchAndSettle('todo/toggle', { id: sent % TODOS }, { timeout: 120000 }).then((s) => { s.check(); inflight.delete(p); });
     inflight.add(p); sent++;
     if (inflight.size >= window) await Promise.race(inflight);
   }

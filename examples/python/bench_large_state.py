@@ -19,8 +19,9 @@ than ~11,000 todos):
         then after A actions {"role": "store", "store_cpu_us_per_action", ...} and exits.
 
     python3 examples/python/bench_large_state.py --socket SOCKET --role client --mode M --actions A [...]
-        One subscriber: prints {"role": "client", "ready": true} once it holds the first snapshot, then after A
-        changes {"role": "client", "subscriber_cpu_us_per_change", "subscriber_bytes_per_change", ...} and exits.
+        One subscriber: prints {"role": "client", "ready": true, "first_state_ms"} once it holds the first snapshot
+        (ms from subscribe to the state), then after A changes {"role": "client", "subscriber_cpu_us_per_change",
+        "subscriber_bytes_per_change", "bytes_received", ...} and exits (--actions 0: at once).
 
     python3 examples/python/bench_large_state.py --socket SOCKET --role dispatch --mode M --actions A
         Dispatches A toggles (pipelined, the last one settled) and prints {"role": "dispatch", "seconds"}.
@@ -111,9 +112,11 @@ def run_store(args) -> None:
 def run_client(args) -> None:
     client = Client.connect(args.socket, name="bench-subscriber", timeout=60, reconnect=False)
     name = store_name(args.mode)
+    subscribed_at = time.monotonic()
     sub = client.subscribe(name, deltas=args.mode == "patch", timeout=60)
     first = sub.next()
-    emit(role="client", ready=True)
+    first_state_ms = round((time.monotonic() - subscribed_at) * 1000, 1)
+    emit(role="client", ready=True, first_state_ms=first_state_ms)
     start_cpu = cpu()
     bytes_before = _bytes_received(client)
     changes = 0
@@ -127,6 +130,7 @@ def run_client(args) -> None:
     spent = cpu() - start_cpu
     received = _bytes_received(client) - bytes_before
     emit(role="client", mode=args.mode, changes=changes, versions=last - first.version,
+         first_state_ms=first_state_ms, bytes_received=received,
          deltas_applied=sub.deltas_applied, resyncs=sub.resyncs, last_read=toggled_done,
          subscriber_cpu_us_per_change=round(spent / max(changes, 1) * 1e6, 1),
          subscriber_bytes_per_change=round(received / max(changes, 1)))

@@ -77,6 +77,11 @@ struct Fluxd: ParsableCommand {
     var maxBacklog: Int = 64 << 20
 
     @Option(name: .long, help: ArgumentHelp(
+        "Bytes of recent patches kept per store so that delta subscribers resume with from after a reconnection (SPEC §16.3; 0: none).",
+        valueName: "bytes"))
+    var deltaHistory: Int = RouterConfig().deltaHistory
+
+    @Option(name: .long, help: ArgumentHelp(
         "A full store queue still accepts dispatches from a connection with fewer unsettled actions than this.",
         valueName: "n"))
     var fairPending: Int = RouterConfig().fairPending
@@ -149,6 +154,7 @@ struct Fluxd: ParsableCommand {
         guard maxFrame > 0 else { throw ValidationError("--max-frame must be at least 1") }
         guard queueLimit >= 0 else { throw ValidationError("--queue-limit must not be negative") }
         guard storeWindow >= 1 else { throw ValidationError("--store-window must be at least 1") }
+        guard deltaHistory >= 0 else { throw ValidationError("--delta-history must be 0 or more bytes") }
         guard maxBacklog >= Int(maxFrame) + 4 else {
             throw ValidationError("--max-backlog must be at least --max-frame + 4 (one whole frame)")
         }
@@ -228,6 +234,7 @@ struct Fluxd: ParsableCommand {
         config.router.storeWindow = storeWindow
         config.router.handshakeTimeout = handshakeTimeout
         config.router.maxBacklog = maxBacklog
+        config.router.deltaHistory = deltaHistory
         config.router.debugLogs = level <= .debug
         config.router.fairPending = fairPending
         config.router.maxQueries = maxQueries

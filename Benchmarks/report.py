@@ -92,6 +92,8 @@ LARGE_ROWS = [
     ("states handed to each subscriber / versions made", None, 0, None),
     ("fluxd CPU µs per action (/proc/PID/stat, 10 ms ticks)", "fluxd_cpu_us_per_action", 1, False),
     ("fluxd CPU µs per action (schedstat, ns)", "fluxd_schedstat_us_per_action", 1, False),
+    ("fluxd user-space CPU µs per action (utime)", "fluxd_user_us_per_action", 1, False),
+    ("fluxd kernel CPU µs per action (stime)", "fluxd_system_us_per_action", 1, False),
     ("new subscriber: ms from subscribe to the whole state (after the changes)", "first_state_ms_after", 1, False),
     ("fluxd peak RSS MiB", "fluxd_hwm_mib", 1, False),
 ]
@@ -101,9 +103,20 @@ LARGE_TARGETS = [("store CPU per action", "store_cpu_us_per_action", 100, "µs")
                  ("fluxd CPU per action", "fluxd_cpu_us_per_action", 20, "µs")]
 
 
-def large_rows(res, lang, mode):
+LARGE_WINDOW_ROWS = [
+    ("actions/s", "actions_per_s", 1),
+    ("fluxd user-space CPU µs per action (utime)", "fluxd_user_us_per_action", 1),
+    ("fluxd kernel CPU µs per action (stime)", "fluxd_system_us_per_action", 1),
+    ("fluxd CPU µs per action (utime+stime)", "fluxd_cpu_us_per_action", 1),
+    ("fluxd CPU µs per action (schedstat, ns)", "fluxd_schedstat_us_per_action", 1),
+    ("store CPU µs per action", "store_cpu_us_per_action", 1),
+    ("subscriber CPU µs per change (per state it was handed)", "sub_cpu_us_per_change", 1),
+]
+
+
+def large_rows(res, lang, mode, window=1):
     rows = [r for r in res if r.get("sys") == "large" and r.get("lang") == lang and r.get("mode") == mode
-            and "error" not in r]
+            and r.get("window", 1) == window and "error" not in r]
     for r in rows:
         if r.get("fluxd_hwm_kb"):
             r["fluxd_hwm_mib"] = r["fluxd_hwm_kb"] / 1024
@@ -179,6 +192,32 @@ def large_state_section(L, res, doc):
                 f"{b / a:.2f}x" if b / a >= 0.01 else f"1/{a / b:,.0f}")
             L.append(f"| {title} | {fmt(a, d)} | {fmt(b, d)} | {r} |")
         bad = [r["label"] for r in full + delta if not r.get("sub_consistent", True) or r.get("rejected")]
+        if bad:
+            L.append("")
+            L.append(f"Inconsistent or rejected in: {', '.join(bad)}.")
+        L.append("")
+    # Deltas with more than one action in flight (run.py --large-window): what fluxd costs when wake-ups are shared.
+    for lang, name in LANGS:
+        one = large_rows(res, lang, "deltas")
+        wins = sorted({r.get("window", 1) for r in runs if r.get("lang") == lang and r.get("mode") == "deltas"
+                       and r.get("window", 1) > 1 and "error" not in r})
+        if not one or not wins:
+            continue
+        cols = [(1, one)] + [(w, large_rows(res, lang, "deltas", w)) for w in wins]
+        L.append(f"**{name}, deltas: one action in flight vs {', '.join(str(w) for w in wins)} in flight** "
+                 "(the driver starts the next toggle as soon as one settles; same fluxd, store and subscribers)")
+        L.append("")
+        L.append("| | " + " | ".join(f"window {w}" for w, _ in cols) + " |")
+        L.append("|---|" + "---:|" * len(cols))
+        for title, key, d in LARGE_WINDOW_ROWS:
+            L.append(f"| {title} | " + " | ".join(fmt(med(rows, key), d) for _, rows in cols) + " |")
+        seen = []
+        for _, rows in cols:
+            c, v = med(rows, "sub_changes"), med(rows, "sub_versions")
+            seen.append("—" if c is None or not v else f"{c:,.0f} / {v:,.0f}")
+        L.append("| states handed to each subscriber / versions made | " + " | ".join(seen) + " |")
+        bad = [r["label"] for _, rows in cols[1:] for r in rows
+               if not r.get("sub_consistent", True) or r.get("rejected")]
         if bad:
             L.append("")
             L.append(f"Inconsistent or rejected in: {', '.join(bad)}.")

@@ -111,6 +111,7 @@ LARGE_WINDOW_ROWS = [
     ("fluxd CPU µs per action (schedstat, ns)", "fluxd_schedstat_us_per_action", 1),
     ("store CPU µs per action", "store_cpu_us_per_action", 1),
     ("subscriber CPU µs per change (per state it was handed)", "sub_cpu_us_per_change", 1),
+    ("subscriber CPU µs per action (per version the store made)", "sub_cpu_us_per_version", 1),
 ]
 
 

@@ -554,7 +554,7 @@ class Bench:
             rec["store_cpu_us_per_action"] = pick_num(sr, "cpu_us_per_action", "store_cpu_us_per_action",
                                                       "cpuUsPerAction")
             per = [client_figures(m) for m in crs]
-            for k in ("cpu_us_per_change", "bytes_per_version", "bytes_per_change", "changes", "versions"):
+            for k in ("cpu_us_per_change", "cpu_us_per_version", "bytes_per_version", "bytes_per_change", "changes", "versions"):
                 vals = [p[k] for p in per if p.get(k) is not None]
                 rec[f"sub_{k}"] = round(statistics.mean(vals), 1) if vals else None
             rec["sub_consistent"] = all(m.get("consistent", True) for m in crs)
@@ -782,7 +782,10 @@ def client_figures(m):
     total = pick_num(m, "bytes_received", "bytesReceived")
     if total is None and pick_num(m, "bytes_per_change") is not None:
         total = m["bytes_per_change"] * max(changes, 1)
-    return {"cpu_us_per_change": pick_num(m, "cpu_us_per_change", "subscriber_cpu_us_per_change", "cpuUsPerChange"),
+    cpu = pick_num(m, "cpu_us_per_change", "subscriber_cpu_us_per_change", "cpuUsPerChange")
+    return {"cpu_us_per_change": cpu,
+            # its CPU over the span per version the store made (per action), however many states it was handed
+            "cpu_us_per_version": cpu * max(changes, 1) / versions if cpu is not None and versions else None,
             "bytes_per_version": total / versions if total is not None and versions else None,
             "bytes_per_change": total / changes if total is not None and changes else None,
             "changes": changes, "versions": versions}

@@ -75,7 +75,8 @@ async def main():
     c = await AsyncClient.connect(sock, name="cg-driver", timeout=600, reconnect=False)
     for i in range(warm):
         await c.dispatch_and_settle("todo/toggle", {"id": i + 1})
-    subprocess.run(["callgrind_control", "-i", "on", vpid], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["callgrind_control", "-i", "on", vpid], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     nxt = warm
     async def lane():
         nonlocal nxt
@@ -104,3 +105,6 @@ deltas=$(measure deltas "$N_DELTAS")
 full=$(measure full "$N_FULL")
 echo "fluxd Ir per action ($TODOS todos, $SUBS subscribers, window $WINDOW): whole states $full ($N_FULL actions)," \
      "deltas $deltas ($N_DELTAS actions), whole/deltas $(python3 -c "print(f'{$full/$deltas:.1f}')")"
+# The same as one JSON line (report.py renders a list of these under the results document's "callgrind" key).
+echo "{\"todos\": $TODOS, \"subscribers\": $SUBS, \"window\": $WINDOW, \"full_ir_per_action\": $full," \
+     "\"full_actions\": $N_FULL, \"deltas_ir_per_action\": $deltas, \"deltas_actions\": $N_DELTAS}"

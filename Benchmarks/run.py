@@ -7,6 +7,7 @@ Every broker runs on a private Unix socket (NATS: 127.0.0.1) under a temporary d
 each measurement (so no state carries over) and is stopped by its pid.
 """
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -482,16 +483,25 @@ class Bench:
         counts = {"full": max(10, int(a.large_actions_full * s)), "deltas": max(50, int(a.large_actions * s))}
         log(f"workload 8: {a.large_todos:,} todos, {a.large_subscribers} subscribers, {counts['full']} actions "
             f"(full) / {counts['deltas']} (deltas), languages {list(langs)}")
+        # Window 1 (one action in flight, each settled before the next: before and after under the same load) and,
+        # deltas only, --large-window actions in flight (fluxd and the processes share wake-ups between actions).
+        windows = [w for w in (1, a.large_window) if w >= 1]
+        windows = sorted(set(windows))
         for rep in range(a.reps):
             for lang, spec in langs.items():
                 for mode in (("full", "deltas") if rep % 2 == 0 else ("deltas", "full")):
                     self.large_run(lang, spec, mode, counts[mode], f"w8-{lang}-{mode}-rep{rep}")
+                    if mode == "deltas" and lang in a.large_window_langs.split(","):
+                        for w in windows:
+                            if w > 1:
+                                self.large_run(lang, spec, mode, counts[mode], f"w8-{lang}-{mode}-w{w}-rep{rep}",
+                                               window=w)
 
-    def large_run(self, lang, spec, mode, actions, label):
+    def large_run(self, lang, spec, mode, actions, label, window=1):
         a = self.args
         argv_of, type_of, first_id = spec
         rec = {"sys": "large", "lang": lang, "mode": mode, "label": label, "todos": a.large_todos,
-               "subscribers": a.large_subscribers, "actions": actions, "window": 1}
+               "subscribers": a.large_subscribers, "actions": actions, "window": window}
         broker = store = None
         clients = []
         sock = f"{self.tmp}/fluxd-large.sock"
@@ -509,25 +519,32 @@ class Bench:
 
             sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
             from fluxbus import Client
-            driver = Client.connect(sock, name="bench-driver", timeout=60, reconnect=False)
             kind = type_of(mode)
-            cpu0, ns0, t0 = proc_cpu_ticks(broker.pid), proc_cpu_ns(broker.pid), time.perf_counter()
-            rejected = 0
-            try:
-                for n in range(actions):
-                    st = driver.dispatch_and_settle(kind, {"id": n % a.large_todos + first_id}, timeout=120)
-                    rejected += sum(1 for r in st.results if r.status != "done")
-            finally:
-                t1 = time.perf_counter()
-                driver.close()
+            if window == 1:
+                driver = Client.connect(sock, name="bench-driver", timeout=60, reconnect=False)
+                cpu0, ns0, t0 = proc_cpu_split(broker.pid), proc_cpu_ns(broker.pid), time.perf_counter()
+                rejected = 0
+                try:
+                    for n in range(actions):
+                        st = driver.dispatch_and_settle(kind, {"id": n % a.large_todos + first_id}, timeout=120)
+                        rejected += sum(1 for r in st.results if r.status != "done")
+                finally:
+                    t1 = time.perf_counter()
+                    driver.close()
+            else:
+                cpu0, ns0, t0, t1, rejected = asyncio.run(
+                    large_pipelined(sock, broker.pid, kind, actions, window, a.large_todos, first_id))
             rec["actions_per_s"] = round(actions / (t1 - t0), 1)
             rec["rejected"] = rejected
             if lang == "swift":
                 store.p.stdin.close()  # the Swift store reports when its standard input ends
             sr = store.expect(lambda m: "ready" not in m, deadline)
             crs = [c.expect(lambda m: "ready" not in m, deadline) for c in clients]
-            cpu1, ns1 = proc_cpu_ticks(broker.pid), proc_cpu_ns(broker.pid)
-            rec["fluxd_cpu_us_per_action"] = round((cpu1 - cpu0) * 1e6 / os.sysconf("SC_CLK_TCK") / actions, 1)
+            cpu1, ns1 = proc_cpu_split(broker.pid), proc_cpu_ns(broker.pid)
+            tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+            rec["fluxd_cpu_us_per_action"] = round((sum(cpu1) - sum(cpu0)) * tick_us / actions, 1)
+            rec["fluxd_user_us_per_action"] = round((cpu1[0] - cpu0[0]) * tick_us / actions, 1)
+            rec["fluxd_system_us_per_action"] = round((cpu1[1] - cpu0[1]) * tick_us / actions, 1)
             if ns0 is not None and ns1 is not None:
                 rec["fluxd_schedstat_us_per_action"] = round((ns1 - ns0) / 1000 / actions, 1)
             rec["seconds_until_subscribers_done"] = round(time.perf_counter() - t0, 3)
@@ -537,7 +554,7 @@ class Bench:
             rec["store_cpu_us_per_action"] = pick_num(sr, "cpu_us_per_action", "store_cpu_us_per_action",
                                                       "cpuUsPerAction")
             per = [client_figures(m) for m in crs]
-            for k in ("cpu_us_per_change", "bytes_per_version", "bytes_per_change", "changes", "versions"):
+            for k in ("cpu_us_per_change", "cpu_us_per_version", "bytes_per_version", "bytes_per_change", "changes", "versions"):
                 vals = [p[k] for p in per if p.get(k) is not None]
                 rec[f"sub_{k}"] = round(statistics.mean(vals), 1) if vals else None
             rec["sub_consistent"] = all(m.get("consistent", True) for m in crs)
@@ -546,10 +563,11 @@ class Bench:
             clients.append(late)
             rec["first_state_ms_after"] = first_state_ms(late.expect(lambda m: m.get("ready"), 120))
             late.expect(lambda m: "ready" not in m, 60)
-            log(f"{lang:6} {mode:6} {actions:5} actions {rec['actions_per_s']:8.1f}/s  store "
+            log(f"{lang:6} {mode:6} w{window:<2} {actions:5} actions {rec['actions_per_s']:8.1f}/s  store "
                 f"{fmt_num(rec['store_cpu_us_per_action'])} us/action  subscriber {fmt_num(rec['sub_cpu_us_per_change'])}"
                 f" us/change {fmt_num(rec['sub_bytes_per_version'])} B/change  fluxd "
-                f"{rec['fluxd_cpu_us_per_action']} us/action  new subscriber {rec['first_state_ms_after']} ms")
+                f"{rec['fluxd_cpu_us_per_action']} us/action (user {rec['fluxd_user_us_per_action']}, system "
+                f"{rec['fluxd_system_us_per_action']})  new subscriber {rec['first_state_ms_after']} ms")
         except (RuntimeError, OSError, ValueError, KeyError, TimeoutError) as e:
             log(f"{lang} {label}: FAILED {e}")
             rec["error"] = str(e)[:300]
@@ -764,7 +782,10 @@ def client_figures(m):
     total = pick_num(m, "bytes_received", "bytesReceived")
     if total is None and pick_num(m, "bytes_per_change") is not None:
         total = m["bytes_per_change"] * max(changes, 1)
-    return {"cpu_us_per_change": pick_num(m, "cpu_us_per_change", "subscriber_cpu_us_per_change", "cpuUsPerChange"),
+    cpu = pick_num(m, "cpu_us_per_change", "subscriber_cpu_us_per_change", "cpuUsPerChange")
+    return {"cpu_us_per_change": cpu,
+            # its CPU over the span per version the store made (per action), however many states it was handed
+            "cpu_us_per_version": cpu * max(changes, 1) / versions if cpu is not None and versions else None,
             "bytes_per_version": total / versions if total is not None and versions else None,
             "bytes_per_change": total / changes if total is not None and changes else None,
             "changes": changes, "versions": versions}
@@ -779,6 +800,39 @@ def proc_cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+
+def proc_cpu_split(pid):
+    """(utime, stime) of a process (all its threads), in clock ticks, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
+async def large_pipelined(sock, broker_pid, kind, actions, window, todos, first_id):
+    """Workload 8's driver with `window` actions in flight (asyncio client of the Python library): dispatches and
+    settles `actions` toggles, starting the next as soon as one settles. Returns (fluxd (utime, stime) at the
+    start, fluxd schedstat ns at the start, t0, t1, rejected)."""
+    from fluxbus import AsyncClient
+    driver = await AsyncClient.connect(sock, name="bench-driver", timeout=60, reconnect=False)
+    rejected = 0
+    nxt = 0
+
+    async def lane():
+        nonlocal rejected, nxt
+        while nxt < actions:
+            n = nxt
+            nxt += 1
+            st = await driver.dispatch_and_settle(kind, {"id": n % todos + first_id}, timeout=120)
+            rejected += sum(1 for r in st.results if r.status != "done")
+
+    cpu0, ns0, t0 = proc_cpu_split(broker_pid), proc_cpu_ns(broker_pid), time.perf_counter()
+    try:
+        await asyncio.gather(*(lane() for _ in range(window)))
+    finally:
+        t1 = time.perf_counter()
+        await driver.close()
+    return cpu0, ns0, t0, t1, rejected
 
 
 def proc_cpu_ns(pid):
@@ -870,6 +924,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated workload numbers to run (default all)")
     ap.add_argument("--restart-actions", type=int, default=1_000_000,
                     help="workload 9: actions journaled (over 100 stores) before the restarts (times --scale)")
+    ap.add_argument("--large-window", type=int, default=16,
+                    help="workload 8: also run deltas with this many actions in flight (1: only one at a time)")
+    ap.add_argument("--large-window-langs", default="swift",
+                    help="workload 8: comma-separated languages that also run the pipelined variant (default swift)")
     ap.add_argument("--large-todos", type=int, default=10_000, help="workload 8: todos in the store's state")
     ap.add_argument("--large-subscribers", type=int, default=10, help="workload 8: subscribers")
     ap.add_argument("--large-langs", default="", help="workload 8: comma-separated languages (default swift,python,node)")

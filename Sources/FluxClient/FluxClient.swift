@@ -186,6 +186,11 @@ public final class FluxClient: Sendable {
         var barriers: [String: (ids: Set<String>, refused: [ServerError])] = [:]
         var subscriptions: [String: WireSubscription] = [:]
         var draining: [String: Int] = [:]
+        /// Path subscriptions (SPEC §16.4), by store and path; those withdrawn, up to their `unsubscribed`; and
+        /// how many path `subscribe`s were sent (their order, for a refusal).
+        var pathSubscriptions: [PathKey: WirePathSubscription] = [:]
+        var pathDraining: [PathKey: Int] = [:]
+        var pathOrder = 0
         var nextSubscriber = 0
         var sinks: [String: @Sendable (StoreInbound) -> Void] = [:]
         var monitors: [Int: MonitorListener] = [:]

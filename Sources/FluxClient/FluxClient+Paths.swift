@@ -44,7 +44,8 @@ extension FluxClient {
     /// token) of at most `maxPathBytes` bytes; anything else throws `FluxError.invalidArgument` and nothing is sent.
     /// A fluxd without path subscriptions (before 0.4.0: its welcome has no `limits.deltaHistory`) makes this throw
     /// `FluxError.invalidArgument` too, with nothing sent. A store that never registered can be subscribed to: the
-    /// status is then `unknown` and values come once it does.
+    /// status is then `unknown` and values come once it does. A client that has ended throws its ending
+    /// (`FluxError.closed` after `close()`).
     ///
     /// Only the newest value waits for a slow consumer; status events are all kept. One connection may hold the
     /// whole-store subscription (`subscribe(store:as:)`) and any number of path subscriptions of one store at once;
@@ -84,7 +85,8 @@ extension FluxClient {
     ) throws(FluxError) -> PathSubscription<S> {
         guard Names.isValidStore(store) else { throw .invalidArgument("bad store name \"\(store)\"") }
         try Self.validatePath(path)
-        let (speaks16, server) = state.withLock { ($0.deltas, $0.welcome?.server ?? "fluxd") }
+        let (speaks16, server, terminal) = state.withLock { ($0.deltas, $0.welcome?.server ?? "fluxd", $0.terminal) }
+        if let terminal { throw terminal }
         guard speaks16 else {
             throw .invalidArgument("\(server) has no path subscriptions (its welcome has no limits.deltaHistory): they need fluxd 0.4.0 or newer (SPEC §16.4); nothing was sent")
         }

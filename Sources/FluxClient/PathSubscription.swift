@@ -168,7 +168,9 @@ final class PathSubscriptionToken: Sendable {
 /// that touch its path: a change elsewhere in the state sends it nothing. It unsubscribes (`unsubscribe` with the
 /// path) when its consumer is cancelled, when it and its iterator are dropped, or on `cancel()`.
 public struct PathSubscription<Value: Sendable>: AsyncSequence, Sendable {
+    /// What it yields: status events and values.
     public typealias Element = PathEvent<Value>
+    /// What iterating it throws.
     public typealias Failure = FluxError
 
     /// The store subscribed to.
@@ -214,6 +216,7 @@ public struct PathSubscription<Value: Sendable>: AsyncSequence, Sendable {
         }
     }
 
+    /// An iterator over the events (all iterators of one subscription read the same queue: iterate one at a time).
     public func makeAsyncIterator() -> Iterator {
         Iterator(token: token, decode: decode)
     }

@@ -38,7 +38,14 @@ extension FluxClient {
         case "recovered":
             handleRecovered(env)
         case "subscribed", "unsubscribed", "snapshot", "store-down", "store-up", "delta":
-            handleSubscriptionMessage(op, env)
+            if (op == "subscribed" || op == "unsubscribed") && env.raw("path") != nil {
+                handlePathMessage(op, env)  // a path subscription's (SPEC §16.4), never the whole-store one's
+            } else {
+                handleSubscriptionMessage(op, env)
+                if op == "store-down" || op == "store-up" { handlePathMessage(op, env) }
+            }
+        case "subtree":
+            handlePathMessage(op, env)
         case "registered", "action", "queries", "queries-changed":
             if let store = env.fluxString("store"), let sink = state.withLock({ $0.sinks[store] }) {
                 sink(.message(env))
@@ -66,7 +73,7 @@ extension FluxClient {
             message: env.fluxString("message") ?? "",
             ref: env.fluxString("ref"),
             fatal: env.bool("fatal").value ?? ErrorCode(rawValue: rawCode)?.isFatal ?? false)
-        enum Route { case pending(String), sink(@Sendable (StoreInbound) -> Void), barrier, stream, recover([String]) }
+        enum Route { case pending(String), sink(@Sendable (StoreInbound) -> Void), barrier, handled, stream, recover([String]) }
         let route = state.withLock { s -> Route in
             if s.phase == .handshaking || s.phase == .reconnecting, s.pending[Self.helloKey] != nil {
                 return .pending(Self.helloKey)
@@ -79,13 +86,15 @@ extension FluxClient {
                     s.barriers[key]?.refused.append(error)
                     return .barrier
                 }
+                // A refused path subscription (SPEC §16.4) ends with the error.
+                if Self.refusePathSubscription(&s, store: ref, error: error) { return .handled }
             }
             return .stream
         }
         switch route {
         case .pending(let key): complete(key, .failure(.server(error)))
         case .sink(let sink): sink(.message(env))
-        case .barrier: break
+        case .barrier, .handled: break
         case .recover(let ids):
             // A fluxd that cannot recover (unknown-op from an older one, bad-message): nobody can tell.
             let lost = FluxError.disconnected(
@@ -252,6 +261,7 @@ extension FluxClient {
             s.phase = .closed
             let subscribers = s.subscriptions.values.flatMap { $0.subscribers.values }
             for subscriber in subscribers { subscriber.end(local ? nil : terminal) }
+            Self.endPathSubscriptions(&s, local ? nil : terminal)
             for listener in s.monitors.values {
                 switch listener {
                 case .queue(let q): q.finish(local ? nil : terminal)

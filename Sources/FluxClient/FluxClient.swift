@@ -89,6 +89,11 @@ package enum StoreInbound: Sendable {
 /// `store-up`) are never dropped. `Subscription.status` says where the store stands (`unknown`: no store of that
 /// name has registered yet), and `Subscription.nextSnapshot(timeout:)` says so when it times out.
 ///
+/// **Path subscriptions** (SPEC §16.4, fluxd 0.4.0): `subscribe(store:path:as:)` follows the value at one JSON
+/// Pointer inside a store's state (a `PathSubscription` of `PathEvent`s), woken only by changes that touch it. One
+/// connection may hold a store's whole-store subscription and any number of its path subscriptions at once; their
+/// events never mix (`store-down`/`store-up` go to both).
+///
 /// Errors: fluxd's `error` replies become `FluxError.server` with the stable `ErrorCode`. A reply is matched to its
 /// request by the id the client generated. Errors that answer no awaited request — notably `no-handler` for a
 /// fire-and-forget `dispatch` — are delivered on the `errors` stream (its `ref` is the id `dispatch` returned), or to
@@ -186,6 +191,11 @@ public final class FluxClient: Sendable {
         var barriers: [String: (ids: Set<String>, refused: [ServerError])] = [:]
         var subscriptions: [String: WireSubscription] = [:]
         var draining: [String: Int] = [:]
+        /// Path subscriptions (SPEC §16.4), by store and path; those withdrawn, up to their `unsubscribed`; and
+        /// how many path `subscribe`s were sent (their order, for a refusal).
+        var pathSubscriptions: [PathKey: WirePathSubscription] = [:]
+        var pathDraining: [PathKey: Int] = [:]
+        var pathOrder = 0
         var nextSubscriber = 0
         var sinks: [String: @Sendable (StoreInbound) -> Void] = [:]
         var monitors: [Int: MonitorListener] = [:]

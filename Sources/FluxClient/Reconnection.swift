@@ -253,6 +253,7 @@ extension FluxClient {
                 let from = changed ? nil : s.subscriptions[store]?.delivered
                 out.append(contentsOf: Self.subscribeFrame(store: store, deltas: s.deltas, from: from).wireBytes)
             }
+            out.append(contentsOf: Self.resubscribePaths(&s, epochChanged: changed))
             for (id, query) in s.liveQueries.sorted(by: { $0.key < $1.key }) {
                 var b = FrameBuilder(op: "query", capacity: 64 + query.query.count)
                 b.string("id", id)

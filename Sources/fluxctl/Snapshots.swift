@@ -3,6 +3,7 @@ import FluxClient
 import FluxCore
 import FluxJSONValue
 import Foundation
+import Synchronization
 
 /// `fluxctl state STORE [--path /json/pointer]`: prints a store's retained snapshot.
 struct State: AsyncParsableCommand {
@@ -78,7 +79,8 @@ struct State: AsyncParsableCommand {
     }
 }
 
-/// `fluxctl watch STORE`: follows a store's snapshots live, as diffs (default) or whole states (`--full`).
+/// `fluxctl watch STORE`: follows a store's snapshots live, as diffs (default) or whole states (`--full`); with
+/// `--path`, follows the value at one JSON pointer through a path subscription (SPEC §16.4).
 struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Follow a store's snapshots live, showing what changed.",
@@ -86,15 +88,25 @@ struct Watch: AsyncParsableCommand {
         Prints the retained state, then for every new version the changes from the previous one: \
         + added, - removed, ~ changed, each with its JSON pointer path (old -> new values), with the version, \
         the seq and the type of the action that produced it. --full prints whole snapshots instead. \
-        Also shows when the store goes down and comes back.
+        Also shows when the store goes down and comes back. \
+        --path /todos/3 follows only the value at that JSON pointer (a path subscription, fluxd 0.4.0 or newer): \
+        the retained version's value, then the value at every version whose change touched it ("absent" when \
+        the state has nothing there); changes elsewhere in the state print nothing.
         """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The store's name.") var store: String
     @Flag(name: .long, help: "Print whole snapshots instead of changes.") var full = false
-    @Option(name: .long, help: "Exit after this many snapshots.") var count: Int?
+    @Option(name: .long, help: ArgumentHelp("Follow only the value at this JSON pointer, e.g. /todos/3.", valueName: "pointer"))
+    var path: String?
+    @Option(name: .long, help: "Exit after this many snapshots (with --path: values).") var count: Int?
+
+    func validate() throws {
+        if path != nil && full { throw ValidationError("--full does not go with --path (values at a path print whole)") }
+    }
 
     func run() async throws {
         try checkStoreName(store)
+        if let path { return try await watchPath(path) }
         // A monitor connection: it may subscribe, and its event stream says which action type each seq was.
         let client = try await options.connect(role: .monitor)
         defer { client.abort() }
@@ -104,6 +116,119 @@ struct Watch: AsyncParsableCommand {
             try await printSnapshots(from: stream, store: store, json: json, full: full, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
+        }
+    }
+
+    /// `watch --path`: a path subscription through FluxClient; its values print as `PathPrinter` says.
+    private func watchPath(_ path: String) async throws {
+        do {
+            _ = try JSONPointer(parsing: path)
+        } catch {
+            throw fail(Exit.badInput, error.message)
+        }
+        guard path.utf8.count <= FluxClient.maxPathBytes else {
+            throw fail(Exit.badInput, "a JSON pointer for --path has at most \(FluxClient.maxPathBytes) bytes (this one has \(path.utf8.count))")
+        }
+        // A monitor connection: its event stream says which action type each seq was (the dispatch event comes
+        // before the value it produced, and the SDK hands monitor events over as it reads them).
+        let client = try await options.connect(role: .monitor)
+        defer { client.abort() }
+        let socket = options.socketPath
+        guard client.welcome.limits.deltaHistory != nil else {
+            throw fail(Exit.refused, "the fluxd at \(socket) (\(client.welcome.server)) has no path subscriptions: watch --path needs fluxd 0.4.0 or newer")
+        }
+        let types = ActionTypes()
+        _ = client.addMonitorListener(deliver: { types.take($0) }, end: { _ in })
+        let store = self.store, count = self.count, json = options.json
+        do {
+            let subscription = try client.subscribeJSON(store: store, path: path)
+            defer { subscription.cancel() }
+            try await withTimeout(options.timeout, "watching \(path) in \(store)") {
+                let printer = PathPrinter(store: store, path: path, json: json)
+                var seen = 0
+                for try await event in subscription {
+                    if printer.handle(event, status: subscription.status, type: { types[$0] }) { seen += 1 }
+                    if let count, seen >= count { return }
+                }
+                throw FluxError.disconnected("fluxd closed the connection")
+            }
+        } catch {
+            throw failure(error, socket: socket)
+        }
+    }
+}
+
+/// The action types of the seqs a monitor connection saw dispatched (the newest 4096), shared between the client's
+/// reader (which records them) and the task printing values.
+final class ActionTypes: Sendable {
+    private let types = Mutex<[Int: String]>([:])
+
+    /// Records a `dispatch` event's type.
+    func take(_ event: MonitorEvent) {
+        guard event.kind == "dispatch", let seq = event.seq, let type = event.type else { return }
+        types.withLock { types in
+            types[seq] = type
+            if types.count > 4096 { types = types.filter { $0.key > seq - 2048 } }
+        }
+    }
+
+    subscript(seq: Int) -> String? { types.withLock { $0[seq] } }
+}
+
+/// Prints a path subscription's events for `watch --path`. Human: `watching STORE PATH (status, version V)`, then
+/// per value `STORE PATH version V (seq N type)` and the value pretty-printed (or `absent`); store-down/up lines as
+/// `watch` prints them. `--json`: one object per value, `{"store","path","version","seq","exists","value"}` (as
+/// SPEC §16.4's `subtree`: no `value` when it does not exist); status news go to stderr.
+struct PathPrinter {
+    let store: String
+    let path: String
+    let json: Bool
+
+    /// Handles an event; returns true when it was a value (counted by --count).
+    func handle(_ event: PathEvent<RawJSON>, status current: SubscriptionStatus?, type: (Int) -> String?) -> Bool {
+        switch event {
+        case .subscribed(let status):
+            if !json { emit(Style.dim("watching \(store) \(path) (\(status.rawValue), version \(current?.version ?? 0))")) }
+            if status == .unknown {
+                printError("fluxctl: no store named \"\(store)\" has registered yet; waiting for it")
+            }
+            return false
+        case .value(let subtree):
+            let value = subtree.value.map { (try? JSONValue(parsing: $0.bytes)) ?? .null }
+            if json {
+                var line = JSONLine()
+                line.add("store", store)
+                line.add("path", path)
+                line.add("version", subtree.version)
+                line.add("seq", subtree.seq)
+                line.add("exists", subtree.exists)
+                line.add("value", value)
+                emit(line.text)
+                return true
+            }
+            let cause = subtree.seq == 0 ? "" : " (seq \(subtree.seq)\(type(subtree.seq).map { " " + $0 } ?? ""))"
+            emit(Style.bold("\(store) \(path) version \(subtree.version)") + cause)
+            if let value {
+                emit(value.pretty(colors: Terminal.jsonColors).split(separator: "\n", omittingEmptySubsequences: false)
+                    .map { "  " + $0 }.joined(separator: "\n"))
+            } else {
+                emit("  " + Style.dim("absent"))
+            }
+            return true
+        case .storeDown(let reason):
+            if json {
+                printError("fluxctl: store \(store) is down (\(reason))")
+            } else {
+                emit(Style.red("\(store) down") + " (\(reason))")
+            }
+            return false
+        case .storeUp(let version):
+            if json {
+                printError("fluxctl: store \(store) is up again (version \(version))")
+            } else {
+                emit(Style.green("\(store) up") + " (version \(version))")
+            }
+            return false
         }
     }
 }

@@ -140,9 +140,11 @@ extension Router {
         if let account = before.account { memory.force(account, before.cost) }
     }
 
-    /// Charges the retained state's new cost to its publisher (as `publish` does for whole states).
+    /// Charges the retained state's new cost to its publisher (whole states and patched trees alike). False, with
+    /// nothing changed, when the budget has no room.
     func chargeRetained(_ store: StoreEntry, _ cost: Int) -> Bool {
         if let owner = store.ownerPeer, owner.account === store.retainedBy {
+            // The common case: the same connection publishes again; only the difference is charged.
             guard memory.resize(owner.account, from: store.retainedCost, to: cost) else { return false }
         } else {
             guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }

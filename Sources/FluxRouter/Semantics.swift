@@ -379,20 +379,7 @@ extension Router {
         // The retained snapshot is charged to the connection that published it (within its allowance a small
         // state costs the shared budget nothing); it stays charged to that account, and so to its user, after the
         // connection closes, until a newer state replaces it.
-        let cost = 96 + store.nameJSON.count + state.count
-        if let owner = store.ownerPeer, owner.account === store.retainedBy {
-            // The common case: the same connection publishes again; only the difference is charged.
-            guard memory.resize(owner.account, from: store.retainedCost, to: cost) else { return false }
-        } else {
-            guard let account = store.ownerPeer?.account ?? store.retainedBy else { return false }
-            if let previous = store.retainedBy { memory.release(previous, store.retainedCost) }
-            guard memory.charge(account, cost) else {
-                if let previous = store.retainedBy { memory.force(previous, store.retainedCost) }
-                return false
-            }
-            store.retainedBy = account
-        }
-        store.retainedCost = cost
+        guard chargeRetained(store, 96 + store.nameJSON.count + state.count) else { return false }
         store.version += 1
         if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state) }
         let frame = snapshotFrame(store, seq: seq, state: state)

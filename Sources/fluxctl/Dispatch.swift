@@ -26,7 +26,7 @@ struct Dispatch: AsyncParsableCommand {
     @Flag(name: .long, help: "Wait for the settlement and print each store's result.") var wait = false
     @Option(name: .long, help: "Dispatch the action this many times.") var count = 1
     @Option(name: .long, help: ArgumentHelp("Replay actions from JSON lines in this file (- for stdin).", valueName: "file")) var file: String?
-    @Option(name: .long, help: "With --file: how many actions may await their settlement at once.") var window = 1
+    @Option(name: .long, help: "How many actions may await their settlement at once (--file: 1 unless given; --count --wait: 64, or more if given).") var window = 1
     @Flag(name: .long, help: "With --file: also replay actions that carry a \"cause\".") var includeCaused = false
 
     func validate() throws {
@@ -99,7 +99,8 @@ struct Dispatch: AsyncParsableCommand {
         let client = try await options.connect()
         defer { client.abort() }
         let socket = options.socketPath
-        let window = source == nil ? actions.count : self.window
+        // --count --wait: a bounded window too (all at once would meet a store's queueLimit past 1024).
+        let window = source == nil ? min(actions.count, max(self.window, 64)) : self.window
         var inFlight: [Int: PendingSettlement] = [:]
         var next = 0
         var printed = 0

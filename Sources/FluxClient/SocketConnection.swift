@@ -385,8 +385,9 @@ public final class SocketConnection: FluxConnection {
 /// reader has delivered the last of them. Only `SocketConnection`'s reader thread has bursts; called from any other
 /// thread (or another transport's delivery), `atEnd` runs the work at once.
 package final class ReadBurst {
-    private var active = false
-    private var pending: [() -> Void] = []
+    // Unchecked: only the reader thread touches its burst.
+    @exclusivity(unchecked) private var active = false
+    @exclusivity(unchecked) private var pending: [() -> Void] = []
 
     fileprivate init() {}
 

@@ -70,8 +70,9 @@ public class StoreContext {
     public let storeName: String
     let followUpCause: Int?
     let followed: [String: any Sendable]
-    var followUps: [FollowUp] = []
-    var spawned: [@Sendable (StoreDispatcher) async throws -> Void] = []
+    // Unchecked: a context is used by one handler call, on the store's loop.
+    @exclusivity(unchecked) var followUps: [FollowUp] = []
+    @exclusivity(unchecked) var spawned: [@Sendable (StoreDispatcher) async throws -> Void] = []
 
     init(storeName: String, followUpCause: Int?, followed: [String: any Sendable]) {
         self.storeName = storeName

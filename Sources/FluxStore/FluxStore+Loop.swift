@@ -15,7 +15,6 @@ extension FluxStore {
         let client: FluxClient
         let config: Registry
         let decoder = JSONDecoder()
-        var state: State
         var phase = Phase.registering
         /// The connection (`FluxClient.generation`) the store registered on: its answers go on that one only.
         var generation: Int?
@@ -38,6 +37,9 @@ extension FluxStore {
         let nameJSON: [UInt8]
         /// The handler found for the last action type (actions of one type tend to come in runs).
         var lastHandler: (type: String, handler: ActionHandler?)?
+        /// The state (the last stored property: the ones before it keep offsets known at compile time, where a
+        /// field after a `State` of unknown size is found through the type's metadata).
+        var state: State
 
         var registered: Bool { phase != .registering && phase != .interrupted }
 
@@ -61,6 +63,12 @@ extension FluxStore {
             patches = client.welcome.limits.deltaHistory != nil
             delta.forgetBaseline()
             base = nil
+        }
+
+        /// Handles a run of messages in order (stopping at one that ends the run).
+        mutating func handle(_ items: [StoreMailboxItem]) throws(FluxError) -> Step {
+            for item in items where try handle(item) == .stop { return .stop }
+            return .next
         }
 
         mutating func handle(_ item: StoreMailboxItem) throws(FluxError) -> Step {

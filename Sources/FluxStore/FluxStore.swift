@@ -80,7 +80,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     public let logger: Logger
 
     private let registry = Mutex(Registry())
-    private let current: Mutex<State>
+    /// Guards `current`. (Not a `Mutex<State>`: in this generic class, each use of that type looked its metadata
+    /// up at run time, once per action.)
+    private let currentLock = Mutex(())
+    @exclusivity(unchecked) private nonisolated(unsafe) var current: State
     private let readiness = Mutex(Readiness())
     private let tasks = Mutex(TaskBag())
     private let connectivity = ConnectivityBroadcaster()
@@ -100,11 +103,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         self.initial = initial
         self.unhandled = unhandled
         self.logger = logger
-        self.current = Mutex(initial)
+        self.current = initial
     }
 
     /// The state as of the last action or query change handled (for tests and diagnostics).
-    public var state: State { current.withLock { $0 } }
+    public var state: State { currentLock.withLock { _ in current } }
 
     // MARK: Configuration
 
@@ -351,12 +354,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
             defer { try? client.flushQueued() }
             // After a cancellation, what was posted before it is still handled (as a stream would deliver it).
             while let items = await mailbox.next() {
-                for item in items {
-                    do throws(FluxError) {
-                        if try loop.handle(item) == .stop { return .success(()) }
-                    } catch {
-                        return .failure(error)
-                    }
+                do throws(FluxError) {
+                    if try loop.handle(items) == .stop { return .success(()) }
+                } catch {
+                    return .failure(error)
                 }
                 try? client.flushQueued()
             }
@@ -428,7 +429,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     }
 
     func publishState(_ state: State) {
-        current.withLock { $0 = state }
+        currentLock.withLock { _ in current = state }
     }
 
     func start(_ work: @escaping @Sendable (StoreDispatcher) async throws -> Void, dispatcher: StoreDispatcher) {

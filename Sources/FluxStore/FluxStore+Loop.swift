@@ -237,10 +237,7 @@ extension FluxStore {
                 try? client.queue(frame: b.finish(), generation: generation)
                 return
             }
-            let ctx = ActionContext(
-                storeName: store.name, seq: seq, type: type, origin: env.fluxInt("origin") ?? 0,
-                cause: env.int(.cause).value.map { Int($0) }, redelivered: env.bool("redelivered").value ?? false,
-                followed: followed)
+            let ctx = ActionContext(storeName: store.name, seq: seq, type: type, message: env, followed: followed)
             var copy = state
             var b: FrameBuilder
             do {

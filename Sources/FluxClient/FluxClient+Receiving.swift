@@ -8,22 +8,35 @@ import Logging
 extension FluxClient {
     /// An event of connection `generation` (those of an earlier connection are ignored).
     func receive(_ event: ConnectionEvent, generation: Int) {
-        guard state.withLock({ $0.generation == generation }) else { return }
         switch event {
-        case .frame(let body): handleFrame(body)
-        case .closed(let error): handleClosed(error)
+        case .frame(let body): handleFrame(body, generation: generation)
+        case .closed(let error):
+            guard state.withLock({ $0.generation == generation }) else { return }
+            handleClosed(error)
         }
     }
 
-    private func handleFrame(_ body: [UInt8]) {
+    private func handleFrame(_ body: [UInt8], generation: Int) {
         let env: Envelope
         do {
             env = try Envelope(body: body)
         } catch {
+            guard state.withLock({ $0.generation == generation }) else { return }
             logger.warning("fluxd sent an unreadable frame: \(error.message)")
             reportUnanswered(.protocolViolation("fluxd sent an unreadable frame: \(error.message)"))
             return
         }
+        if env.isString(.op, "action") {
+            // A store's hot path: the op compared as bytes (no String made for it, no switch over every op name),
+            // the connection's generation checked and the store's sink found under one lock.
+            if let store = env.string(.store).value,
+               let sink = state.withLock({ $0.generation == generation ? $0.sinks[store] : nil }) {
+                sink(.message(env))
+            }
+            return
+        }
+        // Events of an earlier connection are ignored.
+        guard state.withLock({ $0.generation == generation }) else { return }
         guard let op = env.fluxString("op") else {
             reportUnanswered(.protocolViolation("fluxd sent a message without op"))
             return

@@ -481,7 +481,18 @@ public final class FluxClient: Sendable {
     /// Queues a frame without writing it yet: a store answering a run of actions hands all its answers to the
     /// connection at once (`flushQueued()` after the run; any other send hands them over too, in order).
     package func queue(frame: Frame, generation: Int? = nil) throws(FluxError) {
-        try queueBytes(frame.wireBytes, generation: generation)
+        // Copied from the frame straight into the outbox (not through an array of its own).
+        try withExtendedLifetime(frame) { () throws(FluxError) in
+            let bytes = frame.bytes
+            try state.withLock { s throws(FluxError) in
+                if let terminal = s.terminal { throw terminal }
+                if s.phase == .reconnecting { throw .disconnected("not connected to fluxd (reconnecting)") }
+                if let generation, generation != s.generation {
+                    throw .disconnected("the connection this was meant for was lost")
+                }
+                s.outbox.append(contentsOf: bytes)
+            }
+        }
     }
 
     /// Hands what `queue(frame:)` left queued to the connection.

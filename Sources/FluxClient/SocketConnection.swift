@@ -173,6 +173,9 @@ public final class SocketConnection: FluxConnection {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
         var failure: FluxError?
+        let burst = ReadBurst()
+        ReadBurst.install(burst)
+        defer { ReadBurst.install(nil) }
         reading: while true {
             let n = read(fd, buffer.baseAddress, size)
             if n < 0 {
@@ -182,6 +185,9 @@ public final class SocketConnection: FluxConnection {
             }
             if n == 0 { break }
             decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            // The frames of one read are one burst: work held with `ReadBurst.atEnd` runs after the last of them.
+            burst.begin()
+            defer { burst.end() }
             while let decoded = decoder.next() {
                 switch decoded {
                 case .frame(let body): handler(.frame(body))
@@ -373,3 +379,50 @@ public final class SocketConnection: FluxConnection {
         for w in waiters { w.resume() }
     }
 }
+
+/// The frames a connection's reader got from one `read(2)` arrive together (a burst: a peer's batch of messages);
+/// work that is worth doing once per burst rather than once per frame (waking the store's loop) is held until the
+/// reader has delivered the last of them. Only `SocketConnection`'s reader thread has bursts; called from any other
+/// thread (or another transport's delivery), `atEnd` runs the work at once.
+package final class ReadBurst {
+    // Unchecked: only the reader thread touches its burst.
+    @exclusivity(unchecked) private var active = false
+    @exclusivity(unchecked) private var pending: [() -> Void] = []
+
+    fileprivate init() {}
+
+    /// Runs `work` after the current thread's burst, or now when the current thread is not delivering one.
+    package static func atEnd(_ work: @escaping () -> Void) {
+        if let raw = pthread_getspecific(burstKey) {
+            let burst = Unmanaged<ReadBurst>.fromOpaque(raw).takeUnretainedValue()
+            if burst.active {
+                burst.pending.append(work)
+                return
+            }
+        }
+        work()
+    }
+
+    /// Makes `burst` the current thread's (nil: none). The reader holds it for as long as it is installed.
+    fileprivate static func install(_ burst: ReadBurst?) {
+        pthread_setspecific(burstKey, burst.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) })
+    }
+
+    fileprivate func begin() { active = true }
+
+    fileprivate func end() {
+        active = false
+        while !pending.isEmpty {
+            let work = pending
+            pending.removeAll(keepingCapacity: true)
+            for w in work { w() }
+        }
+    }
+}
+
+/// The thread-specific slot of the reader's `ReadBurst`.
+private let burstKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()

@@ -24,15 +24,21 @@ import Foundation
 public struct JSONDeltaEncoder {
     /// A computed change, to be committed once sent.
     public struct Change {
-        /// The patch operations, in order (`{"op":...,"path":...,"value":...}` objects).
-        public var operations: [JSONValue]
+        /// The patch as compact JSON bytes: an array of `{"op":...,"path":...,"value":...}` objects, written while
+        /// the values were compared (no tree of operations in between).
+        public let bytes: [UInt8]
+        /// How many operations the patch has.
+        public let count: Int
         let node: EncodedNode
 
-        /// Whether the value did not change.
-        public var isEmpty: Bool { operations.isEmpty }
+        /// The patch operations, in order (read back from `bytes`).
+        public var operations: [JSONValue] {
+            guard count > 0, let parsed = try? JSONValue(parsing: bytes), let items = parsed.arrayValue else { return [] }
+            return items
+        }
 
-        /// The patch as compact JSON bytes (an array of the operations).
-        public var bytes: [UInt8] { JSONValue.array(operations).compactBytes }
+        /// Whether the value did not change.
+        public var isEmpty: Bool { count == 0 }
     }
 
     var previous: EncodedNode?
@@ -56,9 +62,9 @@ public struct JSONDeltaEncoder {
     public func change<T: Encodable>(to value: T) throws -> Change? {
         guard let previous else { return nil }
         let node = try ValueWalker.encode(value, codingPath: [], tracking: true)
-        var ops: [JSONValue] = []
-        try Self.diff(previous, node, path: "", into: &ops)
-        return Change(operations: ops, node: node)
+        var patch = PatchWriter()
+        try Self.diff(previous, node, at: nil, into: &patch)
+        return Change(bytes: patch.finish(), count: patch.count, node: node)
     }
 
     /// Makes the value of `change` the baseline.
@@ -66,61 +72,154 @@ public struct JSONDeltaEncoder {
         previous = change.node
     }
 
-    static func op(_ name: String, _ path: String, _ value: JSONValue?) -> JSONValue {
-        var members: [(key: String, value: JSONValue)] = [("op", .string(name)), ("path", .string(path))]
-        if let value { members.append(("value", value)) }
-        return .object(members)
+    /// Where a value is: a JSON Pointer as a chain of tokens, each on the stack of the diff that visits it (the
+    /// pointer is written out only for an operation, and a visit that finds nothing changed allocates nothing).
+    struct PathLink {
+        let parent: UnsafePointer<PathLink>?
+        /// An object member's key, or nil for the array index `index`.
+        let key: String?
+        let index: Int
     }
 
-    static func diff(_ old: EncodedNode, _ new: EncodedNode, path: String, into ops: inout [JSONValue]) throws {
-        switch (old, new) {
-        case (.tracked(let a), .tracked(let b)):
-            if a.stamp == b.stamp { return }
-            guard let changes = try b.changes(a.stamp) else {
-                ops.append(op("replace", path, try b.materialize()))
+    /// The patch being written.
+    struct PatchWriter {
+        var bytes: [UInt8] = []
+        var count = 0
+
+        mutating func op(_ name: StaticString, at path: UnsafePointer<PathLink>?, value: JSONValue?) {
+            if count == 0 {
+                bytes.reserveCapacity(96)
+                bytes.append(UInt8(ascii: "["))
+            } else {
+                bytes.append(UInt8(ascii: ","))
+            }
+            count += 1
+            JSONValue.append(#"{"op":""#, to: &bytes)
+            JSONValue.append(name, to: &bytes)
+            JSONValue.append(#"","path":""#, to: &bytes)
+            if let path { Self.write(path, to: &bytes) }
+            bytes.append(UInt8(ascii: "\""))
+            if let value {
+                JSONValue.append(#","value":"#, to: &bytes)
+                value.appendCompact(to: &bytes)
+            }
+            bytes.append(UInt8(ascii: "}"))
+        }
+
+        /// The pointer's tokens, root first, each `/` + the token (`~` as `~0`, `/` as `~1`), escaped for a JSON
+        /// string.
+        static func write(_ link: UnsafePointer<PathLink>, to out: inout [UInt8]) {
+            if let parent = link.pointee.parent { write(parent, to: &out) }
+            out.append(UInt8(ascii: "/"))
+            guard let key = link.pointee.key else {
+                out.append(contentsOf: String(link.pointee.index).utf8)
                 return
             }
-            for c in changes {
+            var plain = true
+            for c in key.utf8 where c < 0x20 || c == UInt8(ascii: "~") || c == UInt8(ascii: "/")
+                || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") {
+                plain = false
+                break
+            }
+            if plain {
+                out.append(contentsOf: key.utf8)
+                return
+            }
+            var token: [UInt8] = []
+            for c in key.utf8 {
                 switch c {
-                case .set(let i, let v): ops.append(op("replace", "\(path)/\(i)", v))
-                case .insert(let i, let v): ops.append(op("add", "\(path)/\(i)", v))
-                case .remove(let i): ops.append(op("remove", "\(path)/\(i)", nil))
+                case UInt8(ascii: "~"): token.append(UInt8(ascii: "~")); token.append(UInt8(ascii: "0"))
+                case UInt8(ascii: "/"): token.append(UInt8(ascii: "~")); token.append(UInt8(ascii: "1"))
+                default: token.append(c)
                 }
             }
-        case (.object(let a), .object(let b)):
+            // As the middle of a JSON string: quoted, then without its quotes.
+            var quoted: [UInt8] = []
+            token.withUnsafeBufferPointer { JSONValue.appendQuoted(bytes: $0, to: &quoted) }
+            out.append(contentsOf: quoted[1..<(quoted.count - 1)])
+        }
+
+        mutating func finish() -> [UInt8] {
+            if count == 0 { return Array("[]".utf8) }
+            bytes.append(UInt8(ascii: "]"))
+            return bytes
+        }
+    }
+
+    /// Writes the operations that turn `old` into `new` (at `path`) into `patch`.
+    static func diff(_ old: EncodedNode, _ new: EncodedNode, at path: UnsafePointer<PathLink>?,
+                     into patch: inout PatchWriter) throws {
+        // One switch per side (a switch over the pair copied both nodes first).
+        switch old {
+        case .value(let x):
+            guard case .value(let y) = new else { break }
+            if x != y { patch.op("replace", at: path, value: y) }
+            return
+        case .object(let a):
+            guard case .object(let b) = new else { break }
             // Both sorted by key: merge.
             var i = 0, j = 0
             while i < a.count || j < b.count {
                 if j == b.count || (i < a.count && a[i].key < b[j].key) {
-                    ops.append(op("remove", path + "/" + escapeToken(a[i].key), nil))
+                    var link = PathLink(parent: path, key: a[i].key, index: 0)
+                    withUnsafePointer(to: &link) { patch.op("remove", at: $0, value: nil) }
                     i += 1
                 } else if i == a.count || b[j].key < a[i].key {
-                    ops.append(op("add", path + "/" + escapeToken(b[j].key), try b[j].node.materialize()))
+                    var link = PathLink(parent: path, key: b[j].key, index: 0)
+                    let value = try b[j].node.materialize()
+                    withUnsafePointer(to: &link) { patch.op("add", at: $0, value: value) }
                     j += 1
                 } else {
-                    try diff(a[i].node, b[j].node, path: path + "/" + escapeToken(a[i].key), into: &ops)
+                    var link = PathLink(parent: path, key: a[i].key, index: 0)
+                    try withUnsafePointer(to: &link) { try diff(a[i].node, b[j].node, at: $0, into: &patch) }
                     i += 1
                     j += 1
                 }
             }
-        case (.array(let a), .array(let b)):
+            return
+        case .array(let a):
+            guard case .array(let b) = new else { break }
             let common = min(a.count, b.count)
-            for k in 0..<common { try diff(a[k], b[k], path: "\(path)/\(k)", into: &ops) }
-            if a.count > b.count {
-                for k in stride(from: a.count - 1, through: b.count, by: -1) { ops.append(op("remove", "\(path)/\(k)", nil)) }
-            } else {
-                for k in common..<b.count { ops.append(op("add", "\(path)/\(k)", try b[k].materialize())) }
+            for k in 0..<common {
+                var link = PathLink(parent: path, key: nil, index: k)
+                try withUnsafePointer(to: &link) { try diff(a[k], b[k], at: $0, into: &patch) }
             }
-        case (.value(let x), .value(let y)):
-            if x != y { ops.append(op("replace", path, y)) }
-        default:
-            ops.append(op("replace", path, try new.materialize()))
+            if a.count > b.count {
+                for k in stride(from: a.count - 1, through: b.count, by: -1) {
+                    var link = PathLink(parent: path, key: nil, index: k)
+                    withUnsafePointer(to: &link) { patch.op("remove", at: $0, value: nil) }
+                }
+            } else {
+                for k in common..<b.count {
+                    var link = PathLink(parent: path, key: nil, index: k)
+                    let value = try b[k].materialize()
+                    withUnsafePointer(to: &link) { patch.op("add", at: $0, value: value) }
+                }
+            }
+            return
+        case .tracked(let a):
+            guard case .tracked(let b) = new else { break }
+            if a.stamp == b.stamp { return }
+            guard let changes = try b.changes(a.stamp) else {
+                patch.op("replace", at: path, value: try b.materialize())
+                return
+            }
+            for c in changes {
+                switch c {
+                case .set(let i, let v):
+                    var link = PathLink(parent: path, key: nil, index: i)
+                    withUnsafePointer(to: &link) { patch.op("replace", at: $0, value: v) }
+                case .insert(let i, let v):
+                    var link = PathLink(parent: path, key: nil, index: i)
+                    withUnsafePointer(to: &link) { patch.op("add", at: $0, value: v) }
+                case .remove(let i):
+                    var link = PathLink(parent: path, key: nil, index: i)
+                    withUnsafePointer(to: &link) { patch.op("remove", at: $0, value: nil) }
+                }
+            }
+            return
         }
-    }
-
-    /// A reference token escaped for a JSON Pointer (`~` as `~0`, `/` as `~1`).
-    static func escapeToken(_ token: String) -> String {
-        guard token.utf8.contains(where: { $0 == UInt8(ascii: "~") || $0 == UInt8(ascii: "/") }) else { return token }
-        return token.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1")
+        // Another kind of value: replaced whole.
+        patch.op("replace", at: path, value: try new.materialize())
     }
 }

@@ -26,8 +26,79 @@ extension JSONValue {
         return out
     }
 
-    /// `compact` as UTF-8 bytes (to splice into a frame).
-    public var compactBytes: [UInt8] { Array(compact.utf8) }
+    /// `compact` as UTF-8 bytes (to splice into a frame), written as bytes (no `String` in between).
+    public var compactBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        appendCompact(to: &out)
+        return out
+    }
+
+    /// Appends `compact`'s UTF-8 bytes to `out`.
+    public func appendCompact(to out: inout [UInt8]) {
+        switch self {
+        case .null: JSONValue.append("null", to: &out)
+        case .bool(let b): JSONValue.append(b ? "true" : "false", to: &out)
+        case .number(let n): out.append(contentsOf: n.utf8)
+        case .string(let s): JSONValue.appendQuoted(s, to: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (n, item) in items.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                item.appendCompact(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (n, member) in members.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                JSONValue.appendQuoted(member.key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                member.value.appendCompact(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    @inline(__always)
+    static func append(_ literal: StaticString, to out: inout [UInt8]) {
+        out.append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
+    /// Appends `quote(s)` as UTF-8 bytes.
+    public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { appendQuoted(bytes: $0, to: &out) }
+    }
+
+    /// Appends UTF-8 `bytes` as a JSON string literal, escaped as `quote` does: runs of bytes that need no escape are
+    /// copied as they are.
+    static func appendQuoted(bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        var start = 0
+        for i in 0..<bytes.count {
+            let c = bytes[i]
+            if c >= 0x20 && c != UInt8(ascii: "\"") && c != UInt8(ascii: "\\") { continue }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))
+            switch c {
+            case UInt8(ascii: "\""): append("\\\"", to: &out)
+            case UInt8(ascii: "\\"): append("\\\\", to: &out)
+            case UInt8(ascii: "\n"): append("\\n", to: &out)
+            case UInt8(ascii: "\r"): append("\\r", to: &out)
+            case UInt8(ascii: "\t"): append("\\t", to: &out)
+            case 0x08: append("\\b", to: &out)
+            case 0x0C: append("\\f", to: &out)
+            default:
+                let hex: StaticString = "0123456789abcdef"
+                append("\\u00", to: &out)
+                out.append(hex.utf8Start[Int(c >> 4)])
+                out.append(hex.utf8Start[Int(c & 0xF)])
+            }
+            start = i + 1
+        }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...]))
+        out.append(UInt8(ascii: "\""))
+    }
 
     /// Indented by two spaces per level.
     public func pretty(colors: JSONColors = .none) -> String {

@@ -13,6 +13,11 @@
 // to be valid, which needs no error handling at all.
 
 import FluxCore
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Any JSON value. Object members keep their order (and duplicates: `subscript(key)` returns the last one, as
 /// most parsers do); numbers keep their text.
@@ -70,5 +75,17 @@ public enum JSONValue: Equatable, Sendable {
 /// Whether two keys (or strings) are the same JSON text: compared by their Unicode scalars (UTF-8 bytes), not by
 /// Swift's canonical equivalence, under which "é" and "e" + U+0301 are equal although JSON has them as two
 /// different keys.
+/// (Native strings are compared as contiguous bytes: the generic `elementsEqual` over two `UTF8View`s went byte by
+/// byte through index arithmetic, and the delta encoder compares every string of a state on every change.)
 @inline(__always)
-func sameKey(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
+func sameKey(_ a: String, _ b: String) -> Bool {
+    let x = a.utf8, y = b.utf8
+    guard x.count == y.count else { return false }
+    let fast = x.withContiguousStorageIfAvailable { p in
+        y.withContiguousStorageIfAvailable { q in
+            p.count == 0 || memcmp(p.baseAddress!, q.baseAddress!, p.count) == 0
+        }
+    }
+    if let fast, let result = fast { return result }
+    return x.elementsEqual(y)
+}

@@ -6,8 +6,9 @@
 
 import Foundation
 
-/// What a walk makes: plain JSON, with tracked arrays left as nodes (when tracking).
-indirect enum EncodedNode {
+/// What a walk makes: plain JSON, with tracked arrays left as nodes (when tracking). (Not `indirect`: the recursion
+/// goes through arrays, and an indirect case would box every leaf.)
+enum EncodedNode {
     case value(JSONValue)
     /// Members sorted by key.
     case object([(key: String, node: EncodedNode)])
@@ -25,67 +26,111 @@ indirect enum EncodedNode {
     }
 }
 
-/// A tracked array met by a walk: its stamp, and how to encode it whole or describe its changes since a stamp.
-struct TrackedNode {
+/// A tracked array met by a walk: its stamp, and how to encode it whole or describe its changes since a stamp. (A
+/// class: a node holds one reference, and every other node stays small.)
+final class TrackedNode {
     enum Change {
         case set(Int, JSONValue)
         case insert(Int, JSONValue)
         case remove(Int)
     }
-    var stamp: UInt64
-    var materialize: () throws -> JSONValue
+    let stamp: UInt64
+    let materialize: () throws -> JSONValue
     /// The changes since the content named by a stamp, encoded; nil when the log does not reach back to it.
-    var changes: (UInt64) throws -> [Change]?
+    let changes: (UInt64) throws -> [Change]?
+
+    init(stamp: UInt64, materialize: @escaping () throws -> JSONValue,
+         changes: @escaping (UInt64) throws -> [Change]?) {
+        self.stamp = stamp
+        self.materialize = materialize
+        self.changes = changes
+    }
 }
 
-/// The encoder a walk hands to `encode(to:)`: builds an `EncodedNode`.
+/// The encoder a walk hands to `encode(to:)`: builds an `EncodedNode`. A walker is also the builder of the object or
+/// array encoded into it (its members or elements; a nested container is a walker of its own), so encoding a struct
+/// of scalars makes one walker, one array of members and the container box Swift's Codable needs.
+///
+/// Its coding path is made only when something asks for it (an error, a nested value that is not a plain number
+/// or string): a walk over a state of scalars builds no path arrays.
 final class ValueWalker: Encoder {
-    enum Slot {
+    enum Kind {
         case none
         case node(EncodedNode)
-        case object(ObjectBuilder)
-        case array(ArrayBuilder)
+        case object
+        case array
     }
 
-    let codingPath: [any CodingKey]
+    /// The path of the value that contains this one, and this value's key in it (nil at the root).
+    let parentPath: [any CodingKey]
+    let key: (any CodingKey)?
+    @exclusivity(unchecked) private var path: [any CodingKey]?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     /// Whether tracked arrays are recorded as tracked nodes (delta encoding) rather than encoded.
     let tracking: Bool
-    var slot = Slot.none
+    // Unchecked: a walker is used by one walk on one thread (dynamic exclusivity checks were 1% of a store's CPU).
+    @exclusivity(unchecked) var kind = Kind.none
+    /// An object's members in the order they came (a later value for a key replaces an earlier one, as in a
+    /// dictionary), or an array's elements (keys unused). A member that is a nested container or encoder holds a
+    /// placeholder here until `result()`, and its walker is in `nested`.
+    @exclusivity(unchecked) var members: [(key: String, node: EncodedNode)] = []
+    @exclusivity(unchecked) var nested: [(index: Int, walker: ValueWalker)] = []
 
-    init(codingPath: [any CodingKey], tracking: Bool) {
-        self.codingPath = codingPath
+    init(parentPath: [any CodingKey], key: (any CodingKey)?, tracking: Bool) {
+        self.parentPath = parentPath
+        self.key = key
         self.tracking = tracking
     }
 
+    var codingPath: [any CodingKey] {
+        if let path { return path }
+        let made = key.map { parentPath + [$0] } ?? parentPath
+        path = made
+        return made
+    }
+
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        let builder: ObjectBuilder
-        if case .object(let b) = slot {
-            builder = b
-        } else {
-            builder = ObjectBuilder()
-            slot = .object(builder)
+        if case .object = kind {} else {
+            kind = .object
+            members = []
+            members.reserveCapacity(4)  // a struct's few fields without growing the array on the way
+            nested = []
         }
-        return KeyedEncodingContainer(KeyedWalkerContainer<Key>(walker: self, builder: builder, codingPath: codingPath))
+        return KeyedEncodingContainer(KeyedWalkerContainer<Key>(owner: self))
     }
 
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
-        let builder: ArrayBuilder
-        if case .array(let b) = slot {
-            builder = b
-        } else {
-            builder = ArrayBuilder()
-            slot = .array(builder)
+        if case .array = kind {} else {
+            kind = .array
+            members = []
+            nested = []
         }
-        return UnkeyedWalkerContainer(walker: self, builder: builder, codingPath: codingPath)
+        return UnkeyedWalkerContainer(owner: self)
     }
 
     func singleValueContainer() -> any SingleValueEncodingContainer { SingleWalkerContainer(walker: self) }
 
+    @inline(__always)
+    func put(_ key: String, _ node: EncodedNode) { members.append((key, node)) }
+
+    /// A walker for a nested container or encoder at `key` (an object's member, or the next element).
+    func putNested(_ key: String, codingKey: any CodingKey) -> ValueWalker {
+        let w = ValueWalker(parentPath: codingPath, key: codingKey, tracking: tracking)
+        nested.append((members.count, w))
+        members.append((key, .value(.null)))
+        return w
+    }
+
+    /// The nested walker put last for `key` (to add to a nested container asked for twice).
+    func existingNested(_ key: String) -> ValueWalker? {
+        guard let i = members.lastIndex(where: { $0.key == key }) else { return nil }
+        return nested.last { $0.index == i }?.walker
+    }
+
     func recordTracked<E: Encodable>(_ array: TrackedArray<E>) {
         let tracking = self.tracking, path = codingPath
         let encodeElement: (E, Int) throws -> JSONValue = { e, i in
-            try ValueWalker.encode(e, codingPath: path + [IndexKey(i)], tracking: tracking).materialize()
+            try ValueWalker.encode(e, parentPath: path, key: IndexKey(i), tracking: tracking).materialize()
         }
         let node = TrackedNode(
             stamp: array.stamp,
@@ -120,34 +165,64 @@ final class ValueWalker: Encoder {
                 if let p = pendingSet { out.append(.set(p.index, try encodeElement(p.element, p.index))) }
                 return out
             })
-        slot = .node(.tracked(node))
+        kind = .node(.tracked(node))
     }
 
-    /// What was encoded (an object when nothing was, as Foundation does for a nested value).
+    /// What was encoded (an object when nothing was, as Foundation does for a nested value). Objects have their
+    /// members sorted by key, the last value of a repeated key kept.
     func result() -> EncodedNode {
-        switch slot {
+        switch kind {
         case .none: return .object([])
         case .node(let n): return n
-        case .object(let b): return b.result()
-        case .array(let b): return b.result()
+        case .object, .array:
+            for (i, w) in nested { members[i].node = w.result() }
+            nested = []
+            if case .array = kind { return .array(members.map(\.node)) }
+            var ordered = true
+            if members.count > 1 {
+                for i in 1..<members.count where !(members[i - 1].key < members[i].key) {
+                    ordered = false
+                    break
+                }
+            }
+            if ordered { return .object(members) }
+            let order = members.indices.sorted { a, b in
+                members[a].key < members[b].key || (members[a].key == members[b].key && a < b)
+            }
+            var out: [(key: String, node: EncodedNode)] = []
+            out.reserveCapacity(members.count)
+            for i in order {
+                if let last = out.last, last.key == members[i].key {
+                    out[out.count - 1] = members[i]
+                } else {
+                    out.append(members[i])
+                }
+            }
+            return .object(out)
         }
     }
 
-    /// Encodes one value (the special cases of Foundation's JSONEncoder first).
+    /// Encodes one value at `codingPath`.
     static func encode<T: Encodable>(_ value: T, codingPath: [any CodingKey], tracking: Bool) throws -> EncodedNode {
-        switch value {
-        case let s as String: return .value(.string(s))
-        case let b as Bool: return .value(.bool(b))
-        case let i as Int: return .value(.number(String(i)))
-        case let d as Double: return .value(try number(d, codingPath))
-        case let data as Data: return .value(.string(data.base64EncodedString()))
-        case let url as URL: return .value(.string(url.absoluteString))
-        case let decimal as Decimal: return .value(.number(decimal.description))
-        default:
-            let walker = ValueWalker(codingPath: codingPath, tracking: tracking)
-            try value.encode(to: walker)
-            return walker.result()
+        try encode(value, parentPath: codingPath, key: nil, tracking: tracking)
+    }
+
+    /// Encodes one value (the special cases of Foundation's JSONEncoder first, recognised as Foundation does: by the
+    /// static type, which is a compare of two pointers where a dynamic cast per case was a call into the runtime).
+    static func encode<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?,
+                                     tracking: Bool) throws -> EncodedNode {
+        if T.self == String.self { return .value(.string(unsafeBitCast(value, to: String.self))) }
+        if T.self == Int.self { return .value(.number(String(unsafeBitCast(value, to: Int.self)))) }
+        if T.self == Bool.self { return .value(.bool(unsafeBitCast(value, to: Bool.self))) }
+        if T.self == Double.self {
+            return .value(try number(unsafeBitCast(value, to: Double.self), key.map { parentPath + [$0] } ?? parentPath))
         }
+        if T.self == Data.self { return .value(.string(unsafeBitCast(value, to: Data.self).base64EncodedString())) }
+        if T.self == URL.self { return .value(.string(unsafeBitCast(value, to: URL.self).absoluteString)) }
+        if T.self == Decimal.self { return .value(.number(unsafeBitCast(value, to: Decimal.self).description)) }
+        let walker = ValueWalker(parentPath: parentPath, key: key, tracking: tracking)
+        try value.encode(to: walker)
+        return walker.result()
     }
 
     static func number(_ d: Double, _ codingPath: [any CodingKey]) throws -> JSONValue {
@@ -171,50 +246,16 @@ final class ValueWalker: Encoder {
     }
 }
 
-/// Members of an object being encoded (a later value for a key replaces an earlier one).
-final class ObjectBuilder {
-    enum Member {
-        case node(EncodedNode)
-        case object(ObjectBuilder)
-        case array(ArrayBuilder)
-        case walker(ValueWalker)
-    }
-    var members: [String: Member] = [:]
-
-    func result() -> EncodedNode {
-        .object(members.keys.sorted().map { key in
-            switch members[key]! {
-            case .node(let n): return (key, n)
-            case .object(let b): return (key, b.result())
-            case .array(let b): return (key, b.result())
-            case .walker(let w): return (key, w.result())
-            }
-        })
-    }
-}
-
-/// Elements of an array being encoded.
-final class ArrayBuilder {
-    var items: [ObjectBuilder.Member] = []
-
-    func result() -> EncodedNode {
-        .array(items.map { item in
-            switch item {
-            case .node(let n): return n
-            case .object(let b): return b.result()
-            case .array(let b): return b.result()
-            case .walker(let w): return w.result()
-            }
-        })
-    }
-}
-
-/// An array index as a coding key.
+/// An array index as a coding key (its text made only when asked for).
 struct IndexKey: CodingKey {
-    var stringValue: String
-    var intValue: Int?
-    init(_ i: Int) { stringValue = String(i); intValue = i }
-    init?(stringValue: String) { self.stringValue = stringValue; intValue = Int(stringValue) }
+    let index: Int
+    var stringValue: String { String(index) }
+    var intValue: Int? { index }
+    init(_ i: Int) { index = i }
+    init?(stringValue: String) {
+        guard let i = Int(stringValue) else { return nil }
+        index = i
+    }
     init?(intValue: Int) { self.init(intValue) }
 }
 
@@ -228,11 +269,12 @@ struct SuperKey: CodingKey {
 }
 
 struct KeyedWalkerContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
-    let walker: ValueWalker
-    let builder: ObjectBuilder
-    let codingPath: [any CodingKey]
+    /// The walker of the object: it holds the members, and its path is this container's.
+    let owner: ValueWalker
+    var codingPath: [any CodingKey] { owner.codingPath }
 
-    func put(_ v: JSONValue, _ key: Key) { builder.members[key.stringValue] = .node(.value(v)) }
+    @inline(__always)
+    func put(_ v: JSONValue, _ key: Key) { owner.put(key.stringValue, .value(v)) }
 
     mutating func encodeNil(forKey key: Key) throws { put(.null, key) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { put(.bool(value), key) }
@@ -250,46 +292,34 @@ struct KeyedWalkerContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encode(_ value: UInt32, forKey key: Key) throws { put(.number(String(value)), key) }
     mutating func encode(_ value: UInt64, forKey key: Key) throws { put(.number(String(value)), key) }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        builder.members[key.stringValue] = .node(try ValueWalker.encode(value, codingPath: codingPath + [key], tracking: walker.tracking))
+        owner.put(key.stringValue, try ValueWalker.encode(value, parentPath: owner.codingPath, key: key,
+                                                           tracking: owner.tracking))
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
-        let b: ObjectBuilder
-        if case .object(let existing)? = builder.members[key.stringValue] { b = existing } else {
-            b = ObjectBuilder()
-            builder.members[key.stringValue] = .object(b)
-        }
-        return KeyedEncodingContainer(KeyedWalkerContainer<NestedKey>(walker: walker, builder: b, codingPath: codingPath + [key]))
+        let w = owner.existingNested(key.stringValue) ?? owner.putNested(key.stringValue, codingKey: key)
+        return w.container(keyedBy: NestedKey.self)
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-        let b: ArrayBuilder
-        if case .array(let existing)? = builder.members[key.stringValue] { b = existing } else {
-            b = ArrayBuilder()
-            builder.members[key.stringValue] = .array(b)
-        }
-        return UnkeyedWalkerContainer(walker: walker, builder: b, codingPath: codingPath + [key])
+        let w = owner.existingNested(key.stringValue) ?? owner.putNested(key.stringValue, codingKey: key)
+        return w.unkeyedContainer()
     }
 
-    mutating func superEncoder() -> any Encoder { superEncoder(key: SuperKey().stringValue, codingKey: SuperKey()) }
+    mutating func superEncoder() -> any Encoder { owner.putNested(SuperKey().stringValue, codingKey: SuperKey()) }
 
-    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(key: key.stringValue, codingKey: key) }
-
-    private func superEncoder(key: String, codingKey: any CodingKey) -> any Encoder {
-        let w = ValueWalker(codingPath: codingPath + [codingKey], tracking: walker.tracking)
-        builder.members[key] = .walker(w)
-        return w
-    }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { owner.putNested(key.stringValue, codingKey: key) }
 }
 
 struct UnkeyedWalkerContainer: UnkeyedEncodingContainer {
-    let walker: ValueWalker
-    let builder: ArrayBuilder
-    let codingPath: [any CodingKey]
-    var count: Int { builder.items.count }
+    /// The walker of the array: it holds the elements, and its path is this container's.
+    let owner: ValueWalker
+    var codingPath: [any CodingKey] { owner.codingPath }
+    var count: Int { owner.members.count }
 
-    func put(_ v: JSONValue) { builder.items.append(.node(.value(v))) }
-    var nextPath: [any CodingKey] { codingPath + [IndexKey(builder.items.count)] }
+    @inline(__always)
+    func put(_ v: JSONValue) { owner.put("", .value(v)) }
+    var nextPath: [any CodingKey] { codingPath + [IndexKey(count)] }
 
     mutating func encodeNil() throws { put(.null) }
     mutating func encode(_ value: Bool) throws { put(.bool(value)) }
@@ -307,35 +337,26 @@ struct UnkeyedWalkerContainer: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
     mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
     mutating func encode<T: Encodable>(_ value: T) throws {
-        builder.items.append(.node(try ValueWalker.encode(value, codingPath: nextPath, tracking: walker.tracking)))
+        owner.put("", try ValueWalker.encode(value, parentPath: owner.codingPath, key: IndexKey(count),
+                                              tracking: owner.tracking))
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
-        let path = nextPath
-        let b = ObjectBuilder()
-        builder.items.append(.object(b))
-        return KeyedEncodingContainer(KeyedWalkerContainer<NestedKey>(walker: walker, builder: b, codingPath: path))
+        owner.putNested("", codingKey: IndexKey(count)).container(keyedBy: NestedKey.self)
     }
 
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
-        let path = nextPath
-        let b = ArrayBuilder()
-        builder.items.append(.array(b))
-        return UnkeyedWalkerContainer(walker: walker, builder: b, codingPath: path)
+        owner.putNested("", codingKey: IndexKey(count)).unkeyedContainer()
     }
 
-    mutating func superEncoder() -> any Encoder {
-        let w = ValueWalker(codingPath: nextPath, tracking: walker.tracking)
-        builder.items.append(.walker(w))
-        return w
-    }
+    mutating func superEncoder() -> any Encoder { owner.putNested("", codingKey: IndexKey(count)) }
 }
 
 struct SingleWalkerContainer: SingleValueEncodingContainer {
     let walker: ValueWalker
     var codingPath: [any CodingKey] { walker.codingPath }
 
-    func put(_ v: JSONValue) { walker.slot = .node(.value(v)) }
+    func put(_ v: JSONValue) { walker.kind = .node(.value(v)) }
 
     mutating func encodeNil() throws { put(.null) }
     mutating func encode(_ value: Bool) throws { put(.bool(value)) }
@@ -353,7 +374,8 @@ struct SingleWalkerContainer: SingleValueEncodingContainer {
     mutating func encode(_ value: UInt32) throws { put(.number(String(value))) }
     mutating func encode(_ value: UInt64) throws { put(.number(String(value))) }
     mutating func encode<T: Encodable>(_ value: T) throws {
-        walker.slot = .node(try ValueWalker.encode(value, codingPath: codingPath, tracking: walker.tracking))
+        walker.kind = .node(try ValueWalker.encode(value, parentPath: walker.parentPath, key: walker.key,
+                                                   tracking: walker.tracking))
     }
 }
 

@@ -70,8 +70,9 @@ public class StoreContext {
     public let storeName: String
     let followUpCause: Int?
     let followed: [String: any Sendable]
-    var followUps: [FollowUp] = []
-    var spawned: [@Sendable (StoreDispatcher) async throws -> Void] = []
+    // Unchecked: a context is used by one handler call, on the store's loop.
+    @exclusivity(unchecked) var followUps: [FollowUp] = []
+    @exclusivity(unchecked) var spawned: [@Sendable (StoreDispatcher) async throws -> Void] = []
 
     init(storeName: String, followUpCause: Int?, followed: [String: any Sendable]) {
         self.storeName = storeName
@@ -113,20 +114,19 @@ public final class ActionContext: StoreContext {
     public let seq: Int
     /// The action type.
     public let type: String
+    /// The `action` message, whose other fields are read when a handler asks for them (most never do).
+    let message: Envelope
     /// The peer id of the connection that dispatched it.
-    public let origin: Int
+    public var origin: Int { message.fluxInt("origin") ?? 0 }
     /// The seq of the action whose handling led to this one, if the dispatcher said so.
-    public let cause: Int?
+    public var cause: Int? { message.int(.cause).value.map { Int($0) } }
     /// Whether fluxd delivered it before to a connection of this store that went down without answering.
-    public let redelivered: Bool
+    public var redelivered: Bool { message.bool("redelivered").value ?? false }
 
-    init(storeName: String, seq: Int, type: String, origin: Int, cause: Int?, redelivered: Bool,
-         followed: [String: any Sendable]) {
+    init(storeName: String, seq: Int, type: String, message: Envelope, followed: [String: any Sendable]) {
         self.seq = seq
         self.type = type
-        self.origin = origin
-        self.cause = cause
-        self.redelivered = redelivered
+        self.message = message
         super.init(storeName: storeName, followUpCause: seq, followed: followed)
     }
 }

@@ -7,15 +7,14 @@ import Logging
 extension FluxStore {
     /// The message loop of one `run`: owns the state while running; everything here runs one message at a time.
     struct Loop {
-        enum Step { case next, stop }
-        /// `interrupted`: the connection was lost; the client reconnects, then the store registers again.
-        enum Phase { case registering, awaitingSnapshot, ready, interrupted }
+        typealias Step = StoreLoopStep
+        typealias Phase = StoreLoopPhase
+        typealias Publication = StorePublication
 
         let store: FluxStore
         let client: FluxClient
         let config: Registry
         let decoder = JSONDecoder()
-        var state: State
         var phase = Phase.registering
         /// The connection (`FluxClient.generation`) the store registered on: its answers go on that one only.
         var generation: Int?
@@ -34,6 +33,13 @@ extension FluxStore {
         var base: Int?
         /// After `patch-failed`: the next change goes as a whole state (a patch that failed once is not trusted).
         var wholeNext = false
+        /// The store's name as a JSON string (written into every answer).
+        let nameJSON: [UInt8]
+        /// The handler found for the last action type (actions of one type tend to come in runs).
+        var lastHandler: (type: String, handler: ActionHandler?)?
+        /// The state (the last stored property: the ones before it keep offsets known at compile time, where a
+        /// field after a `State` of unknown size is found through the type's metadata).
+        var state: State
 
         var registered: Bool { phase != .registering && phase != .interrupted }
 
@@ -42,6 +48,9 @@ extension FluxStore {
             self.client = client
             self.config = config
             self.state = store.initial
+            var name: [UInt8] = []
+            appendEscaped(store.name, to: &name)
+            self.nameJSON = name
         }
 
         /// Sends `register` on the client's current connection.
@@ -56,7 +65,13 @@ extension FluxStore {
             base = nil
         }
 
-        mutating func handle(_ item: Inbound) throws(FluxError) -> Step {
+        /// Handles a run of messages in order (stopping at one that ends the run).
+        mutating func handle(_ items: [StoreMailboxItem]) throws(FluxError) -> Step {
+            for item in items where try handle(item) == .stop { return .stop }
+            return .next
+        }
+
+        mutating func handle(_ item: StoreMailboxItem) throws(FluxError) -> Step {
             switch item {
             case .store(.ended(let error)):
                 if let error { throw error }
@@ -99,6 +114,11 @@ extension FluxStore {
         }
 
         mutating func handleMessage(_ env: Envelope) throws(FluxError) {
+            if env.isString(.op, "action") {  // The hot path: the op compared as bytes, no String made.
+                if phase != .ready { becomeReady() }
+                handleAction(env)
+                return
+            }
             switch env.fluxString("op") {
             case "registered":
                 adoptedSeq = env.fluxInt("seq") ?? 0
@@ -194,30 +214,36 @@ extension FluxStore {
             return config.prefixes.first { type.utf8.starts(with: $0.prefix.utf8) }?.handler
         }
 
+        /// `handler(for:)`, remembered for the last type.
+        mutating func cachedHandler(for type: String) -> ActionHandler? {
+            if let last = lastHandler, last.type == type { return last.handler }
+            let found = handler(for: type)
+            lastHandler = (type, found)
+            return found
+        }
+
         mutating func handleAction(_ env: Envelope) {
-            guard let seq = env.fluxInt("seq") else {
+            guard let seq = env.int(.seq).value.map({ Int($0) }) else {
                 store.report(FluxError.protocolViolation("action without seq"))
                 return
             }
-            let type = env.fluxString("type") ?? ""
+            let type = env.string(.type).value ?? ""
             if seq <= adoptedSeq {
                 // Already in the adopted snapshot (rule 2): answered without applying it again.
                 store.logger.debug("store \(store.name): seq \(seq) (\(type)) is already in the adopted snapshot (seq \(adoptedSeq)); skipped")
                 var b = FrameBuilder(op: "done")
-                b.string("store", store.name)
+                b.raw("store", nameJSON)
                 b.int("seq", seq)
                 try? client.queue(frame: b.finish(), generation: generation)
                 return
             }
-            let ctx = ActionContext(
-                storeName: store.name, seq: seq, type: type, origin: env.fluxInt("origin") ?? 0,
-                cause: env.fluxInt("cause"), redelivered: env.bool("redelivered").value ?? false, followed: followed)
+            let ctx = ActionContext(storeName: store.name, seq: seq, type: type, message: env, followed: followed)
             var copy = state
             var b: FrameBuilder
             do {
                 var change: Publication?
-                if let h = handler(for: type) {
-                    try h(&copy, env.raw("payload"), ctx, decoder)
+                if let h = cachedHandler(for: type) {
+                    try h(&copy, env.raw(.payload), ctx, decoder)
                     change = try publication(of: copy)
                 } else if store.unhandled == .reject {
                     let handled = store.handledTypes
@@ -226,8 +252,8 @@ extension FluxStore {
                         message: "no handler for '\(type)'; this store handles: "
                             + (handled.isEmpty ? "no action types (it has no handlers)" : handled.joined(separator: ", ")))
                 }
-                b = FrameBuilder(op: "done", capacity: 64 + (change?.size ?? 0))
-                b.string("store", store.name)
+                b = FrameBuilder(op: "done", capacity: 64 + nameJSON.count + (change?.size ?? 0))
+                b.raw("store", nameJSON)
                 b.int("seq", seq)
                 if let change {
                     add(change, new: copy, to: &b)
@@ -238,7 +264,7 @@ extension FluxStore {
                 let rejection = error as? StoreRejection
                     ?? StoreRejection(code: StoreRejection.errorCode, message: PayloadProblem.readable(error))
                 b = FrameBuilder(op: "reject")
-                b.string("store", store.name)
+                b.raw("store", nameJSON)
                 b.int("seq", seq)
                 b.raw("error", errorObjectJSON(code: rejection.code, message: rejection.message))
                 ctx.followUps = []
@@ -274,19 +300,6 @@ extension FluxStore {
                 return
             }
             carryOut(ctx)
-        }
-
-        /// How a new state is published: as a patch from the retained state (SPEC §16.2), or whole.
-        enum Publication {
-            case patch(JSONDeltaEncoder.Change, bytes: [UInt8])
-            case whole([UInt8], baseline: Bool)
-
-            var size: Int {
-                switch self {
-                case .patch(_, let bytes): return bytes.count
-                case .whole(let bytes, _): return bytes.count
-                }
-            }
         }
 
         /// What to publish for `new` (nil: unchanged). A patch when fluxd takes them and the store knows the state
@@ -348,6 +361,7 @@ extension FluxStore {
         }
 
         func carryOut(_ ctx: StoreContext) {
+            if ctx.followUps.isEmpty && ctx.spawned.isEmpty { return }
             for f in ctx.followUps {
                 do {
                     try client.dispatch(type: f.type, payloadJSON: f.payload, cause: f.cause)
@@ -357,6 +371,27 @@ extension FluxStore {
             }
             let dispatcher = StoreDispatcher(client: client, cause: ctx.followUpCause)
             for work in ctx.spawned { store.start(work, dispatcher: dispatcher) }
+        }
+    }
+}
+
+// The loop's own types, outside the generic `FluxStore<State>` (where each use of a nested type looked its metadata
+// up at run time).
+
+enum StoreLoopStep { case next, stop }
+
+/// `interrupted`: the connection was lost; the client reconnects, then the store registers again.
+enum StoreLoopPhase { case registering, awaitingSnapshot, ready, interrupted }
+
+/// How a new state is published: as a patch from the retained state (SPEC §16.2), or whole.
+enum StorePublication {
+    case patch(JSONDeltaEncoder.Change, bytes: [UInt8])
+    case whole([UInt8], baseline: Bool)
+
+    var size: Int {
+        switch self {
+        case .patch(_, let bytes): return bytes.count
+        case .whole(let bytes, _): return bytes.count
         }
     }
 }

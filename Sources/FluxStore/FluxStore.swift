@@ -80,7 +80,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     public let logger: Logger
 
     private let registry = Mutex(Registry())
-    private let current: Mutex<State>
+    /// Guards `current`. (Not a `Mutex<State>`: in this generic class, each use of that type looked its metadata
+    /// up at run time, once per action.)
+    private let currentLock = Mutex(())
+    @exclusivity(unchecked) private nonisolated(unsafe) var current: State
     private let readiness = Mutex(Readiness())
     private let tasks = Mutex(TaskBag())
     private let connectivity = ConnectivityBroadcaster()
@@ -100,11 +103,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         self.initial = initial
         self.unhandled = unhandled
         self.logger = logger
-        self.current = Mutex(initial)
+        self.current = initial
     }
 
     /// The state as of the last action or query change handled (for tests and diagnostics).
-    public var state: State { current.withLock { $0 } }
+    public var state: State { currentLock.withLock { _ in current } }
 
     // MARK: Configuration
 
@@ -298,55 +301,6 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         connectivity.stream()
     }
 
-    /// Where the connection's reader leaves messages for the loop of one `run`: posting appends under a lock and
-    /// rings the doorbell only when the loop has taken everything before, so a burst of messages costs one wake-up
-    /// and is handled (and answered) as one run.
-    private final class Mailbox: Sendable {
-        private struct Box {
-            var items: [Inbound] = []
-            var rung = false
-            var closed = false
-        }
-        private let box = Mutex(Box())
-        /// Yields once per post into an empty mailbox; finishes on `close`.
-        let doorbell: AsyncStream<Void>
-        private let ring: AsyncStream<Void>.Continuation
-
-        init() {
-            (doorbell, ring) = AsyncStream.makeStream(of: Void.self)
-        }
-
-        func post(_ item: Inbound) {
-            let wake = box.withLock { b -> Bool in
-                guard !b.closed else { return false }
-                b.items.append(item)
-                defer { b.rung = true }
-                return !b.rung
-            }
-            if wake { ring.yield(()) }
-        }
-
-        /// Everything posted so far, in order; the next post rings again.
-        func takeAll() -> [Inbound] {
-            box.withLock { b in
-                b.rung = false
-                defer { b.items = [] }
-                return b.items
-            }
-        }
-
-        /// No more posts are kept; the doorbell finishes.
-        func close() {
-            box.withLock { $0.closed = true }
-            ring.finish()
-        }
-    }
-
-    enum Inbound: Sendable {
-        case store(StoreInbound)
-        case followed(String, WireStoreEvent)
-    }
-
     /// Registers and runs on an existing client connection (which must have role `store`). Several stores may
     /// run on one client; the client stays open when this returns. Returns when the task is cancelled (after
     /// sending `unregister`) or the client is closed; throws if registration fails or the connection drops.
@@ -365,7 +319,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
         // Messages are posted to a mailbox by the connection's reader; the loop takes all that are waiting at
         // once and answers them with one write (a doorbell wakes it only when the mailbox was empty).
-        let mailbox = Mailbox()
+        let mailbox = StoreMailbox()
         do {
             try client.attachStore(name) { mailbox.post(.store($0)) }
         } catch {
@@ -398,17 +352,12 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
         let outcome: Result<Void, FluxError> = await withTaskCancellationHandler {
             defer { try? client.flushQueued() }
-            var bells = mailbox.doorbell.makeAsyncIterator()
-            var cancelled = false
-            while !cancelled {
-                cancelled = await bells.next() == nil
-                // After a cancellation, what was posted before it is still handled (as a stream would deliver it).
-                for item in mailbox.takeAll() {
-                    do throws(FluxError) {
-                        if try loop.handle(item) == .stop { return .success(()) }
-                    } catch {
-                        return .failure(error)
-                    }
+            // After a cancellation, what was posted before it is still handled (as a stream would deliver it).
+            while let items = await mailbox.next() {
+                do throws(FluxError) {
+                    if try loop.handle(items) == .stop { return .success(()) }
+                } catch {
+                    return .failure(error)
                 }
                 try? client.flushQueued()
             }
@@ -480,7 +429,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     }
 
     func publishState(_ state: State) {
-        current.withLock { $0 = state }
+        currentLock.withLock { _ in current = state }
     }
 
     func start(_ work: @escaping @Sendable (StoreDispatcher) async throws -> Void, dispatcher: StoreDispatcher) {
@@ -550,5 +499,71 @@ extension FluxError {
     var isCodingError: Bool {
         if case .coding = self { return true }
         return false
+    }
+}
+
+/// What the connection's reader hands to the loop of a store's `run`.
+enum StoreMailboxItem: Sendable {
+    case store(StoreInbound)
+    case followed(String, WireStoreEvent)
+}
+
+/// Where the connection's reader leaves messages for the loop of one `run`: posting appends under a lock and wakes
+/// the loop only when it waits, so a burst of messages costs one wake-up and is handled (and answered) as one run.
+/// Not generic (not nested in `FluxStore<State>`): a generic type's metadata is looked up at run time on every use.
+final class StoreMailbox: Sendable {
+    private struct Box {
+        var items: [StoreMailboxItem] = []
+        /// The loop, waiting for a post (or the close).
+        var waiter: UnsafeContinuation<Void, Never>?
+        var closed = false
+    }
+    private let box = Mutex(Box())
+
+    init() {}
+
+    func post(_ item: StoreMailboxItem) {
+        let waiter = box.withLock { b -> UnsafeContinuation<Void, Never>? in
+            guard !b.closed else { return nil }
+            b.items.append(item)
+            defer { b.waiter = nil }
+            return b.waiter
+        }
+        // Posted by the connection's reader: the loop is woken after the rest of the read was posted too, so it
+        // takes the whole burst at once and answers it with one write (woken at once from anywhere else).
+        if let waiter { ReadBurst.atEnd { waiter.resume() } }
+    }
+
+    /// Everything posted and not taken yet, in order, waiting (without blocking a thread) until there is something;
+    /// nil once the mailbox is closed and everything posted before was taken. One loop takes at a time.
+    func next() async -> [StoreMailboxItem]? {
+        while true {
+            let taken = box.withLock { b -> [StoreMailboxItem]?? in
+                if !b.items.isEmpty {
+                    defer { b.items = [] }
+                    return b.items
+                }
+                return b.closed ? .some(nil) : nil
+            }
+            if let taken { return taken }
+            await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+                let now = box.withLock { b -> Bool in
+                    if !b.items.isEmpty || b.closed { return true }
+                    b.waiter = c
+                    return false
+                }
+                if now { c.resume() }
+            }
+        }
+    }
+
+    /// No more posts are kept; the loop's wait ends.
+    func close() {
+        let waiter = box.withLock { b -> UnsafeContinuation<Void, Never>? in
+            b.closed = true
+            defer { b.waiter = nil }
+            return b.waiter
+        }
+        waiter?.resume()
     }
 }

@@ -125,7 +125,7 @@ extension FluxClient {
         // A delta's patch is read before the lock is taken.
         var patch: JSONPatch?
         if op == "delta" {
-            guard let raw = env.raw("patch"), let parsed = try? JSONPatch(parsing: raw) else {
+            guard let raw = env.raw("patch"), let parsed = try? JSONPatch(scanned: raw) else {
                 reportUnanswered(.protocolViolation("bad delta message for \(store)"))
                 resync(store: store)
                 return

@@ -47,7 +47,7 @@ extension JSONValue {
                 break  // Valid JSON that is not a message: fine here.
             }
         }
-        var reader = ValidJSONReader(bytes: body)
+        var reader = ValidJSONReader(bytes: body[...])
         self = reader.value()
     }
 
@@ -71,14 +71,19 @@ extension JSONParseError {
 }
 
 /// Builds the tree from bytes FluxCore's scanner has already validated: no checks, no errors.
-private struct ValidJSONReader {
-    let bytes: [UInt8]
-    var i = 0
+struct ValidJSONReader {
+    let bytes: ArraySlice<UInt8>
+    var i: Int
+    let end: Int
 
-    init(bytes: [UInt8]) { self.bytes = bytes }
+    init(bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        self.i = bytes.startIndex
+        self.end = bytes.endIndex
+    }
 
     mutating func skipSpace() {
-        while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
+        while i < end, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
     }
 
     mutating func value() -> JSONValue {
@@ -125,7 +130,7 @@ private struct ValidJSONReader {
             return .null
         default:
             let start = i
-            while i < bytes.count, isNumberByte(bytes[i]) { i += 1 }
+            while i < end, isNumberByte(bytes[i]) { i += 1 }
             return .number(String(decoding: bytes[start..<i], as: UTF8.self))
         }
     }
@@ -137,12 +142,17 @@ private struct ValidJSONReader {
 
     /// A string token at `i` (opening quote), decoded with FluxCore's decoder.
     mutating func string() -> String {
+        decodeJSONString(stringToken())
+    }
+
+    /// The string token at `i` (opening quote), quotes included, as written; `i` moves past it.
+    mutating func stringToken() -> ArraySlice<UInt8> {
         let start = i
         i += 1
         while bytes[i] != UInt8(ascii: "\"") {
             i += bytes[i] == UInt8(ascii: "\\") ? 2 : 1
         }
         i += 1
-        return decodeJSONString(bytes[start..<i])
+        return bytes[start..<i]
     }
 }

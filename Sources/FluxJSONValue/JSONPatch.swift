@@ -7,6 +7,8 @@
 // its path. An undo log of what each primitive change replaced makes a failing patch leave the value as it was,
 // at the cost of the change, not of the value.
 
+import FluxCore
+
 /// One JSON Patch operation (RFC 6902 §4).
 public enum JSONPatchOperation: Sendable, Equatable {
     case add(path: JSONPointer, value: JSONValue)
@@ -115,9 +117,34 @@ public struct JSONPatch: Sendable, Equatable {
         self.operations = operations
     }
 
+    /// Reads a patch from bytes FluxCore's scanner has already accepted as one JSON value: a field of a message
+    /// scanned with `Envelope(body:)` (fluxd and the client scan every frame whole when it arrives). The
+    /// operations are read straight from the bytes, without scanning them again or building the patch as a
+    /// `JSONValue` first; only each operation's `value` becomes a tree. Same result and same errors as
+    /// `init(parsing:)` (a differential test holds them together). Precondition: `bytes` is valid JSON.
+    public init(scanned bytes: ArraySlice<UInt8>) throws(JSONPatchError) {
+        var reader = ValidJSONReader(bytes: bytes)
+        self.operations = try reader.patchOperations()
+    }
+
+    /// The members of one operation object that RFC 6902 reads (the last of a repeated one; others are ignored).
+    struct Members {
+        var op: JSONValue?
+        var path: JSONValue?
+        var from: JSONValue?
+        var value: JSONValue?
+
+        subscript(name: String) -> JSONValue? { name == "path" ? path : from }
+    }
+
     private static func operation(_ item: JSONValue, at n: Int) throws(JSONPatchError) -> JSONPatchOperation {
         guard case .object = item else { throw JSONPatchError(.invalidOp, operation: n, "an operation is a JSON object") }
-        guard let op = item["op"] else { throw JSONPatchError(.invalidOp, operation: n, "\"op\" is missing") }
+        return try operation(Members(op: item["op"], path: item["path"], from: item["from"], value: item["value"]), at: n)
+    }
+
+    /// The one definition of an operation object's meaning (RFC 6902 §4), whichever way its members were read.
+    static func operation(_ item: Members, at n: Int) throws(JSONPatchError) -> JSONPatchOperation {
+        guard let op = item.op else { throw JSONPatchError(.invalidOp, operation: n, "\"op\" is missing") }
         guard let name = op.stringValue else { throw JSONPatchError(.invalidOp, operation: n, "\"op\" must be a string") }
         func pointer(_ member: String) throws(JSONPatchError) -> JSONPointer {
             guard let raw = item[member] else { throw JSONPatchError(.invalidOp, operation: n, "\"\(member)\" is missing") }
@@ -127,7 +154,7 @@ public struct JSONPatch: Sendable, Equatable {
             }
         }
         func value() throws(JSONPatchError) -> JSONValue {
-            guard let value = item["value"] else { throw JSONPatchError(.invalidOp, operation: n, "\"value\" is missing") }
+            guard let value = item.value else { throw JSONPatchError(.invalidOp, operation: n, "\"value\" is missing") }
             return value
         }
         switch name {
@@ -470,6 +497,76 @@ extension JSONValue {
             at(parent) { if var a = $0.takeArray() { a.remove(at: index); $0 = .array(a) } }
         case .insertElement(let parent, let index, let value):
             at(parent) { if var a = $0.takeArray() { a.insert(value, at: index); $0 = .array(a) } }
+        }
+    }
+}
+
+extension ValidJSONReader {
+    /// A patch's operations, read from the bytes (see `JSONPatch(scanned:)`): the array and each operation object
+    /// walked here, the members RFC 6902 reads kept, the meaning given by `JSONPatch.operation(_:at:)`.
+    mutating func patchOperations() throws(JSONPatchError) -> [JSONPatchOperation] {
+        skipSpace()
+        guard bytes[i] == UInt8(ascii: "[") else { throw JSONPatchError(.invalidOp, "a patch is a JSON array of operations") }
+        i += 1
+        skipSpace()
+        var operations: [JSONPatchOperation] = []
+        if bytes[i] == UInt8(ascii: "]") { return operations }
+        while true {
+            skipSpace()
+            let n = operations.count
+            guard bytes[i] == UInt8(ascii: "{") else {
+                throw JSONPatchError(.invalidOp, operation: n, "an operation is a JSON object")
+            }
+            i += 1
+            var members = JSONPatch.Members()
+            skipSpace()
+            if bytes[i] == UInt8(ascii: "}") {
+                i += 1
+            } else {
+                while true {
+                    skipSpace()
+                    let key = stringToken()
+                    skipSpace()
+                    i += 1  // ':'
+                    switch Self.member(key) {
+                    case 1: members.op = value()
+                    case 2: members.path = value()
+                    case 3: members.from = value()
+                    case 4: members.value = value()
+                    default: _ = value()
+                    }
+                    skipSpace()
+                    let separator = bytes[i]
+                    i += 1
+                    if separator == UInt8(ascii: "}") { break }
+                }
+            }
+            operations.append(try JSONPatch.operation(members, at: n))
+            skipSpace()
+            let separator = bytes[i]
+            i += 1
+            if separator == UInt8(ascii: "]") { return operations }
+        }
+    }
+
+    /// Which member a key token names: 1 `op`, 2 `path`, 3 `from`, 4 `value`, 0 another (compared as written, or
+    /// decoded when the key has an escape).
+    static func member(_ token: ArraySlice<UInt8>) -> Int {
+        if token.contains(UInt8(ascii: "\\")) {
+            switch decodeJSONString(token) {
+            case "op": return 1
+            case "path": return 2
+            case "from": return 3
+            case "value": return 4
+            default: return 0
+            }
+        }
+        let inner = token.dropFirst().dropLast()
+        switch inner.count {
+        case 2: return inner.elementsEqual("op".utf8) ? 1 : 0
+        case 4: return inner.elementsEqual("path".utf8) ? 2 : (inner.elementsEqual("from".utf8) ? 3 : 0)
+        case 5: return inner.elementsEqual("value".utf8) ? 4 : 0
+        default: return 0
         }
     }
 }

@@ -13,19 +13,31 @@ public struct JSONPointer: Sendable, Equatable, Hashable, CustomStringConvertibl
     public init(parsing text: String) throws(PointerError) {
         if text.isEmpty { tokens = []; return }
         guard text.hasPrefix("/") else { throw PointerError(message: "a JSON pointer is empty or starts with '/' (got \"\(text)\")") }
+        // Byte by byte: '/', '~', '0' and '1' are ASCII, so splitting the UTF-8 bytes is splitting the text (and
+        // much cheaper than walking it by Character).
         var result: [String] = []
-        for raw in text.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
-            var token = ""
-            var chars = raw.makeIterator()
-            while let c = chars.next() {
-                guard c == "~" else { token.append(c); continue }
-                switch chars.next() {
-                case "0": token.append("~")
-                case "1": token.append("/")
-                default: throw PointerError(message: "'~' must be followed by 0 or 1 in a JSON pointer (\"\(text)\")")
+        let utf8 = text.utf8
+        var start = utf8.index(after: utf8.startIndex)
+        while true {
+            let stop = utf8[start...].firstIndex(of: UInt8(ascii: "/")) ?? utf8.endIndex
+            let raw = utf8[start..<stop]
+            if !raw.contains(UInt8(ascii: "~")) {
+                result.append(String(Substring(raw)))
+            } else {
+                var token: [UInt8] = []
+                var bytes = raw.makeIterator()
+                while let c = bytes.next() {
+                    guard c == UInt8(ascii: "~") else { token.append(c); continue }
+                    switch bytes.next() {
+                    case UInt8(ascii: "0"): token.append(UInt8(ascii: "~"))
+                    case UInt8(ascii: "1"): token.append(UInt8(ascii: "/"))
+                    default: throw PointerError(message: "'~' must be followed by 0 or 1 in a JSON pointer (\"\(text)\")")
+                    }
                 }
+                result.append(String(decoding: token, as: UTF8.self))
             }
-            result.append(token)
+            if stop == utf8.endIndex { break }
+            start = utf8.index(after: stop)
         }
         tokens = result
     }

@@ -43,6 +43,19 @@ public struct SessionKey: Hashable, Sendable {
         if !inner.contains(UInt8(ascii: "\\")) { return Array(inner) }
         return Array(decodeJSONString(token).utf8)
     }
+
+    /// Hashes the texts as whole byte runs (the synthesized conformance fed them to the hasher byte by byte: a
+    /// dictionary look-up of the outcome log cost more than the rest of recording a settlement).
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(uid)
+        hasher.combine(session.count)
+        session.withUnsafeBytes { hasher.combine(bytes: $0) }
+        id.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    public static func == (a: SessionKey, b: SessionKey) -> Bool {
+        a.uid == b.uid && a.session == b.session && a.id == b.id
+    }
 }
 
 /// The outcomes of settled dispatches made under a session, kept for the outcome window (SPEC §15.4): at most

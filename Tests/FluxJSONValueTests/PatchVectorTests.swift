@@ -36,6 +36,9 @@ struct PatchVectorTests {
             var value = doc
             do {
                 let patch = try JSONPatch(try #require(c["patch"]))
+                if let bytes = c["patch"]?.compactBytes, (try? JSONPatch(scanned: bytes[...])) != patch {
+                    failures.append("\(comment): JSONPatch(scanned:) read the patch otherwise")
+                }
                 try value.apply(patch)
                 if let expected = c["expected"] {
                     if !value.jsonEquals(expected) { failures.append("\(comment): got \(value.compact), expected \(expected.compact)") }
@@ -130,5 +133,121 @@ struct JSONPatchTests {
         }
         #expect(v == (try JSONValue(parsing: #"{"a":[1,2]}"#)))
         #expect(throws: JSONPatchError(.invalidOp, "a patch is a JSON array of operations")) { try JSONPatch(parsing: Array("{}".utf8)) }
+    }
+}
+
+/// `JSONPatch(scanned:)` (fluxd's and the client's reader: straight from a scanned frame's bytes) against
+/// `JSONPatch(parsing:)` (the bytes parsed into a `JSONValue`, then read as operations): the same operations or the
+/// same error, for random operation lists written with random spacing, escapes, repeated and unknown members.
+@Suite("FluxJSONValue: JSON Patch read from scanned bytes")
+struct ScannedPatchTests {
+    struct Rng {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+        mutating func pick<T>(_ items: [T]) -> T { items[below(items.count)] }
+    }
+
+    static func space(_ r: inout Rng) -> String { r.pick(["", "", "", " ", "\n ", "\t"]) }
+
+    static func key(_ name: String, _ r: inout Rng) -> String {
+        // Now and then with an escape (the same key to a JSON reader).
+        if r.below(6) == 0, let first = name.unicodeScalars.first {
+            let hex: String = String(first.value, radix: 16)
+            let rest: String = String(name.dropFirst())
+            return "\"\\u00\(hex)\(rest)\""
+        }
+        return "\"\(name)\""
+    }
+
+    static func value(_ r: inout Rng, depth: Int = 0) -> String {
+        switch r.below(depth > 2 ? 5 : 7) {
+        case 0: return "null"
+        case 1: return r.pick(["true", "false"])
+        case 2: return r.pick(["0", "-1.5", "12345678901234567890", "1e3"])
+        case 3: return r.pick(["\"x\"", "\"\"", "\"a\\\"b\"", "\"\\u00e9t\\u00e9\"", "\"/todos/1\""])
+        case 4: return r.pick(["[]", "{}"])
+        case 5:
+            var items: [String] = []
+            for _ in 0..<r.below(3) {
+                let s = space(&r), v = value(&r, depth: depth + 1)
+                items.append(s + v)
+            }
+            return "[" + items.joined(separator: ",") + "]"
+        default:
+            var members: [String] = []
+            for _ in 0..<r.below(3) {
+                let k = key(r.pick(["a", "b", "op", "~"]), &r), v = value(&r, depth: depth + 1)
+                members.append(k + ":" + v)
+            }
+            return "{" + members.joined(separator: ",") + "}"
+        }
+    }
+
+    static func pointer(_ r: inout Rng) -> String {
+        r.pick(["\"\"", "\"/\"", "\"/a\"", "\"/a/0\"", "\"/a/-\"", "\"/a~1b\"", "\"/m~0n\"", "\"/x~2\"", "\"a\"",
+                "\"/a/b/c\"", "\"/\\u00e9\"", "\"/~\"", "\"//\"", "1", "null", "[\"/a\"]"])
+    }
+
+    static func operation(_ r: inout Rng) -> String {
+        if r.below(20) == 0 { return value(&r) }  // not an object at all
+        var members: [String] = []
+        for _ in 0..<r.below(6) + 1 {
+            let name = r.pick(["op", "op", "path", "path", "from", "value", "value", "extra", "opx", "Op"])
+            let v: String
+            switch name {
+            case "op": v = r.pick(["\"add\"", "\"remove\"", "\"replace\"", "\"move\"", "\"copy\"", "\"test\"", "\"nope\"", "1", "\"\\u0061dd\""])
+            case "path", "from": v = pointer(&r)
+            default: v = value(&r)
+            }
+            let s1 = space(&r), k = key(name, &r), s2 = space(&r), s3 = space(&r), s4 = space(&r)
+            members.append(s1 + k + s2 + ":" + s3 + v + s4)
+        }
+        return "{" + members.joined(separator: ",") + "}"
+    }
+
+    @Test("the same operations or the same error as JSONPatch(parsing:), for 20,000 random patches")
+    func differential() throws {
+        var r = Rng(state: 16)
+        var checked = 0
+        for _ in 0..<20_000 {
+            var text: String
+            if r.below(30) == 0 {
+                text = Self.value(&r)
+            } else {
+                var items: [String] = []
+                for _ in 0..<r.below(4) {
+                    let before = Self.space(&r), item = Self.operation(&r), after = Self.space(&r)
+                    items.append(before + item + after)
+                }
+                let lead = Self.space(&r), trail = Self.space(&r)
+                text = lead + "[" + items.joined(separator: ",") + "]" + trail
+            }
+            let bytes = Array(text.utf8)
+            guard (try? JSONValue(parsing: bytes)) != nil else { continue }  // the generator's few invalid texts
+            checked += 1
+            let reference = Result { () throws(JSONPatchError) in try JSONPatch(parsing: bytes) }
+            let scanned = Result { () throws(JSONPatchError) in try JSONPatch(scanned: bytes[...]) }
+            switch (reference, scanned) {
+            case (.success(let a), .success(let b)): #expect(a == b, "\(text)")
+            case (.failure(let a), .failure(let b)): #expect(a == b, "\(text)")
+            default: Issue.record("\(text): JSONPatch(parsing:) \(reference), JSONPatch(scanned:) \(scanned)")
+            }
+        }
+        #expect(checked > 15_000)
+    }
+
+    @Test("a slice in the middle of a frame is read where it is (indices not from zero)")
+    func slice() throws {
+        let frame = Array(#"{"op":"done","patch":[{"op":"replace","path":"/todos/3/done","value":true}],"seq":1}"#.utf8)
+        let start = frame.firstIndex(of: UInt8(ascii: "["))!, end = frame.lastIndex(of: UInt8(ascii: "]"))! + 1
+        let patch = try JSONPatch(scanned: frame[start..<end])
+        #expect(patch == JSONPatch(operations: [.replace(path: JSONPointer(tokens: ["todos", "3", "done"]), value: .bool(true))]))
     }
 }

@@ -39,6 +39,15 @@ public struct JSONDeltaEncoder {
 
         /// Whether the value did not change.
         public var isEmpty: Bool { count == 0 }
+
+        /// The new value whole, as compact JSON bytes (members in key order, as the patches write them): for a
+        /// publisher that sends a small state whole rather than as a patch, without encoding it again.
+        public func wholeBytes(capacity: Int = 256) throws -> [UInt8] {
+            var out: [UInt8] = []
+            out.reserveCapacity(capacity)
+            try node.appendCompact(to: &out)
+            return out
+        }
     }
 
     var previous: EncodedNode?

@@ -15,6 +15,30 @@ enum EncodedNode {
     case array([EncodedNode])
     case tracked(TrackedNode)
 
+    /// The whole JSON as compact bytes (tracked arrays encoded in full), written straight from the nodes.
+    func appendCompact(to out: inout [UInt8]) throws {
+        switch self {
+        case .value(let v): v.appendCompact(to: &out)
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (n, member) in members.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                JSONValue.appendQuoted(member.key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                try member.node.appendCompact(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (n, item) in items.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                try item.appendCompact(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .tracked(let t): try t.materialize().appendCompact(to: &out)
+        }
+    }
+
     /// The whole JSON (tracked arrays encoded in full).
     func materialize() throws -> JSONValue {
         switch self {

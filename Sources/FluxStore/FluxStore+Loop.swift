@@ -33,6 +33,9 @@ extension FluxStore {
         var base: Int?
         /// After `patch-failed`: the next change goes as a whole state (a patch that failed once is not trusted).
         var wholeNext = false
+        /// The size of the state's JSON as last sent or adopted whole; nil once changes went as patches (the size
+        /// is then not known; a state that grew past `wholeStateLimit` stays on patches).
+        var wholeSize: Int?
         /// The store's name as a JSON string (written into every answer).
         let nameJSON: [UInt8]
         /// The handler found for the last action type (actions of one type tend to come in runs).
@@ -55,9 +58,10 @@ extension FluxStore {
 
         /// Sends `register` on the client's current connection.
         mutating func register() throws(FluxError) {
-            let frame = try store.registerFrame(state: generation == nil ? store.initial : state)
+            let (frame, size) = try store.registerFrame(state: generation == nil ? store.initial : state)
             let current = client.generation
             try client.send(frame: frame, generation: current)
+            wholeSize = size
             generation = current
             phase = .registering
             patches = client.welcome.limits.deltaHistory != nil
@@ -284,7 +288,7 @@ extension FluxStore {
                 try body(&copy, ctx)
                 if let change = try publication(of: copy) {
                     var b: FrameBuilder
-                    if case .whole = change {
+                    if !change.isPatch {
                         b = FrameBuilder(op: "state", capacity: 64 + change.size)
                     } else {
                         b = FrameBuilder(op: "patch", capacity: 64 + change.size)
@@ -310,7 +314,12 @@ extension FluxStore {
             // collections: copies that share their chunks compare by identity.
             if new == state { return nil }
             if patches && !wholeNext, let change = try delta.change(to: new) {
-                return change.isEmpty ? nil : .patch(change, bytes: change.bytes)
+                if change.isEmpty { return nil }
+                if let size = wholeSize, size <= store.wholeStateLimit {
+                    // A small state: whole (written from the walk the diff made, not encoded again).
+                    return .small(change, bytes: try change.wholeBytes(capacity: size + 64))
+                }
+                return .patch(change, bytes: change.bytes)
             }
             return .whole(try FluxJSON.encode(new), baseline: patches)
         }
@@ -323,9 +332,18 @@ extension FluxStore {
                 if let base { b.int("base", base) }
                 base = base.map { $0 + 1 }
                 delta.commit(c)
+                wholeSize = nil
+            case .small(let c, let bytes):
+                b.raw("state", bytes)
+                // As for any whole state: the version it makes is not known here (fluxd makes none for bytes equal
+                // to what it retains), so patches that may follow go without `base`.
+                base = nil
+                delta.commit(c)
+                wholeSize = bytes.count
             case .whole(let bytes, let baseline):
                 b.raw("state", bytes)
                 wholeNext = false
+                wholeSize = bytes.count
                 // fluxd retains exactly these bytes now (or identical ones): later patches start from them, without
                 // a `base` (the version is not known here).
                 base = nil
@@ -340,6 +358,7 @@ extension FluxStore {
         mutating func adoptBaseline(_ raw: ArraySlice<UInt8>, version: Int) {
             delta.forgetBaseline()
             base = nil
+            wholeSize = raw.count
             guard patches, version > 0 else { return }
             do {
                 try delta.setBaseline(state)
@@ -386,11 +405,16 @@ enum StoreLoopPhase { case registering, awaitingSnapshot, ready, interrupted }
 /// How a new state is published: as a patch from the retained state (SPEC §16.2), or whole.
 enum StorePublication {
     case patch(JSONDeltaEncoder.Change, bytes: [UInt8])
+    /// A small state whole, from the change the diff made (which becomes the baseline of the next).
+    case small(JSONDeltaEncoder.Change, bytes: [UInt8])
     case whole([UInt8], baseline: Bool)
+
+    /// Whether it goes as a patch (the `patch` op outside an action), not as a whole state (`state`).
+    var isPatch: Bool { if case .patch = self { return true } else { return false } }
 
     var size: Int {
         switch self {
-        case .patch(_, let bytes): return bytes.count
+        case .patch(_, let bytes), .small(_, let bytes): return bytes.count
         case .whole(let bytes, _): return bytes.count
         }
     }

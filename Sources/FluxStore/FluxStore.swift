@@ -78,6 +78,17 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     public let unhandled: UnhandledActions
     /// Where the store logs (errors nobody answers, when no `onError` handler is set).
     public let logger: Logger
+    /// States whose JSON is at most this many bytes are published whole, larger ones as patches (with a fluxd that
+    /// takes patches, SPEC §16.2). A small state costs the store next to nothing to write whole, and fluxd forwards
+    /// whole states untouched while it applies a patch to its tree and renders the state for full subscribers: below
+    /// about a kilobyte the whole state is the cheaper message for everyone (Benchmarks/RESULTS.md §7).
+    public let wholeStateLimit: Int
+
+    /// The default `wholeStateLimit`: 1024 bytes, or `FLUXBUS_WHOLE_STATE_LIMIT` from the environment (0: every
+    /// change as a patch).
+    public static var defaultWholeStateLimit: Int {
+        ProcessInfo.processInfo.environment["FLUXBUS_WHOLE_STATE_LIMIT"].flatMap { Int($0) }.map { max(0, $0) } ?? 1024
+    }
 
     private let registry = Mutex(Registry())
     /// Guards `current`. (Not a `Mutex<State>`: in this generic class, each use of that type looked its metadata
@@ -91,9 +102,11 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     /// A store named `name` (SPEC §4.1) that starts from `initial` when fluxd retains no state for it, is sent the
     /// actions matching `handles` (patterns: `todo/add`, `todo/*`), after the stores in `waitFor` answered them.
     /// `unhandled`: `.reject` (default) answers an action no handler takes with `store/unhandled-action`; `.ignore`
-    /// answers it `done`. `logger`: where the store logs.
+    /// answers it `done`. `logger`: where the store logs. `wholeStateLimit`: states up to this many bytes of JSON
+    /// are published whole, larger ones as patches.
     public init(name: String, initial: State, handles: [String], waitFor: [String] = [],
-                unhandled: UnhandledActions = .reject, logger: Logger = Logger(label: "fluxbus.store")) {
+                unhandled: UnhandledActions = .reject, logger: Logger = Logger(label: "fluxbus.store"),
+                wholeStateLimit: Int = FluxStore.defaultWholeStateLimit) {
         precondition(Names.isValidStore(name), "bad store name \"\(name)\"")
         for p in handles { precondition(Names.isValidPattern(p), "bad pattern \"\(p)\"") }
         for w in waitFor { precondition(Names.isValidStore(w), "bad store name \"\(w)\" in waitFor") }
@@ -103,6 +116,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         self.initial = initial
         self.unhandled = unhandled
         self.logger = logger
+        self.wholeStateLimit = wholeStateLimit
         self.current = initial
     }
 
@@ -417,7 +431,8 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     /// `register`, with `state` (used only when fluxd retains none): the initial state, or, registering again after
     /// a reconnection, the state in memory (an ephemeral fluxd that restarted retains nothing: the store keeps what
     /// it had; a durable one sends its retained snapshot, which the store adopts).
-    func registerFrame(state: State) throws(FluxError) -> Frame {
+    /// The `register` frame, and the size of the state's JSON in it.
+    func registerFrame(state: State) throws(FluxError) -> (frame: Frame, stateSize: Int) {
         let initialJSON = try FluxJSON.encode(state)
         var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
         b.string("store", name)
@@ -425,7 +440,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         b.strings("waitFor", waitFor)
         b.bool("queryDeltas", true)  // query changes one by one, not the whole set each time (SPEC §8.6)
         b.raw("state", initialJSON)
-        return b.finish()
+        return (b.finish(), initialJSON.count)
     }
 
     func publishState(_ state: State) {

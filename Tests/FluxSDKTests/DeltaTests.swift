@@ -26,7 +26,7 @@ struct DeltaSDKTests {
     func storePatches() async throws {
         let fluxd = ScriptedConnector()
         let initial = TrackedTodos(todos: [Todo(id: 1, title: "a"), Todo(id: 2, title: "b")], nextID: 3)
-        let store = FluxStore<TrackedTodos>(name: "todos", initial: initial, handles: ["todo/*"])
+        let store = FluxStore<TrackedTodos>(name: "todos", initial: initial, handles: ["todo/*"], wholeStateLimit: 0)
         store.on("todo/toggle", as: ToggleByID.self) { state, action, _ in
             guard let i = state.todos.firstIndex(where: { $0.id == action.id }) else {
                 throw StoreRejection(code: "todo/not-found", message: "no \(action.id)")
@@ -87,10 +87,59 @@ struct DeltaSDKTests {
         second.close()
     }
 
+    @Test("a small state goes whole (as the patches would make it), a state grown past wholeStateLimit as patches")
+    func smallStatesWhole() async throws {
+        let fluxd = ScriptedConnector()
+        let store = FluxStore<TrackedTodos>(name: "todos", initial: TrackedTodos(), handles: ["todo/*"], wholeStateLimit: 200)
+        store.on("todo/add", as: ToggleByID.self) { state, action, _ in
+            state.todos.append(Todo(id: action.id, title: "todo \(action.id) with a title long enough"))
+            state.nextID = action.id + 1
+        }
+        store.on("todo/toggle", as: ToggleByID.self) { state, action, _ in
+            if let i = state.todos.firstIndex(where: { $0.id == action.id }) { state.todos[i].done.toggle() }
+        }
+        let task = Task { try await store.run(peerName: "todo-store", reconnect: fastReconnect, connector: fluxd.connector) }
+        defer { task.cancel() }
+        let c = try await fluxd.connection(0)
+        _ = try await c.nextSent(op: "hello")
+        c.reply(welcome16())
+        let register = try await c.nextSent(op: "register")
+        let stateText = try #require(register.rawText("state"))
+        c.reply(#"{"op":"registered","store":"todos","version":1,"seq":0,"resumed":false}"#)
+        c.reply(#"{"op":"snapshot","store":"todos","version":1,"seq":0,"state":\#(stateText)}"#)
+        c.reply(#"{"op":"queries","store":"todos","queries":[]}"#)
+        try await withTimeout(.seconds(5), "ready") { try await store.ready() }
+        // What fluxd would retain, kept by applying what the store sends.
+        var retained = try JSONValue(parsing: stateText)
+        var sizes: [Int] = []
+        var kinds: [String] = []
+        for seq in 1...6 {
+            let type = seq == 6 ? "todo/toggle" : "todo/add"
+            let id = seq == 6 ? 1 : seq
+            c.reply(#"{"op":"action","store":"todos","seq":\#(seq),"type":"\#(type)","origin":3,"payload":{"id":\#(id)}}"#)
+            let done = try await c.nextSent(op: "done")
+            if let state = done.raw("state") {
+                retained = try JSONValue(parsing: state)
+                sizes.append(state.count)
+                kinds.append("state")
+            } else {
+                try retained.apply(try JSONPatch(parsing: try #require(done.raw("patch"))))
+                kinds.append("patch")
+            }
+            #expect(retained == (try JSONValueEncoder().encode(store.state)), "after seq \(seq)")
+        }
+        // Whole while the state sent before was at most 200 bytes, then patches (it grew past the limit).
+        #expect(kinds.first == "state" && kinds.last == "patch", "\(kinds)")
+        let firstPatch = try #require(kinds.firstIndex(of: "patch"))
+        #expect(kinds[..<firstPatch].allSatisfy { $0 == "state" } && kinds[firstPatch...].allSatisfy { $0 == "patch" }, "\(kinds)")
+        #expect(sizes.dropLast().allSatisfy { $0 <= 200 } && sizes.last! > 200, "sizes of the whole states: \(sizes)")
+        task.cancel()
+    }
+
     @Test("a store adopting bytes other than its own encoding publishes its encoding first, then patches from version + 1")
     func storeNormalizes() async throws {
         let fluxd = ScriptedConnector()
-        let store = FluxStore<TrackedTodos>(name: "todos", initial: TrackedTodos(), handles: ["todo/*"])
+        let store = FluxStore<TrackedTodos>(name: "todos", initial: TrackedTodos(), handles: ["todo/*"], wholeStateLimit: 0)
         store.on("todo/toggle", as: ToggleByID.self) { state, action, _ in
             if let i = state.todos.firstIndex(where: { $0.id == action.id }) { state.todos[i].done.toggle() }
         }

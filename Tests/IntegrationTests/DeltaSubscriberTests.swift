@@ -16,7 +16,8 @@ struct DeltaSubscriberTests {
     @Test("delta, full and path subscribers of todo-store agree with get at every version; the path one only wakes when touched", .onDedicatedThreads)
     func subscribersAgreeWithGet() throws {
         try withBusBlocking { bus in
-            try bus.startBlocking("todo-store")
+            // Every change as a patch, however small the state (FluxStore sends states up to 1 KiB whole by default).
+            try bus.startBlocking("todo-store", environment: ["FLUXBUS_WHOLE_STATE_LIMIT": "0"])
             // The dispatcher is the delta subscriber (R5 puts its delta before each settlement).
             let dispatcher = try RawPeer.ready(bus.socketPath, name: "delta")
             let full = try RawPeer.ready(bus.socketPath, name: "full")

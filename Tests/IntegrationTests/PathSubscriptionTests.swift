@@ -7,6 +7,9 @@ import Testing
 
 @Suite("path subscriptions (real fluxd, todo-store)", .timeLimit(.minutes(2)))
 struct PathSubscriptionTests {
+    /// Every change as a patch, however small the state (FluxStore sends states up to 1 KiB whole by default).
+    static let patchesAlways = ["FLUXBUS_WHOLE_STATE_LIMIT": "0"]
+
     /// Dispatches and returns the version of `todos` the action made.
     private func todos(_ client: FluxClient, _ type: String, _ payload: some Encodable & Sendable) async throws -> Int {
         let settled = try await withDeadline(.seconds(20), type) {
@@ -19,7 +22,7 @@ struct PathSubscriptionTests {
     @Test("a path subscriber through FluxClient is not woken by a change elsewhere, and is by an index shift; the whole-store subscription on the same connection goes on beside them")
     func notWokenElsewhere() async throws {
         try await withBus { bus in
-            _ = try await bus.start("todo-store")
+            _ = try await bus.start("todo-store", environment: Self.patchesAlways)
             // One connection dispatches and subscribes: when a dispatch settles, every value it touched is here
             // already (R5, SPEC §16.4), so "nothing waits" right after a settlement means nothing was sent.
             let client = try await bus.connect("view")
@@ -79,7 +82,7 @@ struct PathSubscriptionTests {
     @Test("fluxctl watch todos --path /todos/1 --count 2 --json prints the subtree at the retained version and at the version that touched it, as SPEC §16.4 sends them; a change elsewhere prints nothing")
     func fluxctlWatchPath() async throws {
         try await withBus { bus in
-            _ = try await bus.start("todo-store")
+            _ = try await bus.start("todo-store", environment: Self.patchesAlways)
             let client = try await bus.connect("writer")
             _ = try await todos(client, "todo/create", Title(title: "milk"))
             _ = try await todos(client, "todo/create", Title(title: "eggs"))

@@ -43,22 +43,25 @@ final class Bus: @unchecked Sendable {
     var socketPath: String { fluxd.socketPath }
 
     /// Starts an example executable and waits (suspended) for its ready line (`"<executable> ready"` unless given).
-    func start(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) async throws -> StoreProcess {
-        let child = try launch(executable, arguments)
+    func start(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil,
+               environment: [String: String] = [:]) async throws -> StoreProcess {
+        let child = try launch(executable, arguments, environment: environment)
         try await child.waitForLine(containing: readyLine ?? "\(executable) ready")
         return child
     }
 
     /// `start` for synchronous tests (blocks).
     @discardableResult
-    func startBlocking(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil) throws -> StoreProcess {
-        let child = try launch(executable, arguments)
+    func startBlocking(_ executable: String, _ arguments: [String] = [], readyLine: String? = nil,
+                       environment: [String: String] = [:]) throws -> StoreProcess {
+        let child = try launch(executable, arguments, environment: environment)
         try child.waitForLine(containing: readyLine ?? "\(executable) ready")
         return child
     }
 
-    private func launch(_ executable: String, _ arguments: [String]) throws -> StoreProcess {
-        let child = try StoreProcess(executable, socketPath: socketPath, arguments: arguments, logDirectory: fluxd.directory.path)
+    private func launch(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> StoreProcess {
+        let child = try StoreProcess(executable, socketPath: socketPath, arguments: arguments, environment: environment,
+                                     logDirectory: fluxd.directory.path)
         lock.withLock { processes.append(child) }
         return child
     }

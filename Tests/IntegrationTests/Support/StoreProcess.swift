@@ -18,12 +18,16 @@ final class StoreProcess: @unchecked Sendable {
     private var cleanedUp = false
 
     /// Starts `executable` (found next to the test binary) with `--socket socketPath` and `arguments`. Its stderr
-    /// goes to a file in `logDirectory`. Does not wait for the ready line.
-    init(_ executable: String, socketPath: String, arguments: [String] = [], logDirectory: String) throws {
+    /// goes to a file in `logDirectory`; `environment` is added to the test's. Does not wait for the ready line.
+    init(_ executable: String, socketPath: String, arguments: [String] = [], environment: [String: String] = [:],
+         logDirectory: String) throws {
         self.executable = executable
         stderrPath = logDirectory + "/\(executable)-\(UInt32.random(in: 0...UInt32.max)).stderr"
         process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: executable))
         process.arguments = ["--socket", socketPath] + arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         stdout = try launchProcess(process, stderrPath: stderrPath, exit: exit)
     }
 

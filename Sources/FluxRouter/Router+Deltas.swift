@@ -163,18 +163,58 @@ extension Router {
     /// Keeps the patch that made the store's current version for resuming subscribers, within `deltaHistory`.
     func rememberPatch(_ store: StoreEntry, seq: UInt64, _ patch: ArraySlice<UInt8>) {
         guard config.deltaHistory > 0, patch.count <= config.deltaHistory else {
-            store.recentPatches.removeAll()
-            store.recentPatchBytes = 0
+            forgetHistory(store)
             return
         }
         if let last = store.recentPatches.last, last.version != store.version - 1 {
-            store.recentPatches.removeAll()  // a whole state came in between: older patches cannot chain to now
+            // A whole state came in between: older patches cannot chain to now.
+            store.recentPatches.removeAll()
             store.recentPatchBytes = 0
         }
         store.recentPatches.append(RecentPatch(version: store.version, seq: seq, bytes: Array(patch)))
         store.recentPatchBytes += patch.count
         while store.recentPatchBytes > config.deltaHistory, let first = store.recentPatches.popFirst() {
             store.recentPatchBytes -= first.bytes.count
+        }
+        chargeHistory(store)
+    }
+
+    /// Lets go of the kept patches (a whole state made the current version) and of their charge.
+    func forgetHistory(_ store: StoreEntry) {
+        store.recentPatches.removeAll()
+        store.recentPatchBytes = 0
+        chargeHistory(store)
+    }
+
+    /// Charges the kept patches to the memory budget, to the account that holds the retained state (SPEC §16.5:
+    /// they are part of what a store's changes keep in fluxd). They are a convenience for resuming subscribers, so
+    /// when that account has no room for them the oldest are let go (a subscriber resuming from before them is
+    /// sent the whole state) rather than anything refused.
+    func chargeHistory(_ store: StoreEntry) {
+        if let held = store.historyBy, held !== store.retainedBy || store.recentPatches.isEmpty {
+            memory.release(held, store.historyCost)
+            store.historyBy = nil
+            store.historyCost = 0
+        }
+        guard let account = store.retainedBy else {
+            store.recentPatches.removeAll()
+            store.recentPatchBytes = 0
+            return
+        }
+        while !store.recentPatches.isEmpty {
+            let cost = store.recentPatchBytes + RecentPatch.overhead * store.recentPatches.count
+            if memory.resize(account, from: store.historyCost, to: cost) {
+                store.historyBy = account
+                store.historyCost = cost
+                return
+            }
+            let first = store.recentPatches.removeFirst()
+            store.recentPatchBytes -= first.bytes.count
+        }
+        if store.historyBy != nil {
+            memory.release(account, store.historyCost)
+            store.historyBy = nil
+            store.historyCost = 0
         }
     }
 

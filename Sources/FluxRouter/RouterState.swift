@@ -77,6 +77,9 @@ final class StoreEntry {
     /// The most recent patches, for subscribers resuming with `from` (SPEC §16.3), within `deltaHistory` bytes.
     @exclusivity(unchecked) var recentPatches = Deque<RecentPatch>()
     @exclusivity(unchecked) var recentPatchBytes = 0
+    /// The account the recent patches are charged to (the retained state's), and how much (see `chargeHistory`).
+    @exclusivity(unchecked) var historyBy: MemoryBudget.Account?
+    @exclusivity(unchecked) var historyCost = 0
     /// Whether a state is retained (as a frame, or as a tree not rendered yet).
     var hasRetained: Bool { snapshot != nil || tree != nil }
     @exclusivity(unchecked) var stateRange: Range<Int> = 0..<0
@@ -240,6 +243,9 @@ struct RecentPatch {
     let version: UInt64
     let seq: UInt64
     let bytes: [UInt8]
+
+    /// What one kept patch costs besides its bytes (the array's header and the deque's slot), for the budget.
+    static let overhead = 64
 }
 
 /// A query whose number of holders changed, and its new count (0: no longer active).

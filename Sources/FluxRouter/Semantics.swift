@@ -387,8 +387,7 @@ extension Router {
         store.snapshotSeq = seq
         store.tree = nil  // the bytes are the state now (SPEC §16.5)
         if let patch { rememberPatch(store, seq: seq, patch) } else if !store.recentPatches.isEmpty {
-            store.recentPatches.removeAll()
-            store.recentPatchBytes = 0
+            forgetHistory(store)
         }
         out.traffic.snapshots += 1
         if store.deltaSubscribers.isEmpty && store.pathSubscribers.isEmpty {

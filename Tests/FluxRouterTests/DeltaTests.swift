@@ -195,6 +195,43 @@ struct DeltaTests {
         #expect(bus.ops(9) == ["subscribed", "snapshot"], "a version above the retained one: the snapshot")
     }
 
+    @Test("the kept patches are charged to the retained state's account; without room for more the oldest are let go; a whole state returns their charge")
+    func historyCharged() throws {
+        let bus = Self.bus { $0.deltaHistory = 1 << 20 }
+        let store = try #require(bus.router.stores["todos"])
+        for n in 4...6 { _ = Self.act(bus, #","patch":[{"op":"replace","path":"/n","value":\#(n)}]"#) }
+        let account = try #require(store.retainedBy)
+        #expect(store.recentPatches.count == 3)
+        #expect(store.historyBy === account)
+        #expect(store.historyCost == store.recentPatchBytes + 3 * RecentPatch.overhead)
+        // The user's share full to the byte: a fourth patch does not fit beside the three, so the oldest go.
+        let uid = account.uid
+        let limit = bus.router.memory.limits.perUser
+        var filled = 0
+        while bus.router.memory.byUser[uid]! < limit {  // (twice: the first part may fill the allowance only)
+            let more = limit - bus.router.memory.byUser[uid]!
+            bus.router.memory.force(account, more)
+            filled += more
+        }
+        let versionBefore = store.version
+        store.recentPatches.append(RecentPatch(version: versionBefore + 1, seq: 99, bytes: Array(#"[{"op":"replace","path":"/n","value":7}]"#.utf8)))
+        store.recentPatchBytes += store.recentPatches.last!.bytes.count
+        let costBefore = store.historyCost
+        bus.router.chargeHistory(store)
+        #expect(store.recentPatches.count == 3 && store.recentPatches.last?.version == versionBefore + 1,
+                "the newest kept, the oldest let go: \(store.recentPatches.map(\.version))")
+        #expect(store.historyCost <= costBefore && bus.router.memory.byUser[uid]! <= limit)
+        bus.router.memory.release(account, filled)
+        // A whole state: the history and its charge are gone.
+        let held = account.held
+        let cost = store.historyCost
+        store.recentPatches.removeLast()
+        store.recentPatchBytes -= #"[{"op":"replace","path":"/n","value":7}]"#.utf8.count
+        bus.router.forgetHistory(store)
+        #expect(store.recentPatches.isEmpty && store.historyBy == nil && store.historyCost == 0)
+        #expect(account.held == held - cost)
+    }
+
     @Test("done with both state and patch: full subscribers get the state as written, delta subscribers the patch")
     func stateAndPatch() {
         let bus = Self.bus()

@@ -40,14 +40,28 @@ public struct JSONDeltaEncoder {
         /// Whether the value did not change.
         public var isEmpty: Bool { count == 0 }
 
-        /// The new value whole, as compact JSON bytes (members in key order, as the patches write them): for a
-        /// publisher that sends a small state whole rather than as a patch, without encoding it again.
-        public func wholeBytes(capacity: Int = 256) throws -> [UInt8] {
-            var out: [UInt8] = []
-            out.reserveCapacity(capacity)
-            try node.appendCompact(to: &out)
-            return out
-        }
+    }
+
+    /// A value encoded whole by the same walk as a change (see `whole(_:capacity:)`).
+    public struct Whole {
+        /// The value as compact JSON bytes (members in key order, as the patches write them).
+        public let bytes: [UInt8]
+        let node: EncodedNode
+    }
+
+    /// `value` encoded whole, without comparing it with the baseline: for a publisher that sends a small state
+    /// whole rather than as a patch. `commit(_:)` then makes it the baseline of the next change.
+    public func whole<T: Encodable>(_ value: T, capacity: Int = 256) throws -> Whole {
+        let node = try ValueWalker.encode(value, codingPath: [], tracking: true)
+        var out: [UInt8] = []
+        out.reserveCapacity(capacity)
+        try node.appendCompact(to: &out)
+        return Whole(bytes: out, node: node)
+    }
+
+    /// Makes the value sent whole the baseline.
+    public mutating func commit(_ whole: Whole) {
+        previous = whole.node
     }
 
     var previous: EncodedNode?

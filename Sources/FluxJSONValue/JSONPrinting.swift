@@ -76,7 +76,21 @@ extension JSONValue {
     static func appendQuoted(bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var start = 0
-        for i in 0..<bytes.count {
+        // Eight bytes at a time while none of them needs an escape (a control byte, '"' or '\\'): the common case
+        // of a long plain string.
+        var i = 0
+        if let base = bytes.baseAddress {
+            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+            while i + 8 <= bytes.count {
+                let w = UInt64(littleEndian: UnsafeRawPointer(base + i).loadUnaligned(as: UInt64.self))
+                let control = (w &- ones &* 0x20) & ~w & highs
+                let q = w ^ (ones &* 0x22), b = w ^ (ones &* 0x5C)
+                let quote = (q &- ones) & ~q & highs, backslash = (b &- ones) & ~b & highs
+                if control | quote | backslash != 0 { break }
+                i += 8
+            }
+        }
+        for i in i..<bytes.count {
             let c = bytes[i]
             if c >= 0x20 && c != UInt8(ascii: "\"") && c != UInt8(ascii: "\\") { continue }
             out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i]))

@@ -313,13 +313,13 @@ extension FluxStore {
             // tracked collection's mutating method (`removeAll` that removed nothing). Cheap for tracked
             // collections: copies that share their chunks compare by identity.
             if new == state { return nil }
+            if patches && !wholeNext && delta.hasBaseline, let size = wholeSize, size <= store.wholeStateLimit {
+                // A small state: whole, written by the delta encoder's walk (no diff; the walk is the baseline of
+                // a patch once the state has grown).
+                return .small(try delta.whole(new, capacity: size + 64))
+            }
             if patches && !wholeNext, let change = try delta.change(to: new) {
-                if change.isEmpty { return nil }
-                if let size = wholeSize, size <= store.wholeStateLimit {
-                    // A small state: whole (written from the walk the diff made, not encoded again).
-                    return .small(change, bytes: try change.wholeBytes(capacity: size + 64))
-                }
-                return .patch(change, bytes: change.bytes)
+                return change.isEmpty ? nil : .patch(change, bytes: change.bytes)
             }
             return .whole(try FluxJSON.encode(new), baseline: patches)
         }
@@ -333,13 +333,13 @@ extension FluxStore {
                 base = base.map { $0 + 1 }
                 delta.commit(c)
                 wholeSize = nil
-            case .small(let c, let bytes):
-                b.raw("state", bytes)
+            case .small(let whole):
+                b.raw("state", whole.bytes)
                 // As for any whole state: the version it makes is not known here (fluxd makes none for bytes equal
                 // to what it retains), so patches that may follow go without `base`.
                 base = nil
-                delta.commit(c)
-                wholeSize = bytes.count
+                delta.commit(whole)
+                wholeSize = whole.bytes.count
             case .whole(let bytes, let baseline):
                 b.raw("state", bytes)
                 wholeNext = false
@@ -405,8 +405,8 @@ enum StoreLoopPhase { case registering, awaitingSnapshot, ready, interrupted }
 /// How a new state is published: as a patch from the retained state (SPEC §16.2), or whole.
 enum StorePublication {
     case patch(JSONDeltaEncoder.Change, bytes: [UInt8])
-    /// A small state whole, from the change the diff made (which becomes the baseline of the next).
-    case small(JSONDeltaEncoder.Change, bytes: [UInt8])
+    /// A small state whole, written by the delta encoder (its walk becomes the baseline of the next change).
+    case small(JSONDeltaEncoder.Whole)
     case whole([UInt8], baseline: Bool)
 
     /// Whether it goes as a patch (the `patch` op outside an action), not as a whole state (`state`).
@@ -414,7 +414,8 @@ enum StorePublication {
 
     var size: Int {
         switch self {
-        case .patch(_, let bytes), .small(_, let bytes): return bytes.count
+        case .patch(_, let bytes): return bytes.count
+        case .small(let whole): return whole.bytes.count
         case .whole(let bytes, _): return bytes.count
         }
     }

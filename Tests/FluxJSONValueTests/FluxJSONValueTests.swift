@@ -154,3 +154,41 @@ struct JSONDiffTests {
         #expect(try changes("[]", "[1,2]") == ["add /0 - 1", "add /1 - 2"])
     }
 }
+
+@Suite("FluxJSONValue: string escaping")
+struct StringEscapingTests {
+    /// The escaping written out byte by byte, as RFC 8259 §7 asks for it (the reference for the word-at-a-time scan).
+    static func reference(_ s: String) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "\"")]
+        for c in s.utf8 {
+            switch c {
+            case UInt8(ascii: "\""): out += Array("\\\"".utf8)
+            case UInt8(ascii: "\\"): out += Array("\\\\".utf8)
+            case 0x0A: out += Array("\\n".utf8)
+            case 0x0D: out += Array("\\r".utf8)
+            case 0x09: out += Array("\\t".utf8)
+            case 0x08: out += Array("\\b".utf8)
+            case 0x0C: out += Array("\\f".utf8)
+            case 0..<0x20: out += Array(String(format: "\\u%04x", Int(c)).utf8)
+            default: out.append(c)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+        return out
+    }
+
+    @Test("every string prints as the byte-by-byte reference escapes it and parses back to itself (20,000 random strings of 0-40 characters, escapes at every offset)")
+    func randomStrings() throws {
+        var rng = SystemRandomNumberGenerator()
+        let pieces: [String] = ["a", "s", "\"", "\\", "\n", "\u{1}", "\u{1F}", " ", "~", "\u{7F}", "é", "€", "😀", "/", "\t", "\u{0}"]
+        for _ in 0..<20_000 {
+            let n = Int.random(in: 0...40, using: &rng)
+            let plainBias = Int.random(in: 0...3, using: &rng)
+            var s = ""
+            for _ in 0..<n { s += Int.random(in: 0...plainBias, using: &rng) > 0 ? "x" : pieces.randomElement(using: &rng)! }
+            let printed = JSONValue.string(s).compactBytes
+            #expect(printed == Self.reference(s), "\(Array(s.utf8))")
+            #expect(try JSONValue(parsing: printed) == .string(s))
+        }
+    }
+}

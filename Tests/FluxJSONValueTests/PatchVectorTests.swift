@@ -141,18 +141,7 @@ struct JSONPatchTests {
 /// same error, for random operation lists written with random spacing, escapes, repeated and unknown members.
 @Suite("FluxJSONValue: JSON Patch read from scanned bytes")
 struct ScannedPatchTests {
-    struct Rng {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-        mutating func pick<T>(_ items: [T]) -> T { items[below(items.count)] }
-    }
+    typealias Rng = SplitMix
 
     static func space(_ r: inout Rng) -> String { r.pick(["", "", "", " ", "\n ", "\t"]) }
 
@@ -250,4 +239,9 @@ struct ScannedPatchTests {
         let patch = try JSONPatch(scanned: frame[start..<end])
         #expect(patch == JSONPatch(operations: [.replace(path: JSONPointer(tokens: ["todos", "3", "done"]), value: .bool(true))]))
     }
+}
+
+extension SplitMix {
+    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+    mutating func pick<T>(_ items: [T]) -> T { items[below(items.count)] }
 }

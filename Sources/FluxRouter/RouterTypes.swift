@@ -80,7 +80,7 @@ public struct RouterConfig: Sendable {
     /// trace: building their text cost more than the rest of refusing a request, under a flood of bad requests).
     public var debugLogs = true
     /// The server name in `welcome.server`.
-    public var serverName: String = "fluxd/0.1.0"
+    public var serverName: String = "fluxd/\(FluxBusVersion.string)"
     /// Host operations (SPEC §8.11) the router hands to its host (e.g. fluxd's worker supervisor) as a `.host`
     /// effect once validated; the others get `unknown-op`. `DaemonCore` fills this from its registered handlers.
     public var hostOps: Set<Op> = []

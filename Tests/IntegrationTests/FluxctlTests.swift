@@ -8,9 +8,10 @@ import Testing
 @Suite("fluxctl")
 struct FluxctlTests {
     /// Starts todo-store and stats-store and waits until stats has synced with todos (stats version 2), so the
-    /// versions every test prints are deterministic.
-    private func startTodoStores(_ bus: Bus) async throws -> (todo: StoreProcess, stats: StoreProcess) {
-        let todo = try await bus.start("todo-store")
+    /// versions every test prints are deterministic. `todoPatches`: todo-store publishes every change as a patch
+    /// (by default a state of at most 1 KiB goes whole, as stats-store's does).
+    private func startTodoStores(_ bus: Bus, todoPatches: Bool = false) async throws -> (todo: StoreProcess, stats: StoreProcess) {
+        let todo = try await bus.start("todo-store", environment: todoPatches ? ["FLUXBUS_WHOLE_STATE_LIMIT": "0"] : [:])
         let stats = try await bus.start("stats-store")
         let client = try await bus.connect("sync")
         let log = EventLog(client.subscribe(store: "stats", as: AnyCodable.self).snapshots.map(\.version))
@@ -335,7 +336,8 @@ struct FluxctlTests {
         defer { dir.remove() }
         let recording = dir.path + "/session.jsonl"
         let finalState: String = try await withBus { bus in
-            _ = try await startTodoStores(bus)
+            // todo-store's changes as patches (fluxd's event kind delta), stats-store's small state whole (snapshot).
+            _ = try await startTodoStores(bus, todoPatches: true)
             let all = try FluxctlProcess(["monitor", "--time", "none", "--record", recording], socket: bus.socketPath)
             defer { all.cleanup() }
             let json = try FluxctlProcess(["monitor", "--json", "--type", "todo/toggle"], socket: bus.socketPath)
@@ -363,9 +365,8 @@ struct FluxctlTests {
             let actionLines = lines.filter { !$0.hasPrefix("connect") && !$0.hasPrefix("disconnect") }
             #expect(Array(actionLines.prefix(5)) == [
                 #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: actionLines[0]))) {"title":"milk"}"#,
-                // (the Swift stores publish their changes as patches, SPEC §16: fluxd's event kind is delta)
                 "delta      todos v2 #1 (patch, 136 bytes)",
-                "delta      stats v3 #1 (patch, 185 bytes)",
+                "snapshot   stats v3 #1 (62 bytes)",
                 "settle     #1 stats done v3, todos done v2",
                 #"dispatch   #2 todo/create from fluxctl(\#(try peer(in: actionLines[4]))) {"title":"eggs"}"#,
             ], "\(all.stdout)")
@@ -377,7 +378,7 @@ struct FluxctlTests {
                 try #require(JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
             }
             #expect(events.map { "\($0["kind"]!) \($0["seq"] ?? "-")" } == [
-                "dispatch 3", "delta 3", "settle 3", "dispatch 4", "delta 4", "delta 4", "settle 4",
+                "dispatch 3", "snapshot 3", "settle 3", "dispatch 4", "delta 4", "snapshot 4", "settle 4",
             ], "\(json.stdout)")
             #expect(events[0]["type"] as? String == "todo/toggle")
             #expect(events[0]["t"] is Int)
@@ -386,7 +387,7 @@ struct FluxctlTests {
             let stats = try await byStore.finish()
             #expect(stats.lines == [
                 #"dispatch   #1 todo/create from fluxctl(\#(try peer(in: stats.lines[0]))) {"title":"milk"}"#,
-                "delta      stats v3 #1 (patch, 185 bytes)",
+                "snapshot   stats v3 #1 (62 bytes)",
                 "settle     #1 stats done v3, todos done v2",
             ], "\(stats)")
 

@@ -29,6 +29,8 @@ struct FluxCtl: AsyncParsableCommand {
           5   fluxd refused a request (e.g. unknown store)
           64  bad usage (unknown option, missing argument)
         """,
+        // `fluxctl --version` prints `fluxctl 0.4.0`: FluxCore's version, the one fluxd names itself with.
+        version: "fluxctl \(FluxBusVersion.string)",
         // One line per subcommand; keep the list easy to extend.
         subcommands: [
             Dispatch.self,

@@ -45,6 +45,38 @@ struct FluxCtl: AsyncParsableCommand {
             Journal.self, Replay.self,
         ]
     )
+
+    /// Parses the command line and runs the subcommand, as the parser's own `main` does, except that a usage error
+    /// reads `fluxctl: Unknown option '--frobnicate'` (then the usage lines) instead of `Error: ...`, like every
+    /// other fluxctl error; its exit code stays the parser's (64).
+    static func main() async {
+        do {
+            var command = try await asyncParseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exitReporting(error)
+        }
+    }
+
+    /// Exits for `error`: help, `--version` and an `ExitCode` (whose message `fail` already printed) as the parser
+    /// does; any other error as `fluxctl: MESSAGE` on stderr with the parser's exit code.
+    static func exitReporting(_ error: any Error) -> Never {
+        let code = exitCode(for: error)
+        if code == .success || error is ExitCode { exit(withError: error) }
+        printError(usageErrorText(fullMessage(for: error)))
+        Glibc.exit(code.rawValue)
+    }
+
+    /// The parser's message (`Error: Unknown option '--x'\nUsage: ...`) with fluxctl's prefix for its first line.
+    static func usageErrorText(_ message: String) -> String {
+        let prefix = Terminal.stderrColors ? "\u{1B}[31mfluxctl:\u{1B}[0m " : "fluxctl: "
+        let body = message.hasPrefix("Error: ") ? message.dropFirst("Error: ".count) : Substring(message)
+        return prefix + body.trimmingCharacters(in: .newlines)
+    }
 }
 
 /// fluxctl's exit codes (documented in `fluxctl --help`).

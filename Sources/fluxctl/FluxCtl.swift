@@ -14,10 +14,11 @@ struct FluxCtl: AsyncParsableCommand {
         commandName: "fluxctl",
         abstract: "See and poke a live FluxBus.",
         discussion: """
-        Every subcommand takes --socket (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, \
-        else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock, the same rule as fluxd's), --server-uid UID (refuse a fluxd \
-        run by another uid; default $FLUXBUS_SERVER_UID, else 0 when run as root), --json (one JSON object per \
-        line; formats in docs/fluxctl.md) and --timeout SECONDS.
+        Every subcommand takes the options below, before or after its name (fluxctl --socket S stores and \
+        fluxctl stores --socket S are the same): --socket (default: $FLUXBUS_SOCKET, else \
+        $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock, the same rule as \
+        fluxd's), --server-uid UID (refuse a fluxd run by another uid; default $FLUXBUS_SERVER_UID, else 0 when run \
+        as root), --json (one JSON object per line; formats in docs/fluxctl.md) and --timeout SECONDS.
 
         Exit codes:
           0   success
@@ -45,6 +46,12 @@ struct FluxCtl: AsyncParsableCommand {
             Journal.self, Replay.self,
         ]
     )
+
+    /// The global options given before the subcommand's name. The parser reads the root command's options
+    /// wherever they appear on the command line, and a subcommand's `@OptionGroup var options: GlobalOptions` takes
+    /// these same values (an option group of a type its parent command already decoded is shared), so
+    /// `fluxctl --socket S stores` and `fluxctl stores --socket S` are the same, and both help screens list them.
+    @OptionGroup var options: GlobalOptions
 
     /// Parses the command line and runs the subcommand, as the parser's own `main` does, except that a usage error
     /// reads `fluxctl: Unknown option '--frobnicate'` (then the usage lines) instead of `Error: ...`, like every

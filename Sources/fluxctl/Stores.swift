@@ -170,7 +170,7 @@ struct Ping: AsyncParsableCommand {
         abstract: "Measure the round trip to fluxd.",
         discussion: """
             Pings back to back. One ping prints its round trip; --count N > 1 prints a summary, as ping(8) does: \
-            N pings to SOCKET: round trip min/avg/p50/p99/max = 58/76/74/133/140 µs. --verbose also prints each \
+            N pings to SOCKET: round trip min/avg/p50/p99/max = 58/79/76/133/140 µs. --verbose also prints each \
             round trip before it. With --json, the summary as one object (and with --verbose one object per ping \
             before it).
             """)
@@ -234,7 +234,7 @@ struct PingSummary {
                count, minUs, avgUs, medianUs, p99Us, maxUs)
     }
 
-    /// `N pings to SOCKET: round trip min/avg/p50/p99/max = 58/76/74/133/140 µs`, as ping(8) sums up.
+    /// `N pings to SOCKET: round trip min/avg/p50/p99/max = 58/79/76/133/140 µs`, as ping(8) sums up.
     func text(socket: String) -> String {
         String(format: "%d pings to %@: round trip min/avg/p50/p99/max = %.0f/%.0f/%.0f/%.0f/%.0f µs",
                count, socket, minUs, avgUs, medianUs, p99Us, maxUs)

@@ -14,10 +14,11 @@ struct FluxCtl: AsyncParsableCommand {
         commandName: "fluxctl",
         abstract: "See and poke a live FluxBus.",
         discussion: """
-        Every subcommand takes --socket (default: $FLUXBUS_SOCKET, else $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, \
-        else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock, the same rule as fluxd's), --server-uid UID (refuse a fluxd \
-        run by another uid; default $FLUXBUS_SERVER_UID, else 0 when run as root), --json (one JSON object per \
-        line; formats in docs/fluxctl.md) and --timeout SECONDS.
+        Every subcommand takes the options below, before or after its name (fluxctl --socket S stores and \
+        fluxctl stores --socket S are the same): --socket (default: $FLUXBUS_SOCKET, else \
+        $XDG_RUNTIME_DIR/fluxbus/fluxd.sock, else ${TMPDIR:-/tmp}/fluxbus-$UID/fluxd.sock, the same rule as \
+        fluxd's), --server-uid UID (refuse a fluxd run by another uid; default $FLUXBUS_SERVER_UID, else 0 when run \
+        as root), --json (one JSON object per line; formats in docs/fluxctl.md) and --timeout SECONDS.
 
         Exit codes:
           0   success
@@ -29,6 +30,8 @@ struct FluxCtl: AsyncParsableCommand {
           5   fluxd refused a request (e.g. unknown store)
           64  bad usage (unknown option, missing argument)
         """,
+        // `fluxctl --version` prints `fluxctl 0.4.0`: FluxCore's version, the one fluxd names itself with.
+        version: "fluxctl \(FluxBusVersion.string)",
         // One line per subcommand; keep the list easy to extend.
         subcommands: [
             Dispatch.self,
@@ -43,6 +46,44 @@ struct FluxCtl: AsyncParsableCommand {
             Journal.self, Replay.self,
         ]
     )
+
+    /// The global options given before the subcommand's name. The parser reads the root command's options
+    /// wherever they appear on the command line, and a subcommand's `@OptionGroup var options: GlobalOptions` takes
+    /// these same values (an option group of a type its parent command already decoded is shared), so
+    /// `fluxctl --socket S stores` and `fluxctl stores --socket S` are the same, and both help screens list them.
+    @OptionGroup var options: GlobalOptions
+
+    /// Parses the command line and runs the subcommand, as the parser's own `main` does, except that a usage error
+    /// reads `fluxctl: Unknown option '--frobnicate'` (then the usage lines) instead of `Error: ...`, like every
+    /// other fluxctl error; its exit code stays the parser's (64).
+    static func main() async {
+        do {
+            var command = try await asyncParseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exitReporting(error)
+        }
+    }
+
+    /// Exits for `error`: help, `--version` and an `ExitCode` (whose message `fail` already printed) as the parser
+    /// does; any other error as `fluxctl: MESSAGE` on stderr with the parser's exit code.
+    static func exitReporting(_ error: any Error) -> Never {
+        let code = exitCode(for: error)
+        if code == .success || error is ExitCode { exit(withError: error) }
+        printError(usageErrorText(fullMessage(for: error)))
+        Glibc.exit(code.rawValue)
+    }
+
+    /// The parser's message (`Error: Unknown option '--x'\nUsage: ...`) with fluxctl's prefix for its first line.
+    static func usageErrorText(_ message: String) -> String {
+        let prefix = Terminal.stderrColors ? "\u{1B}[31mfluxctl:\u{1B}[0m " : "fluxctl: "
+        let body = message.hasPrefix("Error: ") ? message.dropFirst("Error: ".count) : Substring(message)
+        return prefix + body.trimmingCharacters(in: .newlines)
+    }
 }
 
 /// fluxctl's exit codes (documented in `fluxctl --help`).

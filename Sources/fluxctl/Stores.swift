@@ -168,9 +168,15 @@ struct Stats: AsyncParsableCommand {
 struct Ping: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Measure the round trip to fluxd.",
-        discussion: "Pings back to back; with --count N > 1 prints each round trip and then min, median and p99.")
+        discussion: """
+            Pings back to back. One ping prints its round trip; --count N > 1 prints a summary, as ping(8) does: \
+            N pings to SOCKET: round trip min/avg/p50/p99/max = 58/79/76/133/140 µs. --verbose also prints each \
+            round trip before it. With --json, the summary as one object (and with --verbose one object per ping \
+            before it).
+            """)
     @OptionGroup var options: GlobalOptions
     @Option(name: .long, help: "How many pings.") var count = 1
+    @Flag(name: .long, help: "Print every round trip, not only the summary.") var verbose = false
 
     func validate() throws {
         if count < 1 { throw ValidationError("--count must be at least 1") }
@@ -180,31 +186,57 @@ struct Ping: AsyncParsableCommand {
         let client = try await options.connect()
         defer { client.abort() }
         let path = options.socketPath
-        // Percentiles from an HdrHistogram of nanoseconds (3 significant digits).
+        // Percentiles from an HdrHistogram of nanoseconds (3 significant digits); min, max and the mean exact.
         var histogram = Histogram<UInt64>(numberOfSignificantValueDigits: .three)
+        var minNs = UInt64.max, maxNs: UInt64 = 0, totalNs: Double = 0
         do {
             for n in 1...count {
                 let d = try await client.ping(timeout: options.requestDuration)
                 let ns = UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000)
                 _ = histogram.record(ns)
+                minNs = min(minNs, ns)
+                maxNs = max(maxNs, ns)
+                totalNs += Double(ns)
                 let us = Double(ns) / 1000
-                if !options.json {
-                    emit(count == 1 ? String(format: "pong from %@ in %.0f µs", path, us) : String(format: "pong %d: %.0f µs", n, us))
+                if count == 1 && !options.json {
+                    emit(String(format: "pong from %@ in %.0f µs", path, us))
+                } else if verbose {
+                    emit(options.json ? String(format: #"{"ping":%d,"us":%.1f}"#, n, us) : String(format: "pong %d: %.0f µs", n, us))
                 }
             }
         } catch {
             throw failure(error, socket: path)
         }
         func us(_ ns: UInt64) -> Double { Double(ns) / 1000 }
-        let minUs = us(histogram.min)
-        let median = us(histogram.valueAtPercentile(50))
-        let p99 = us(histogram.valueAtPercentile(99))
-        let maxUs = us(histogram.maxRecorded)
+        let summary = PingSummary(count: Int(histogram.totalCount), minUs: us(minNs), avgUs: totalNs / Double(count) / 1000,
+                                  medianUs: us(histogram.valueAtPercentile(50)), p99Us: us(histogram.valueAtPercentile(99)),
+                                  maxUs: us(maxNs))
         if options.json {
-            emit(String(format: #"{"count":%d,"minUs":%.1f,"medianUs":%.1f,"p99Us":%.1f,"maxUs":%.1f}"#, Int(histogram.totalCount), minUs, median, p99, maxUs))
+            emit(summary.json)
         } else if count > 1 {
-            emit(String(format: "%d pings to %@: min %.0f µs, median %.0f µs, p99 %.0f µs, max %.0f µs",
-                        Int(histogram.totalCount), path, minUs, median, p99, maxUs))
+            emit(summary.text(socket: path))
         }
+    }
+}
+
+/// `ping --count N`'s summary, in microseconds; p50 and p99 are HdrHistogram's nearest-rank percentiles.
+struct PingSummary {
+    var count: Int
+    var minUs: Double
+    var avgUs: Double
+    var medianUs: Double
+    var p99Us: Double
+    var maxUs: Double
+
+    /// `{"count":N,"minUs":..,"avgUs":..,"medianUs":..,"p99Us":..,"maxUs":..}` (one decimal).
+    var json: String {
+        String(format: #"{"count":%d,"minUs":%.1f,"avgUs":%.1f,"medianUs":%.1f,"p99Us":%.1f,"maxUs":%.1f}"#,
+               count, minUs, avgUs, medianUs, p99Us, maxUs)
+    }
+
+    /// `N pings to SOCKET: round trip min/avg/p50/p99/max = 58/79/76/133/140 µs`, as ping(8) sums up.
+    func text(socket: String) -> String {
+        String(format: "%d pings to %@: round trip min/avg/p50/p99/max = %.0f/%.0f/%.0f/%.0f/%.0f µs",
+               count, socket, minUs, avgUs, medianUs, p99Us, maxUs)
     }
 }

@@ -23,9 +23,21 @@ private func hostRequest<T: Sendable>(_ options: GlobalOptions, _ body: (FluxCli
     }
 }
 
-/// A worker as fluxd sent it (`--json` shows every field, in fluxd's order).
+/// A worker as fluxd sent it, every field in fluxd's order, with the wire's snake_case field names in camelCase like
+/// the rest of fluxctl's `--json` output (`uptime_ms` -> `uptimeMs`, `last_exit` -> `lastExit`; SPEC §8.11 keeps
+/// the wire's names).
 private func workerJSON(_ w: Worker) -> JSONValue {
-    (try? JSONValue(parsing: w.json)) ?? .null
+    guard case .object(let members)? = try? JSONValue(parsing: w.json) else { return .null }
+    return .object(members.map { (key: camelCase($0.key), value: $0.value) })
+}
+
+/// `uptime_ms` -> `uptimeMs`: each letter after an underscore capitalised, the underscores dropped (a name without
+/// one is returned as it is).
+private func camelCase(_ name: String) -> String {
+    guard name.contains("_") else { return name }
+    let parts = name.split(separator: "_", omittingEmptySubsequences: true)
+    guard let first = parts.first else { return name }
+    return String(first) + parts.dropFirst().map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
 }
 
 private func workerRow(_ w: JSONValue) -> [String] {
@@ -38,10 +50,10 @@ private func workerRow(_ w: JSONValue) -> [String] {
     default: styled = state
     }
     var exit = "-"
-    if let code = w["last_exit"]?["code"]?.intValue { exit = "exit \(code)" }
-    if let signal = w["last_exit"]?["signal"]?.stringValue { exit = signal }
+    if let code = w["lastExit"]?["code"]?.intValue { exit = "exit \(code)" }
+    if let signal = w["lastExit"]?["signal"]?.stringValue { exit = signal }
     var uptime = "-"
-    if let ms = w["uptime_ms"]?.intValue { uptime = formatUptime(ms) }
+    if let ms = w["uptimeMs"]?.intValue { uptime = formatUptime(ms) }
     let stores: String
     if case .array(let items)? = w["stores"], !items.isEmpty {
         stores = items.compactMap(\.stringValue).joined(separator: ",")

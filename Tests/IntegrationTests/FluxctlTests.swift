@@ -49,7 +49,144 @@ struct FluxctlTests {
 
         let usage = try await fluxctl(["dispatch", "todo/create", "--frobnicate"], socket: nil)
         #expect(usage.status == 64)
-        #expect(usage.stderr.contains("Unknown option '--frobnicate'"), "\(usage)")
+        #expect(usage.stderr.hasPrefix("fluxctl: Unknown option '--frobnicate'\nUsage: fluxctl dispatch "), "\(usage)")
+        #expect(usage.stderr.hasSuffix("  See 'fluxctl dispatch --help' for more information.\n"), "\(usage)")
+    }
+
+    @Test("fluxctl --version prints fluxctl 0.4.0; usage errors start with fluxctl: and exit 64; global options go before the subcommand too")
+    func versionUsageAndGlobalOptions() async throws {
+        let version = try await fluxctl(["--version"], socket: nil)
+        #expect(version.status == 0)
+        #expect(version.stdout == "fluxctl 0.4.0\n", "\(version)")
+        #expect(version.stderr == "")
+
+        // Every kind of usage error: unknown option, missing argument, a value that is not a number, a check of
+        // fluxctl's own; each first line starts with "fluxctl: ", then the usage.
+        let usageErrors: [([String], String)] = [
+            (["stores", "--frobnicate"], "fluxctl: Unknown option '--frobnicate'\nUsage: fluxctl stores "),
+            (["restart"], "fluxctl: Missing expected argument '<name>'\n"),
+            (["ping", "--count", "many"], "fluxctl: The value 'many' is invalid for '--count <count>'"),
+            (["ping", "--count", "0"], "fluxctl: --count must be at least 1\nUsage: fluxctl ping "),
+            (["--timeout", "0", "stores"], "fluxctl: --timeout must be a positive number of seconds\n"),
+            (["state", "todos", "--raw", "--json"], "fluxctl: give --raw or --json, not both\nUsage: fluxctl state "),
+            (["frobnicate"], "fluxctl: Unexpected argument 'frobnicate'\n"),
+        ]
+        for (arguments, prefix) in usageErrors {
+            let result = try await fluxctl(arguments, socket: nil)
+            #expect(result.status == 64, "\(arguments): \(result)")
+            #expect(result.stdout == "", "\(arguments): \(result)")
+            #expect(result.stderr.hasPrefix(prefix), "\(arguments): \(result)")
+            #expect(!result.stderr.contains("Error:"), "\(arguments): \(result)")
+        }
+
+        // The root's help lists the global options (they are its options too) and --version.
+        let help = try await fluxctl(["--help"], socket: nil)
+        #expect(help.stdout.contains("USAGE: fluxctl [--socket <path>] [--server-uid <uid>] [--json] [--timeout <seconds>] <subcommand>"), "\(help)")
+        #expect(help.stdout.contains("  --socket <path>"), "\(help)")
+        #expect(help.stdout.contains("  --version"), "\(help)")
+
+        // Without a fluxd: --socket before the subcommand is the socket fluxctl tries (exit 3 names it as --socket's).
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/none.sock"
+        let before = try await fluxctl(["--socket", path, "stores"], socket: dir.path + "/env.sock")
+        #expect(before.status == 3)
+        #expect(before.stderr.hasPrefix("fluxctl: no fluxd at \(path) (from --socket): no such socket\n"), "\(before)")
+
+        try await withBus { bus in
+            _ = try await startTodoStores(bus)
+            #expect(try await bus.ctl("dispatch", "todo/create", #"{"title":"milk"}"#, "--wait").status == 0)
+            let bogus = dir.path + "/bogus.sock"
+            // FLUXBUS_SOCKET names nothing; the option before the subcommand wins, as it does after it.
+            for arguments in [["--socket", bus.socketPath, "stores"], ["stores", "--socket", bus.socketPath]] {
+                let stores = try await fluxctl(arguments, socket: bogus)
+                #expect(stores.status == 0, "\(arguments): \(stores)")
+                #expect(stores.lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == ["STORE", "stats", "todos"], "\(arguments): \(stores)")
+            }
+            // Several global options before, a subcommand's own after; --json before the subcommand.
+            let json = try await fluxctl(["--json", "--timeout", "10", "--socket", bus.socketPath, "state", "todos", "--path", "/todos/0/title"], socket: bogus)
+            #expect(json.stdout == #"{"store":"todos","version":2,"seq":1,"path":"/todos/0/title","value":"milk"}"# + "\n", "\(json)")
+            // Given both before and after the subcommand, the last one counts.
+            let twice = try await fluxctl(["--socket", bogus, "ping", "--socket", bus.socketPath], socket: nil)
+            #expect(twice.status == 0, "\(twice)")
+            #expect(twice.stdout.hasPrefix("pong from \(bus.socketPath) in "), "\(twice)")
+        }
+    }
+
+    @Test("state --raw prints just the JSON value on one line (the whole state, --path, --seq); errors leave stdout empty")
+    func stateRaw() async throws {
+        try await withBus { bus in
+            _ = try await startTodoStores(bus)
+            #expect(try await bus.ctl("dispatch", "todo/create", #"{"title":"milk"}"#, "--wait").status == 0)
+            #expect(try await bus.ctl("dispatch", "todo/create", #"{"title":"eggs \"free range\""}"#, "--wait").status == 0)
+
+            let title = try await bus.ctl("state", "todos", "--path", "/todos/0/title", "--raw")
+            #expect(title.status == 0)
+            #expect(title.stdout == "\"milk\"\n", "\(title)")
+            #expect(title.stderr == "")
+            let quoted = try await bus.ctl("state", "todos", "--path", "/todos/1/title", "--raw")
+            #expect(quoted.stdout == #""eggs \"free range\"""# + "\n", "\(quoted)")
+            let number = try await bus.ctl("state", "todos", "--raw", "--path", "/nextID")
+            #expect(number.stdout == "3\n", "\(number)")
+            let todo = try await bus.ctl("state", "todos", "--path", "/todos/0", "--raw")
+            #expect(todo.stdout == #"{"createdSeq":1,"done":false,"id":1,"title":"milk"}"# + "\n", "\(todo)")
+            let whole = try await bus.ctl("state", "todos", "--raw")
+            #expect(whole.stdout == #"{"nextID":3,"todos":[{"createdSeq":1,"done":false,"id":1,"title":"milk"},{"createdSeq":2,"done":false,"id":2,"title":"eggs \"free range\""}]}"# + "\n", "\(whole)")
+            // Colours are never written with --raw, even when forced.
+            let forced = try await bus.ctl("state", "todos", "--path", "/todos/0/title", "--raw", environment: ["CLICOLOR_FORCE": "1"])
+            #expect(forced.stdout == "\"milk\"\n", "\(forced)")
+
+            let missing = try await bus.ctl("state", "todos", "--path", "/todos/7", "--raw")
+            #expect(missing.status == 2)
+            #expect(missing.stdout == "")
+            #expect(missing.stderr == "fluxctl: /todos/7 does not exist: /todos has 2 elements (in todos version 3)\n", "\(missing)")
+            let unknown = try await bus.ctl("state", "nope", "--raw")
+            #expect(unknown.status == 5)
+            #expect(unknown.stdout == "")
+            #expect(unknown.stderr.hasPrefix("fluxctl: unknown store \"nope\""), "\(unknown)")
+            // An ephemeral fluxd keeps no past states: --seq with --raw fails on stderr, not with a half line.
+            let past = try await bus.ctl("state", "todos", "--seq", "1", "--raw")
+            #expect(past.status == 5, "\(past)")
+            #expect(past.stdout == "")
+            #expect(past.stderr.hasPrefix("fluxctl: "), "\(past)")
+        }
+    }
+
+    @Test("ping --count N prints one summary line; --verbose each round trip before it; --json the summary (and each ping with --verbose)")
+    func pingSummary() async throws {
+        try await withBus { bus in
+            let summaryLine = #"^4 pings to \#(NSRegularExpression.escapedPattern(for: bus.socketPath)): round trip min/avg/p50/p99/max = [0-9]+/[0-9]+/[0-9]+/[0-9]+/[0-9]+ µs$"#
+            let quiet = try await bus.ctl("ping", "--count", "4")
+            #expect(quiet.status == 0)
+            #expect(quiet.lines.count == 1, "\(quiet)")
+            #expect(quiet.lines[0].range(of: summaryLine, options: .regularExpression) != nil, "\(quiet)")
+
+            let verbose = try await bus.ctl("ping", "--count", "4", "--verbose")
+            #expect(verbose.status == 0)
+            #expect(verbose.lines.count == 5, "\(verbose)")
+            for (i, line) in verbose.lines.prefix(4).enumerated() {
+                #expect(line.range(of: "^pong \(i + 1): [0-9]+ µs$", options: .regularExpression) != nil, "\(verbose)")
+            }
+            #expect(verbose.lines[4].range(of: summaryLine, options: .regularExpression) != nil, "\(verbose)")
+
+            let json = try await bus.ctl("ping", "--count", "4", "--json")
+            #expect(json.lines.count == 1, "\(json)")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json)")
+            let summary = object.compactMapValues { ($0 as? NSNumber)?.doubleValue }
+            #expect(Set(summary.keys) == ["count", "minUs", "avgUs", "medianUs", "p99Us", "maxUs"], "\(json)")
+            #expect(summary["count"] == 4)
+            let (lo, avg, hi) = (summary["minUs"] ?? -1, summary["avgUs"] ?? -1, summary["maxUs"] ?? -1)
+            #expect(lo > 0 && lo <= avg && avg <= hi, "\(json)")
+            let verboseJSON = try await bus.ctl("ping", "--count", "2", "--json", "--verbose")
+            #expect(verboseJSON.lines.count == 3, "\(verboseJSON)")
+            #expect(verboseJSON.lines[0].range(of: #"^\{"ping":1,"us":[0-9.]+\}$"#, options: .regularExpression) != nil, "\(verboseJSON)")
+            #expect(verboseJSON.lines[2].hasPrefix(#"{"count":2,"minUs":"#), "\(verboseJSON)")
+
+            // One ping (the default) is one line, as before.
+            let one = try await bus.ctl("ping")
+            #expect(one.lines.count == 1)
+            #expect(one.lines.first?.range(of: #"^pong from .* in [0-9]+ µs$"#, options: .regularExpression) != nil, "\(one)")
+        }
     }
 
     @Test("errors before fluxd is reached: no fluxd (exit 3, names the path and how to start one), bad JSON (exit 2, where), bad pointer")
@@ -230,10 +367,10 @@ struct FluxctlTests {
 
             let ping = try await bus.ctl("ping", "--count", "5", "--json")
             #expect(ping.status == 0)
-            #expect(ping.stdout.range(of: #"^\{"count":5,"minUs":[0-9.]+,"medianUs":[0-9.]+,"p99Us":[0-9.]+,"maxUs":[0-9.]+\}\n$"#, options: .regularExpression) != nil, "\(ping)")
+            #expect(ping.stdout.range(of: #"^\{"count":5,"minUs":[0-9.]+,"avgUs":[0-9.]+,"medianUs":[0-9.]+,"p99Us":[0-9.]+,"maxUs":[0-9.]+\}\n$"#, options: .regularExpression) != nil, "\(ping)")
             let pingText = try await bus.ctl("ping", "--count", "3")
-            #expect(pingText.lines.count == 4)
-            #expect(pingText.lines[3].hasPrefix("3 pings to \(bus.socketPath): min "), "\(pingText)")
+            #expect(pingText.lines.count == 1, "\(pingText)")
+            #expect(pingText.lines.first?.hasPrefix("3 pings to \(bus.socketPath): round trip min/avg/p50/p99/max = ") == true, "\(pingText)")
 
             // A timeout: nothing more happens to todos, so waiting for 5 more snapshots times out (exit 4).
             let timedOut = try await bus.ctl("watch", "todos", "--count", "5", "--timeout", "0.5")
@@ -458,13 +595,22 @@ struct FluxctlTests {
 
         let listed = try await fluxctl(["workers", "--json"], socket: host.socketPath)
         #expect(listed.status == 0)
-        #expect(listed.stdout.hasPrefix(#"{"name":"idle","state":"running","pid":\#(workers[0].pid ?? 0),"#), "\(listed)")
+        // fluxctl's field names are camelCase (the wire's are uptime_ms and last_exit, SPEC §8.11), in fluxd's order.
+        #expect(listed.stdout.range(of: #"^\{"name":"idle","state":"running","pid":\#(workers[0].pid ?? 0),"restarts":0,"uptimeMs":[0-9]+,"lastExit":null,"stores":\[\]\}\n$"#, options: .regularExpression) != nil, "\(listed)")
+        #expect(!listed.stdout.contains("_"), "\(listed)")
 
         let stopped = try await client.stopWorker("idle")
         #expect(stopped.name == "idle")
         #expect([.stopping, .stopped].contains(stopped.state), "\(stopped.state)")
         try host.waitForWorkers("idle stopped") { $0.state("idle") == "stopped" }
         #expect(try await client.workers()[0].state == .stopped)
+        // The stopped worker's last exit, as lastExit in --json and in the table's LAST EXIT column.
+        let afterStop = try await fluxctl(["workers", "--json"], socket: host.socketPath)
+        #expect(afterStop.stdout.contains(#","lastExit":{"#), "\(afterStop)")
+        #expect(!afterStop.stdout.contains("_"), "\(afterStop)")
+        let table = try await fluxctl(["workers"], socket: host.socketPath)
+        let row = table.lines.dropFirst().first?.split(separator: " ").map(String.init) ?? []
+        #expect(row.count >= 6 && row[0] == "idle" && row[1] == "stopped" && row[5] != "-", "\(table)")
         let restarted = try await client.restartWorker("idle")
         #expect([.starting, .running].contains(restarted.state), "\(restarted.state)")
         try host.waitForWorkers("idle running again") { $0.state("idle") == "running" }

@@ -83,6 +83,10 @@ public struct SupervisorConfig: Sendable, Equatable {
     public var workers: [WorkerSpec] = []
     /// How long a SIGTERM/SIGINT shutdown waits for in-flight actions to settle.
     public var drainTimeout: Millis = 5_000
+    /// `admin_users` and `admin_groups` of `[fluxd]`, resolved to ids: who, besides fluxd's own user and root, may
+    /// send the privileged operations (restart and stop workers, read the journal).
+    public var adminUIDs: Set<UInt32> = []
+    public var adminGIDs: Set<UInt32> = []
 
     public init(path: String) {
         self.path = path
@@ -155,8 +159,18 @@ private struct ConfigParser {
         try onlyKeys(root, [], ["fluxd", "workers"])
         if let fluxd = root["fluxd"] {
             let table = try self.table(fluxd, ["fluxd"])
-            try onlyKeys(table, ["fluxd"], ["drain_timeout"])
+            try onlyKeys(table, ["fluxd"], ["drain_timeout", "admin_users", "admin_groups"])
             if let value = table["drain_timeout"] { config.drainTimeout = try duration(value, ["fluxd", "drain_timeout"]) }
+            if let value = table["admin_users"] {
+                config.adminUIDs = try ids(value, ["fluxd", "admin_users"], kind: "user") { name in
+                    getpwnam(name).map { $0.pointee.pw_uid }
+                }
+            }
+            if let value = table["admin_groups"] {
+                config.adminGIDs = try ids(value, ["fluxd", "admin_groups"], kind: "group") { name in
+                    getgrnam(name).map { $0.pointee.gr_gid }
+                }
+            }
         }
         guard let workersValue = root["workers"] else {
             throw ConfigError(file: path, key: "workers", problem: "no workers: add at least one [workers.NAME] table")
@@ -302,6 +316,26 @@ private struct ConfigParser {
     func string(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> String {
         guard value.type == .string, let string = value.string else { throw fail(key, "must be a string, not \(describe(value))") }
         return string
+    }
+
+    /// An array of user or group names and numeric ids, resolved (a name that does not exist is an error).
+    func ids(_ value: any TOMLValueConvertible, _ key: [String], kind: String,
+             resolve: (String) -> UInt32?) throws(ConfigError) -> Set<UInt32> {
+        guard value.type == .array, let array = value.array else {
+            throw fail(key, "must be an array of \(kind) names or ids, not \(describe(value))")
+        }
+        var result: Set<UInt32> = []
+        for (n, element) in array.enumerated() {
+            if element.type == .int, let id = element.int, id >= 0, id < Int(UInt32.max) {
+                result.insert(UInt32(id))
+            } else if element.type == .string, let name = element.string {
+                guard let id = resolve(name) else { throw fail(key, "no \(kind) named \"\(name)\" on this machine") }
+                result.insert(id)
+            } else {
+                throw fail(key, "must be an array of \(kind) names or ids; element \(n + 1) is \(describe(element))")
+            }
+        }
+        return result
     }
 
     func strings(_ value: any TOMLValueConvertible, _ key: [String]) throws(ConfigError) -> [String] {

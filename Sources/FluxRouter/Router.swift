@@ -344,11 +344,15 @@ public final class Router {
         case .pong: _ = try IdentifiedRequest(env, op: "pong")  // a heartbeat answer: hearing from the peer is all that counts
         case .bye: close(peer, &out)
         case .hello: fail(peer, .badMessage, "hello was already received", &out)
-        case .workers, .restartWorker, .stopWorker: out.append(.host(peer.id, try HostRequest(env, op: op)))
+        case .workers: out.append(.host(peer.id, try HostRequest(env, op: op)))
+        case .restartWorker, .stopWorker:
+            let request = try HostRequest(env, op: op)
+            if privileged(peer, op, &out) { out.append(.host(peer.id, request)) }
         case .recover:
             if permitted(peer, role.mayDispatch, op, &out) { recover(peer, try RecoverRequest(env), &out) }
         case .history, .stateAt:
             let request = try HostRequest(env, op: op)
+            guard privileged(peer, op, &out) else { return }
             if hostOps.contains(op) { out.append(.host(peer.id, request)) }
             else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
@@ -356,6 +360,16 @@ public final class Router {
              .delta, .subtree:
             fail(peer, .unknownOp, "unknown op \"\(op.rawValue)\"", &out)  // (not received: `Op.received` is nil)
         }
+    }
+
+    /// Whether the peer may send a privileged operation (fluxd's own uid, root, or an admin of the config; SPEC
+    /// §8.11, §8.12); if not, it gets `forbidden` (the connection stays open).
+    func privileged(_ peer: Peer, _ op: Op, _ out: inout Output) -> Bool {
+        guard let admins = config.admins else { return true }
+        if admins.admits(uid: peer.creds.uid, gid: peer.creds.gid) { return true }
+        fail(peer, .forbidden, "\(op.rawValue) is allowed to fluxd's own user, root and the admins of its config "
+             + "(uid \(peer.creds.uid.map(String.init) ?? "unknown") is none of them)", &out)
+        return false
     }
 
     /// Whether the peer's role may send `op` (SPEC §7); if not, the peer gets `forbidden`.

@@ -96,6 +96,10 @@ public struct RouterConfig: Sendable {
     public var deltaHistory = 1 << 20
     /// Whether `dispatch.seq` is accepted (`fluxd --replay`, for `fluxctl replay`; SPEC §8.3).
     public var replay = false
+    /// Who may send the privileged operations (SPEC §8.11: `restart-worker`, `stop-worker`; §8.12: `history`,
+    /// `state-at`); nil: every peer (an in-process bus, tests). fluxd sets its own uid, root and the config's
+    /// `admin_users`/`admin_groups`.
+    public var admins: Admins?
     /// Seqs reserved in the journal at a time (SPEC §15.1: persisted ahead of use).
     public var seqBlock: UInt64 = 1 << 16
 
@@ -245,4 +249,28 @@ public struct StoreStatusInfo: Sendable, Equatable {
     public var ownerPID: Int32?
     /// The latest snapshot version (0: none).
     public var version: UInt64
+}
+
+/// The peers allowed the privileged operations: by uid, or by the primary gid their credentials carry (SO_PEERCRED
+/// reports no supplementary groups).
+public struct Admins: Sendable, Equatable {
+    public var uids: Set<UInt32>
+    public var gids: Set<UInt32>
+
+    public init(uids: Set<UInt32> = [], gids: Set<UInt32> = []) {
+        self.uids = uids
+        self.gids = gids
+    }
+
+    /// fluxd's own uid and root, plus `uids` and `gids`.
+    public static func owner(_ uid: UInt32, uids: Set<UInt32> = [], gids: Set<UInt32> = []) -> Admins {
+        Admins(uids: uids.union([uid, 0]), gids: gids)
+    }
+
+    /// Whether a peer with these credentials is one of them.
+    public func admits(uid: UInt32?, gid: UInt32?) -> Bool {
+        if let uid, uids.contains(uid) { return true }
+        if let gid, gids.contains(gid) { return true }
+        return false
+    }
 }

@@ -254,6 +254,8 @@ struct Fluxd: ParsableCommand {
         config.router.storeTimeout = storeTimeout
         config.router.closeStalledStores = closeStalledStores
         config.router.replay = replay
+        // Privileged operations (restart/stop workers, journal reads): fluxd's own user, root and the config's admins.
+        config.router.admins = .owner(getuid(), uids: supervisorConfig?.adminUIDs ?? [], gids: supervisorConfig?.adminGIDs ?? [])
 
         var journal: Journal?
         if ephemeral {

@@ -66,6 +66,20 @@ struct SupervisorConfigTests {
         #expect(config.workers == [expected])
     }
 
+    @Test("admin_users and admin_groups: names resolved to ids, numeric ids as they are")
+    func admins() throws {
+        let config = try parse("""
+            [fluxd]
+            admin_users = ["root", 1234]
+            admin_groups = ["root", 50]
+
+            [workers.todo]
+            command = "/bin/todo-store"
+            """)
+        #expect(config.adminUIDs == [0, 1234])
+        #expect(config.adminGIDs == [0, 50])
+    }
+
     @Test("defaults: on-failure, backoff 0.2 s x2 up to 10 s, 5 restarts in 60 s, 10 s to register, 5 s to stop, --socket passed")
     func defaults() throws {
         let config = try parse("[workers.a]\ncommand = \"/usr/bin/a\"\n")
@@ -142,7 +156,11 @@ struct SupervisorConfigTests {
         BadConfig(what: "unknown top-level key", text: "colour = \"blue\"\n[workers.a]\ncommand = \"/bin/a\"\n",
                   message: "/etc/fluxbus/fluxd.toml:1: colour: unknown key (known here: fluxd, workers)"),
         BadConfig(what: "unknown key under [fluxd]", text: "[fluxd]\ndrain = 1\n[workers.a]\ncommand = \"/bin/a\"\n",
-                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.drain: unknown key (known here: drain_timeout)"),
+                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.drain: unknown key (known here: drain_timeout, admin_users, admin_groups)"),
+        BadConfig(what: "an admin user that does not exist", text: "[fluxd]\nadmin_users = [\"no-such-user-fluxbus\"]\n[workers.a]\ncommand = \"/bin/a\"\n",
+                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.admin_users: no user named \"no-such-user-fluxbus\" on this machine"),
+        BadConfig(what: "admin groups not an array", text: "[fluxd]\nadmin_groups = \"wheel\"\n[workers.a]\ncommand = \"/bin/a\"\n",
+                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.admin_groups: must be an array of group names or ids, not a string"),
         BadConfig(what: "unknown worker key", text: "[workers.a]\ncommand = \"/bin/a\"\nrestarts = 3\n",
                   message: "/etc/fluxbus/fluxd.toml:3: workers.a.restarts: unknown key (known here: command, args, cwd, env, stores, after, restart, backoff, intensity, start_timeout, stop_timeout, socket_arg)"),
         BadConfig(what: "unknown backoff key", text: "[workers.a]\ncommand = \"/bin/a\"\nbackoff = { initial = 1, cap = 2 }\n",

@@ -54,8 +54,8 @@ struct DaemonCoreTests {
 
         func send(_ peer: PeerID, _ json: String) { core.handle(.frame(peer, Array(json.utf8)), now: now) }
 
-        func join(_ peer: PeerID, role: String) {
-            core.handle(.connected(peer, PeerCredentials(pid: Int32(peer), uid: 1000)), now: now)
+        func join(_ peer: PeerID, role: String, uid: UInt32 = 1000, gid: UInt32? = nil) {
+            core.handle(.connected(peer, PeerCredentials(pid: Int32(peer), uid: uid, gid: gid)), now: now)
             send(peer, #"{"op":"hello","protocol":1,"role":"\#(role)","name":"p\#(peer)"}"#)
             #expect(transport.take(peer).map { $0.string("op").value } == ["welcome"])
             transport.drain(peer)
@@ -102,6 +102,46 @@ struct DaemonCoreTests {
         #expect(got.first?.int("count").value == 2)
         #expect(got.dropFirst().allSatisfy { $0.string("op").value == "event" } && got.count > 1)
         #expect(!h.transport.closes.contains { $0.0 == 3 })
+    }
+
+    @Test("privileged operations (restart-worker, stop-worker, history, state-at) only from fluxd's uid, root and the admins: another uid gets forbidden and stays connected; workers is open to all")
+    func privilegedOperations() {
+        let h = Harness { $0.router.admins = .owner(1000, uids: [3000], gids: [50]) }
+        var asked: [HostRequest] = []
+        for op in [Op.workers, .restartWorker, .stopWorker] {
+            h.core.handleHostOperation(op) { _, request in
+                asked.append(request)
+                return .error(.unknownWorker, "no worker named \"x\"")
+            }
+        }
+        h.join(2, role: "client", uid: 2000)          // another user
+        h.join(3, role: "client", uid: 1000)          // fluxd's own
+        h.join(4, role: "client", uid: 0)             // root
+        h.join(5, role: "client", uid: 3000)          // an admin by uid
+        h.join(6, role: "client", uid: 2001, gid: 50) // an admin by group
+        for op in ["restart-worker", "stop-worker"] {
+            h.send(2, #"{"op":"\#(op)","id":"r","name":"x"}"#)
+            let refused = h.transport.take(2)
+            #expect(refused.map { $0.string("code").value } == ["forbidden"], "\(op)")
+            #expect(refused.first?.string("ref").value == "r")
+        }
+        h.send(2, #"{"op":"history","id":"h"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "forbidden")
+        h.send(2, #"{"op":"state-at","id":"s","store":"todos","seq":1}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "forbidden")
+        #expect(asked.isEmpty, "no refused request reaches the host")
+        #expect(!h.transport.closes.contains { $0.0 == 2 }, "forbidden is not fatal")
+        h.send(2, #"{"op":"workers","id":"w"}"#)
+        #expect(asked.count == 1, "workers (a read of the supervisor's state) is open to every peer")
+        _ = h.transport.take(2)
+        for peer: PeerID in [3, 4, 5, 6] {
+            h.send(peer, #"{"op":"restart-worker","id":"r","name":"x"}"#)
+            #expect(h.transport.take(peer).first?.string("code").value == "unknown-worker", "peer \(peer) reached the host")
+            // (this core has no journal: a permitted journal read is answered not-retained)
+            h.send(peer, #"{"op":"history","id":"h"}"#)
+            #expect(h.transport.take(peer).first?.string("code").value == "not-retained", "peer \(peer)")
+        }
+        #expect(asked.count == 5)
     }
 
     @Test("host operations are answered by their handlers through the router: replies counted, errors coded with ref")

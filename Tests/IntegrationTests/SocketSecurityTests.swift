@@ -255,4 +255,36 @@ struct SocketSecurityTests {
         #expect(told.status == 0, "\(told)")
         await fluxd.shutDown()
     }
+
+    @Test("journal reads are refused to another uid (forbidden, exit 1) and allowed to root; the other uid's ping still works",
+          .enabled(if: geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0, "needs root and setpriv"))
+    func privilegedOperationsRefusedToAnotherUID() async throws {
+        let uid: UInt32 = 4343
+        let tmp = try TempDirectory(prefix: "fluxpriv")
+        defer { tmp.remove() }
+        #expect(chmod(tmp.path, 0o755) == 0)
+        let path = tmp.path + "/fluxd.sock"
+        let data = tmp.path + "/data"
+        // A shared bus: the socket open to every user; a durable fluxd (journal reads are answered).
+        let fluxd = try Fluxd(arguments: ["--socket-mode", "0666", "--data-dir", data], socketPath: path)
+        defer { fluxd.cleanup() }
+        try await fluxd.waitForReady()
+        let other = ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups"]
+        let trust = ["FLUXBUS_SERVER_UID": "\(getuid())"]
+
+        let ping = try FluxctlProcess(["ping", "--count", "1"], socket: path, environment: trust, launcher: other)
+        defer { ping.cleanup() }
+        let pong = try await ping.finish()
+        #expect(pong.status == 0, "another uid may use the bus: \(pong)")
+
+        let refused = try FluxctlProcess(["journal", "--tail", "1"], socket: path, environment: trust, launcher: other)
+        defer { refused.cleanup() }
+        let result = try await refused.finish()
+        #expect(result.status != 0 && result.stderr.contains("forbidden"), "\(result)")
+        #expect(result.stderr.contains("uid \(uid) is none of them"), "\(result)")
+
+        let root = try await Self.fluxctl(["journal", "--tail", "1"], socket: path)
+        #expect(root.status == 0, "\(root)")
+        await fluxd.shutDown()
+    }
 }

@@ -22,11 +22,18 @@ final class FluxctlProcess: @unchecked Sendable {
     private let exit = ExitWatch()
 
     /// Starts `fluxctl arguments`; `socket` is passed as `FLUXBUS_SOCKET` (nil: unset), `environment` is added and
-    /// the variables in `unsetting` are removed.
+    /// the variables in `unsetting` are removed. `launcher`: a command fluxctl runs under (e.g. setpriv as another
+    /// uid), its first element the executable.
     init(_ arguments: [String], socket: String?, environment: [String: String] = [:], unsetting: [String] = [],
-         stdin: String? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxctl"))
-        process.arguments = arguments
+         stdin: String? = nil, launcher: [String] = []) throws {
+        let fluxctl = try BuiltProducts.path(of: "fluxctl")
+        if let first = launcher.first {
+            process.executableURL = URL(fileURLWithPath: first)
+            process.arguments = Array(launcher.dropFirst()) + [fluxctl] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: fluxctl)
+            process.arguments = arguments
+        }
         var env = ProcessInfo.processInfo.environment
         env["FLUXBUS_SOCKET"] = socket
         env["NO_COLOR"] = nil

@@ -72,7 +72,7 @@ let package = Package(
         ),
         .target(
             name: "FluxDaemon",
-            dependencies: ["FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
+            dependencies: ["CFluxSys", "FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
                            .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: swiftSettings
         ),

@@ -74,3 +74,73 @@ uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 int cfluxsys_allocate(int fd, off_t offset, off_t length) {
     return fallocate(fd, 0, offset, length);
 }
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/// The address of NOTIFY_SOCKET ("/path" or "@abstract") as a sockaddr_un; returns its length, or 0 if it
+/// does not fit or is neither form.
+static socklen_t notify_address(const char *address, struct sockaddr_un *out) {
+    size_t n = strlen(address);
+    if (n < 2 || n >= sizeof(out->sun_path)) return 0;
+    if (address[0] != '/' && address[0] != '@') return 0;
+    memset(out, 0, sizeof(*out));
+    out->sun_family = AF_UNIX;
+    memcpy(out->sun_path, address, n);
+    if (address[0] == '@') {
+        out->sun_path[0] = '\0';  // abstract namespace: the length, not a NUL, ends the name
+        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    }
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+}
+
+int cfluxsys_notify(const char *address, const char *message, size_t length) {
+    struct sockaddr_un to;
+    socklen_t to_length = notify_address(address, &to);
+    if (to_length == 0) return -EINVAL;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    ssize_t sent;
+    do {
+        sent = sendto(fd, message, length, MSG_NOSIGNAL, (const struct sockaddr *)&to, to_length);
+    } while (sent < 0 && errno == EINTR);
+    int code = sent < 0 ? -errno : (size_t)sent == length ? 0 : -EMSGSIZE;
+    close(fd);
+    return code;
+}
+
+int cfluxsys_listening_socket(int fd, char *path, size_t capacity) {
+    if (capacity == 0) return -EINVAL;
+    path[0] = '\0';
+    int value = 0;
+    socklen_t size = sizeof(value);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &value, &size) != 0) return -errno;
+    if (value != AF_UNIX) return 1;
+    size = sizeof(value);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &value, &size) != 0) return -errno;
+    if (value != SOCK_STREAM) return 2;
+    size = sizeof(value);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &value, &size) != 0) return -errno;
+    if (!value) return 3;
+    struct sockaddr_un address;
+    socklen_t length = sizeof(address);
+    memset(&address, 0, sizeof(address));
+    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -errno;
+    size_t name_length = length > offsetof(struct sockaddr_un, sun_path)
+        ? length - offsetof(struct sockaddr_un, sun_path) : 0;
+    if (name_length == 0) return 0;  // unnamed
+    if (address.sun_path[0] == '\0') {  // abstract: "@name"
+        if (name_length + 1 > capacity) return -ENAMETOOLONG;
+        path[0] = '@';
+        memcpy(path + 1, address.sun_path + 1, name_length - 1);
+        path[name_length] = '\0';
+        return 0;
+    }
+    size_t n = strnlen(address.sun_path, name_length);
+    if (n + 1 > capacity) return -ENAMETOOLONG;
+    memcpy(path, address.sun_path, n);
+    path[n] = '\0';
+    return 0;
+}

@@ -9,6 +9,10 @@ import Logging
 public struct DaemonConfig: Sendable {
     /// Where to listen.
     public var socketPath: String
+    /// A socket that is already listening on `socketPath`, passed by the service manager (socket activation,
+    /// `SocketActivation.take()`): served instead of binding one, and never unlinked (nil: fluxd binds its own).
+    /// `socketMode` does not apply to it (the creator chose the mode).
+    public var listenDescriptor: Int32?
     /// Permission bits of the socket file (default 0600: only the owner may connect).
     public var socketMode: UInt32 = 0o600
     /// `listen(2)` backlog.
@@ -49,9 +53,11 @@ public enum DaemonError: Error, CustomStringConvertible {
 /// closes (`DaemonTransport`). The semantics, slow-consumer and memory policies included, are the core's.
 /// Everything runs on the loop thread.
 ///
-/// Lifecycle: `init` -> `start()` (listen, install SIGINT/SIGTERM/SIGHUP handlers) -> ... -> `shutdown()` (on
+/// Lifecycle: `init` -> `start()` (listen, or serve the socket `config.listenDescriptor` passed, install SIGINT/SIGTERM/SIGHUP handlers) -> ... -> `shutdown()` (on
 /// SIGINT/SIGTERM or the loop's stop request): stop accepting and unlink the socket, feed `.shutdown`, let peers
-/// drain for at most `shutdownGrace` ms, close every handle and stop the loop, so `EventLoop.run()` returns.
+/// drain for at most `shutdownGrace` ms, close every handle and stop the loop, so `EventLoop.run()` returns. A socket
+/// passed by the service manager is closed but not unlinked: it stays with systemd, which queues connections on it
+/// until the next fluxd serves it.
 ///
 /// Performance: this object lives on one thread and none of its methods re-enters another while that one is
 /// modifying the same property, so its hot stored properties are `@exclusivity(unchecked)`: the runtime's dynamic
@@ -220,7 +226,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         options.backlog = config.backlog
         options.maxFrame = config.router.maxFrame
         do {
-            listener = try PipeListener.listen(loop: loop, path: config.socketPath, options: options, delegate: self)
+            if let descriptor = config.listenDescriptor {
+                listener = try PipeListener.adopting(listeningDescriptor: descriptor, path: config.socketPath, loop: loop,
+                                                     options: options, delegate: self)
+            } else {
+                listener = try PipeListener.listen(loop: loop, path: config.socketPath, options: options, delegate: self)
+            }
         } catch .addressInUse(let path) {
             throw .alreadyRunning(path: path)
         } catch {
@@ -263,8 +274,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
-        logger.info("listening", metadata: ["path": "\(config.socketPath)",
-                                            "mode": "\(String(config.socketMode, radix: 8))"])
+        if config.listenDescriptor != nil {
+            logger.info("listening on the socket the service manager passed", metadata: ["path": "\(config.socketPath)"])
+        } else {
+            logger.info("listening", metadata: ["path": "\(config.socketPath)",
+                                                "mode": "\(String(config.socketMode, radix: 8))"])
+        }
     }
 
     /// Starts a graceful shutdown (idempotent; a second call while draining closes every connection at once).

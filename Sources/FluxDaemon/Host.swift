@@ -12,6 +12,10 @@ import Logging
 /// action is unsettled or `drainTimeout` passed, then the workers are stopped in reverse dependency order, then
 /// the daemon shuts down (socket unlinked, peers closed). A second SIGTERM/SIGINT cuts this short: workers get
 /// SIGKILL and the daemon closes at once. SIGHUP reloads the config file.
+///
+/// Under a service manager (`notifier`, systemd's `NOTIFY_SOCKET`): `READY=1` once the daemon serves
+/// (`runPluginHost`), `STOPPING=1` at the first stop request, `RELOADING=1` then `READY=1` around a reload, and a
+/// `STATUS=` line for each of these states (listening, draining, stopping workers, reload failed).
 public final class PluginHost {
     private let loop: EventLoop
     private let daemon: Daemon
@@ -21,13 +25,17 @@ public final class PluginHost {
     private var drainTimer: LoopTimer?
     private var drainStarted: Millis = 0
     private var terminating = false
+    private let notifier: ServiceNotifier
+    private var notifyFailureLogged = false
 
-    /// Wires `daemon` (not started yet) and, with a supervisor config, the supervisor.
+    /// Wires `daemon` (not started yet) and, with a supervisor config, the supervisor; tells `notifier` (default:
+    /// nobody) about readiness, reloads and stops.
     public init(loop: EventLoop, daemon: Daemon, supervisorConfig: SupervisorConfig?, executableDirectory: String?,
-                logger: Logger) {
+                logger: Logger, notifier: ServiceNotifier = ServiceNotifier(address: nil)) {
         self.loop = loop
         self.daemon = daemon
         self.logger = logger
+        self.notifier = notifier
         // A durable fluxd does not drain: what is not final stays in the journal and continues after the restart.
         drainTimeout = daemon.journal != nil ? 0 : supervisorConfig?.drainTimeout ?? 5_000
         if let supervisorConfig {
@@ -48,7 +56,18 @@ public final class PluginHost {
             }
             daemon.onHangup = { [unowned self, unowned supervisor] in
                 self.logger.notice("SIGHUP: reloading the config", metadata: ["file": "\(supervisor.config.path)"])
-                supervisor.reload()
+                // While stopping, the service manager has heard STOPPING=1: no READY=1 after it.
+                guard !self.terminating else {
+                    supervisor.reload()
+                    return
+                }
+                self.sent(self.notifier.reloading(status: "reloading \(supervisor.config.path)"))
+                let listening = "listening on \(self.daemon.config.socketPath)"
+                if supervisor.reload() {
+                    self.sent(self.notifier.ready(status: "\(listening); config reloaded"))
+                } else {
+                    self.sent(self.notifier.ready(status: "\(listening); config reload failed, the running configuration is kept"))
+                }
             }
         }
     }
@@ -58,10 +77,24 @@ public final class PluginHost {
         supervisor?.start()
     }
 
+    /// Tells the service manager fluxd serves (`READY=1`; call once the daemon listens).
+    public func notifyReady() {
+        sent(notifier.ready(status: "listening on \(daemon.config.socketPath)"))
+    }
+
+    /// Logs the first message the service manager could not be sent (the rest would say the same).
+    private func sent(_ failure: Int32?) {
+        guard let failure, !notifyFailureLogged else { return }
+        notifyFailureLogged = true
+        logger.warning("cannot notify the service manager", metadata: [
+            "NOTIFY_SOCKET": "\(notifier.address ?? "")", "error": "\(String(cString: strerror(failure)))"])
+    }
+
     /// The graceful stop (first call), or the hurried one (second call).
     public func terminate() {
         if terminating {
             logger.notice("second stop request: killing workers and closing now")
+            sent(notifier.status("stopping now: second stop request"))
             drainTimer?.close()
             drainTimer = nil
             supervisor?.killAll()
@@ -72,6 +105,9 @@ public final class PluginHost {
         terminating = true
         daemon.drain()
         drainStarted = loop.now
+        let pending = daemon.pendingActionCount
+        sent(notifier.stopping(status: pending == 0 || drainTimeout == 0 ? "stopping"
+            : "stopping: draining \(pending) unsettled action\(pending == 1 ? "" : "s") (at most \(drainTimeout) ms)"))
         logger.info("draining: refusing new dispatches until in-flight actions settle",
                     metadata: ["pending": "\(daemon.pendingActionCount)", "timeout_ms": "\(drainTimeout)"])
         drainTimer = LoopTimer(loop: loop) { [unowned self] in self.checkDrained() }
@@ -88,6 +124,7 @@ public final class PluginHost {
         drainTimer?.close()
         drainTimer = nil
         if let supervisor {
+            sent(notifier.status("stopping: stopping workers"))
             supervisor.stopAll { [unowned self] in self.daemon.shutdown() }
         } else {
             daemon.shutdown()
@@ -96,18 +133,22 @@ public final class PluginHost {
 }
 
 /// Runs fluxd on the calling thread: prepares process signals, creates the loop, starts the daemon (and, given a
-/// config, the workers after `ready` was called), returns after the graceful stop. Throws when the daemon cannot
-/// start (nothing is left open, no worker was started).
+/// config, the workers after `ready` was called), returns after the graceful stop. `notifier` hears `READY=1`
+/// right after `ready` (the socket listens and the journal is restored by then), and the later states. Throws when
+/// the daemon cannot start (nothing is left open, no worker was started).
 public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConfig?, executableDirectory: String?,
-                          journal: Journal? = nil, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
+                          journal: Journal? = nil, logger: Logger,
+                          notifier: ServiceNotifier = ServiceNotifier(address: nil),
+                          ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
     let loop = try makeDaemonLoop(logger: logger)
     let daemon = Daemon(loop: loop, config: config, logger: logger, journal: journal)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
-                          executableDirectory: executableDirectory, logger: logger)
+                          executableDirectory: executableDirectory, logger: logger, notifier: notifier)
     try startDaemon(daemon, on: loop)
     ready(config.socketPath)
+    host.notifyReady()
     host.start()
     withExtendedLifetime((daemon, host)) { loop.run() }
 }

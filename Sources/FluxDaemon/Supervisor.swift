@@ -97,16 +97,18 @@ public final class Supervisor {
     // MARK: - Operations
 
     /// Re-reads the config file (SIGHUP): starts added workers, stops removed ones, restarts changed ones; unchanged
-    /// ones keep running. A bad file is logged and changes nothing.
-    public func reload() {
+    /// ones keep running. A bad file is logged and changes nothing (false).
+    @discardableResult
+    public func reload() -> Bool {
         let fresh: SupervisorConfig
         do {
             fresh = try SupervisorConfig.load(path: config.path, executableDirectory: executableDirectory)
         } catch {
             logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
-            return
+            return false
         }
         reload(to: fresh)
+        return true
     }
 
     /// What `reload()` does with the config it read: starts added workers, stops removed ones, restarts changed ones.

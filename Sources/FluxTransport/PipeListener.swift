@@ -41,7 +41,10 @@ public struct ListenerOptions: Sendable {
 /// per connection closed so. After a failure that leaves the connection waiting (no reserve, `ENOBUFS`,
 /// `ENOMEM`, ...) it stops watching the socket for 100 ms, so the loop does not spin on it.
 ///
-/// Handle lifecycle: `listen(...)` binds and listens, then inits the poll handle (which retains this object) and
+/// A socket passed by a service manager (systemd socket activation) is served through `adopting(...)`: the same
+/// watching and accepting, but nothing is bound and the file is never unlinked.
+///
+/// Handle lifecycle: `listen(...)` binds and listens (`adopting(...)` takes a listening descriptor), then inits the poll handle (which retains this object) and
 /// starts it; `close()` stops accepting at once, unlinks the socket file if it is still the one we bound, closes
 /// the socket, the reserve descriptor, the pause timer and the handle; the memory is freed and the delegate
 /// released in the close callback. Connections already accepted are unaffected.
@@ -85,6 +88,41 @@ public final class PipeListener: HandleOwner {
             throw error
         }
         return listener
+    }
+
+    /// Serves a socket that is already bound and listening (socket activation: the service manager created it and
+    /// passed it as `descriptor`, bound to `path`). Nothing is bound or created, and `close()` closes this
+    /// process's descriptor but never unlinks `path`: the socket belongs to whoever created it, and connections keep
+    /// queueing in its backlog while no fluxd serves it. The descriptor is made non-blocking and close-on-exec; it
+    /// is watched and accepted from exactly like a socket of our own (same `EMFILE` handling). On failure the
+    /// descriptor is closed.
+    public static func adopting(
+        listeningDescriptor descriptor: Int32, path: String, loop: EventLoop,
+        options: ListenerOptions = ListenerOptions(), delegate: any ListenerDelegate
+    ) throws(TransportError) -> PipeListener {
+        let listener = PipeListener(loop: loop, path: path, options: options)
+        listener.delegate = delegate
+        listener.socketFD = descriptor
+        do {
+            try listener.watchAdopted()
+        } catch {
+            listener.delegate = nil
+            listener.close()
+            throw error
+        }
+        return listener
+    }
+
+    private func watchAdopted() throws(TransportError) {
+        let statusFlags = fcntl(socketFD, F_GETFL)
+        guard statusFlags >= 0, fcntl(socketFD, F_SETFL, statusFlags | O_NONBLOCK) == 0 else {
+            throw .system(operation: "fcntl", path: path, errno: errno)
+        }
+        _ = fcntl(socketFD, F_SETFD, FD_CLOEXEC)
+        reserveFD = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        try uvCheck(uv_poll_init(eventLoop.loop, typed(uv_poll_t.self), socketFD), "uv_poll_init")
+        adopt()
+        try uvCheck(uv_poll_start(typed(uv_poll_t.self), Int32(UV_READABLE.rawValue), listenerReadable), "uv_poll_start")
     }
 
     /// Stops accepting, removes the socket file (if it is still ours), closes the socket and the handle.

@@ -18,7 +18,13 @@ struct Fluxd: ParsableCommand {
         discussion: """
             Listens on a Unix socket and prints "fluxd ready on <path>" to stdout once it accepts connections. \
             SIGINT/SIGTERM shut it down cleanly (exit 0). Logs go to stderr.
-            """
+
+            Under systemd (docs/systemd.md): with NOTIFY_SOCKET set (Type=notify) fluxd sends READY=1 once it \
+            accepts connections, STOPPING=1 when it stops, RELOADING=1/READY=1 around a SIGHUP reload and STATUS= \
+            lines. With LISTEN_PID (fluxd's pid) and LISTEN_FDS set (socket activation) it serves the listening \
+            socket passed as file descriptor 3 instead of binding one, and leaves it in place when it stops.
+            """,
+        version: "fluxd \(FluxBusVersion.string)"
     )
 
     @Option(name: .long, help: ArgumentHelp(
@@ -196,6 +202,17 @@ struct Fluxd: ParsableCommand {
     }
 
     func run() throws {
+        // systemd's side of the process (docs/systemd.md), read first and taken out of the environment so that
+        // no worker inherits it.
+        let notifier = ServiceNotifier.fromEnvironment()
+        let activated: InheritedListener?
+        do {
+            activated = try SocketActivation.take()
+        } catch {
+            writeAll(2, "fluxd: error: \(error)\n")
+            throw ExitCode.failure
+        }
+
         let level = parsedLogLevel ?? .info
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -217,16 +234,31 @@ struct Fluxd: ParsableCommand {
             }
         }
 
-        // The socket's directory is checked (and a missing default one created 0700) before anything listens.
-        let location = socket.map { SocketLocation(path: $0, privateDirectory: nil) } ?? defaultSocketLocation()
-        do {
-            try prepareSocketDirectory(for: location)
-        } catch {
-            writeAll(2, "fluxd: error: \(error)\n")
-            throw ExitCode.failure
+        let location: SocketLocation
+        if let activated {
+            // The service manager made the socket (and its directory): fluxd serves it as it is.
+            if let socket, !samePath(socket, activated.path) {
+                writeAll(2, "fluxd: error: --socket \(socket) is not the socket the service manager passed (file descriptor 3 is bound to \(activated.path))\n")
+                throw ExitCode.failure
+            }
+            location = SocketLocation(path: activated.path, privateDirectory: nil)
+            if activated.count > 1 {
+                logger.warning("socket activation passed more than one socket; serving the first",
+                               metadata: ["LISTEN_FDS": "\(activated.count)", "path": "\(activated.path)"])
+            }
+        } else {
+            // The socket's directory is checked (and a missing default one created 0700) before anything listens.
+            location = socket.map { SocketLocation(path: $0, privateDirectory: nil) } ?? defaultSocketLocation()
+            do {
+                try prepareSocketDirectory(for: location)
+            } catch {
+                writeAll(2, "fluxd: error: \(error)\n")
+                throw ExitCode.failure
+            }
         }
 
         var config = DaemonConfig(socketPath: location.path)
+        config.listenDescriptor = activated?.descriptor
         config.socketMode = parsedSocketMode ?? 0o600
         config.router.maxFrame = maxFrame
         config.router.queueLimit = queueLimit
@@ -286,7 +318,8 @@ struct Fluxd: ParsableCommand {
         }
         do {
             try runPluginHost(config: config, supervisorConfig: supervisorConfig,
-                              executableDirectory: executableDirectory(), journal: journal, logger: logger) { path in
+                              executableDirectory: executableDirectory(), journal: journal, logger: logger,
+                              notifier: notifier) { path in
                 writeAll(1, "fluxd ready on \(path)\n")
             }
         } catch {
@@ -294,6 +327,15 @@ struct Fluxd: ParsableCommand {
             throw ExitCode.failure
         }
     }
+}
+
+/// Whether two socket paths name the same file: the same text, or the same file once their directories are
+/// resolved (`--socket` may be written differently from the address systemd bound).
+private func samePath(_ a: String, _ b: String) -> Bool {
+    if a == b { return true }
+    var sa = stat(), sb = stat()
+    guard lstat(a, &sa) == 0, lstat(b, &sb) == 0 else { return false }
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
 }
 
 /// A new epoch for an ephemeral run (SPEC §15.1): 16 random bytes in hex.

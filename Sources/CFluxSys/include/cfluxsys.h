@@ -20,3 +20,14 @@ uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n);
 /// fallocate(fd, 0, offset, length): allocates disk space and extends the file's length over it (reads as
 /// zeros). Returns 0, or -1 with errno set.
 int cfluxsys_allocate(int fd, off_t offset, off_t length);
+
+/// sd_notify(3) without libsystemd: sends `length` bytes of `message` (newline-separated `NAME=value` fields) as
+/// one datagram on a new AF_UNIX SOCK_DGRAM socket to `address`, the value of NOTIFY_SOCKET: a path ("/run/...")
+/// or an abstract name ("@name"). Returns 0, or a negative errno (-EINVAL: not a usable address).
+int cfluxsys_notify(const char *address, const char *message, size_t length);
+
+/// Whether `fd` is a listening AF_UNIX SOCK_STREAM socket (socket activation's check). Returns 0 when it is and
+/// writes the address it is bound to into `path` (NUL-terminated; "" when unnamed, "@name" when abstract);
+/// 1: not AF_UNIX, 2: not SOCK_STREAM, 3: not listening; a negative errno when a call failed (-ENOTSOCK: not a
+/// socket, -EBADF: not open, -ENAMETOOLONG: `capacity` too small).
+int cfluxsys_listening_socket(int fd, char *path, size_t capacity);

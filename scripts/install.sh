@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Installs FluxBus: fluxd (with fluxd-exec, which starts its workers), fluxctl, the systemd units and the docs.
+# Idempotent: a file already installed with the same contents is left alone; every step says what it did.
+#
+#   scripts/install.sh [--prefix DIR] [--user] [--from DIR] [--no-systemctl]
+#
+#   --prefix DIR     where bin/ and share/doc/fluxbus/ go (default /usr/local; with --user: ~/.local)
+#   --user           a user bus: units into ${XDG_CONFIG_HOME:-~/.config}/systemd/user (no root needed)
+#                    (default: the system bus: units into /etc/systemd/system, the fluxbus user and group through
+#                    sysusers.d; run as root)
+#   --from DIR       take fluxd, fluxd-exec and fluxctl from DIR instead of building (`swift build -c release`)
+#   --no-systemctl   do not run systemctl daemon-reload / systemd-sysusers (also when systemd is not running)
+#
+# Environment: DESTDIR (stage under this root, for packaging: nothing is run then), SWIFT (default swift).
+# Afterwards (printed at the end): systemctl [--user] enable --now fluxd.socket. See docs/systemd.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+
+user=0 prefix="" from="" run_systemctl=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 64; }; prefix="$2"; shift 2 ;;
+        --prefix=*) prefix="${1#--prefix=}"; shift ;;
+        --user) user=1; shift ;;
+        --from) [ $# -ge 2 ] || { echo "install.sh: --from needs a directory" >&2; exit 64; }; from="$2"; shift 2 ;;
+        --from=*) from="${1#--from=}"; shift ;;
+        --no-systemctl) run_systemctl=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "install.sh: unknown argument '$1'" >&2; usage >&2; exit 64 ;;
+    esac
+done
+
+destdir="${DESTDIR:-}"
+if [ -n "$destdir" ]; then run_systemctl=0; fi
+if [ "$user" = 1 ]; then
+    : "${HOME:?install.sh --user needs HOME}"
+    prefix="${prefix:-$HOME/.local}"
+    unitdir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+    units_from=contrib/systemd/user
+else
+    prefix="${prefix:-/usr/local}"
+    unitdir=/etc/systemd/system
+    units_from=contrib/systemd
+    if [ -z "$destdir" ] && [ "$(id -u)" != 0 ]; then
+        echo "install.sh: the system bus installs into $prefix and $unitdir: run as root (or use --user)" >&2
+        exit 1
+    fi
+fi
+case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be an absolute path, got '$prefix'" >&2; exit 64 ;; esac
+bindir="$prefix/bin"
+docdir="$prefix/share/doc/fluxbus"
+
+# The binaries: built here in release mode, or taken as they are.
+if [ -z "$from" ]; then
+    swift="${SWIFT:-swift}"
+    echo "==> $swift build -c release --product fluxd / fluxd-exec / fluxctl"
+    for product in fluxd fluxd-exec fluxctl; do
+        "$swift" build -c release --product "$product" >/dev/null
+    done
+    from="$("$swift" build -c release --show-bin-path)"
+fi
+for exe in fluxd fluxd-exec fluxctl; do
+    [ -x "$from/$exe" ] || { echo "install.sh: $from/$exe is missing or not executable" >&2; exit 1; }
+done
+
+changed=0
+# install_file SRC DEST MODE: installs (creating directories) unless DEST already has SRC's contents and mode.
+install_file() {
+    local src="$1" dest="$destdir$2" mode="$3"
+    if [ -f "$dest" ] && cmp -s "$src" "$dest" && [ "$(stat -c %a "$dest")" = "${mode#0}" ]; then
+        echo "    unchanged  $2"
+        return
+    fi
+    local verb=installed
+    [ -e "$dest" ] && verb=updated
+    install -D -m "$mode" "$src" "$dest"
+    echo "    $verb  $2"
+    changed=1
+}
+
+# install_unit SRC DEST: a unit with its binary paths pointed at $bindir.
+install_unit() {
+    local src="$1" dest="$2" tmp
+    tmp="$(mktemp)"
+    sed -e "s#/usr/local/bin/#$bindir/#g" -e "s#%h/.local/bin/#$bindir/#g" \
+        -e "s#file:///usr/local/share/doc/fluxbus/#file://$docdir/#g" "$src" >"$tmp"
+    install_file "$tmp" "$dest" 0644
+    rm -f "$tmp"
+}
+
+echo "==> binaries into $destdir$bindir"
+install_file "$from/fluxd" "$bindir/fluxd" 0755
+install_file "$from/fluxd-exec" "$bindir/fluxd-exec" 0755
+install_file "$from/fluxctl" "$bindir/fluxctl" 0755
+
+echo "==> units into $destdir$unitdir"
+install_unit "$units_from/fluxd.service" "$unitdir/fluxd.service"
+install_unit "$units_from/fluxd.socket" "$unitdir/fluxd.socket"
+
+echo "==> docs into $destdir$docdir"
+install_file docs/systemd.md "$docdir/systemd.md" 0644
+install_file LICENSE "$docdir/LICENSE" 0644
+
+if [ "$user" = 0 ]; then
+    echo "==> the fluxbus user and group"
+    install_file contrib/systemd/fluxbus.sysusers /etc/sysusers.d/fluxbus.conf 0644
+    if [ "$run_systemctl" = 1 ]; then
+        if getent passwd fluxbus >/dev/null; then
+            echo "    exists     user fluxbus"
+        elif command -v systemd-sysusers >/dev/null; then
+            systemd-sysusers /etc/sysusers.d/fluxbus.conf
+            echo "    created    user and group fluxbus (systemd-sysusers)"
+        else
+            getent group fluxbus >/dev/null || groupadd --system fluxbus
+            useradd --system --gid fluxbus --home-dir /var/lib/fluxbus --no-create-home --shell /usr/sbin/nologin fluxbus
+            echo "    created    user and group fluxbus (useradd)"
+        fi
+    else
+        echo "    skipped    creating user fluxbus (DESTDIR or --no-systemctl)"
+    fi
+fi
+
+systemctl_cmd=(systemctl)
+[ "$user" = 1 ] && systemctl_cmd=(systemctl --user)
+if [ "$run_systemctl" = 1 ] && [ "$changed" = 1 ]; then
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ] && "${systemctl_cmd[@]}" daemon-reload 2>/dev/null; then
+        echo "==> ${systemctl_cmd[*]} daemon-reload: done"
+    else
+        echo "==> ${systemctl_cmd[*]} daemon-reload: skipped (systemd is not running here)"
+    fi
+fi
+
+echo
+if [ "$changed" = 0 ]; then echo "Nothing changed: everything was installed already."; fi
+echo "Next:"
+echo "    ${systemctl_cmd[*]} enable --now fluxd.socket     # fluxd starts on the first connection"
+echo "    ${systemctl_cmd[*]} status fluxd.socket fluxd.service"
+if [ "$user" = 1 ]; then
+    echo "    $bindir/fluxctl stores                          # the default socket is \$XDG_RUNTIME_DIR/fluxbus/fluxd.sock"
+else
+    echo "    FLUXBUS_SOCKET=/run/fluxbus/fluxd.sock FLUXBUS_SERVER_UID=\$(id -u fluxbus) $bindir/fluxctl stores"
+    echo "    (users in group fluxbus may connect: usermod -aG fluxbus NAME)"
+fi
+echo "    docs: $docdir/systemd.md"

@@ -27,7 +27,14 @@ int main(int argc, char **argv) {
         return 126;
     }
     if ((long)getppid() != parent) return 125;  // fluxd is already gone
-    execvp(argv[2], &argv[2]);
+    // ETXTBSY: the command was just written (an install replacing it, a test writing a script) and some process
+    // still holds it open for writing -- typically another thread's fork that has not reached its exec yet, which
+    // closes it. That passes within milliseconds: try again for up to a second before calling it a failure.
+    for (int tries = 0; tries < 100; tries++) {
+        execvp(argv[2], &argv[2]);
+        if (errno != ETXTBSY) break;
+        usleep(10000);
+    }
     fprintf(stderr, "fluxd-exec: cannot run %s: %s\n", argv[2], strerror(errno));
     return errno == ENOENT ? 127 : 126;
 }

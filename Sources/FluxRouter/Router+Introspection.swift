@@ -114,4 +114,11 @@ extension Router {
         guard let store = stores[name], let account = store.retainedBy else { return nil }
         return (account.uid, store.retainedCost)
     }
+
+    /// The charge of the patches kept for resuming subscribers of the store `name` (SPEC §16.5): whose, how many
+    /// bytes in all, and how many patches of how many bytes; nil when it keeps none.
+    public func historyCharge(of name: String) -> (uid: UInt32, bytes: Int, patches: Int, patchBytes: Int)? {
+        guard let store = stores[name], let account = store.historyBy else { return nil }
+        return (account.uid, store.historyCost, store.recentPatches.count, store.recentPatchBytes)
+    }
 }

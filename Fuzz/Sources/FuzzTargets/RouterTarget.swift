@@ -613,6 +613,15 @@ final class RouterHarness {
             if let charge = router.retainedCharge(of: name) { m.cost = charge.bytes }
         }
         for (_, m) in models where m.version > 0 { byUser[m.uid, default: 0] += m.cost }
+        // The patches kept for resuming (SPEC §16.5): charged to the retained state's user, their bytes plus a
+        // fixed overhead each, within deltaHistory.
+        for (name, m) in models {
+            guard let h = router.historyCharge(of: name) else { continue }
+            fuzzCheck(h.uid == m.uid, "memory: \(name)'s kept patches are charged to uid \(h.uid), its state to \(m.uid)")
+            fuzzCheck(h.patchBytes <= router.config.deltaHistory && h.bytes == h.patchBytes + 64 * h.patches,
+                      "memory: \(name)'s kept patches: \(h.patches) of \(h.patchBytes) bytes charged as \(h.bytes)")
+            byUser[h.uid, default: 0] += h.bytes
+        }
         let total = byUser.values.reduce(0, +)
         let m = router.memory
         fuzzCheck(m.used == total, "memory: \(m.used) bytes used after every connection closed; registrations and retained snapshots hold \(total) (\(registrationCharges.mapValues { $0.cost }), \(models.mapValues { $0.cost }))")

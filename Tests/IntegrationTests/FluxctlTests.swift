@@ -53,6 +53,45 @@ struct FluxctlTests {
         #expect(usage.stderr.hasSuffix("  See 'fluxctl dispatch --help' for more information.\n"), "\(usage)")
     }
 
+    /// Runs fluxctl without a bus (commands that need none).
+    private static func ctl(_ arguments: [String]) async throws -> FluxctlResult {
+        let process = try FluxctlProcess(arguments, socket: nil)
+        defer { process.cleanup() }
+        return try await process.finish()
+    }
+
+    @Test("fluxctl completions bash|zsh|fish: scripts for each shell; bash's, sourced, completes subcommands and their options")
+    func completions() async throws {
+        // bash: the script parses, registers _fluxctl for fluxctl, and completes as a user would see it.
+        let script = #"""
+            set -e
+            source <("$1" completions bash)
+            complete -p fluxctl
+            complete_line() { COMP_LINE="$1"; read -ra COMP_WORDS <<< "$1"; [[ "$1" == *" " ]] && COMP_WORDS+=("");
+                COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMP_POINT=${#COMP_LINE}; COMPREPLY=();
+                _fluxctl fluxctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"; echo "${COMPREPLY[*]}"; }
+            complete_line "fluxctl jou"
+            complete_line "fluxctl state --r"
+            complete_line "fluxctl comp"
+            """#
+        let bash = try FluxctlProcess([], socket: nil, launcher: ["/bin/bash", "-c", script, "bash"])
+        defer { bash.cleanup() }
+        let result = try await bash.finish()
+        #expect(result.status == 0, "\(result)")
+        #expect(result.lines.first?.hasSuffix(" fluxctl") == true && result.lines.first?.contains("-F _fluxctl") == true, "\(result)")
+        #expect(Array(result.lines.dropFirst()) == ["journal", "--raw", "completions"], "\(result)")
+        // zsh and fish: their own formats, naming every subcommand.
+        let zsh = try await Self.ctl(["completions", "zsh"])
+        #expect(zsh.status == 0 && zsh.stdout.hasPrefix("#compdef fluxctl"), "\(zsh)")
+        let fish = try await Self.ctl(["completions", "fish"])
+        #expect(fish.status == 0 && fish.stdout.contains("complete -c 'fluxctl'"), "\(fish.stdout.prefix(300))")
+        for sub in ["dispatch", "state", "watch", "monitor", "journal", "completions"] {
+            #expect(zsh.stdout.contains(sub) && fish.stdout.contains(sub), "\(sub)")
+        }
+        let bad = try await Self.ctl(["completions", "powershell"])
+        #expect(bad.status == 64 && bad.stderr.hasPrefix("fluxctl:"), "\(bad)")
+    }
+
     @Test("fluxctl --version prints fluxctl 0.4.0; usage errors start with fluxctl: and exit 64; global options go before the subcommand too")
     func versionUsageAndGlobalOptions() async throws {
         let version = try await fluxctl(["--version"], socket: nil)

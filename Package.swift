@@ -14,6 +14,10 @@
 //   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs, patches; TrackedArray and the
 //     codecs over JSON values that SPEC §16's patches are made and read with) <- FluxClient, FluxStore, TodoModel
 //   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
+//
+// The trait `Tools` (on by default) brings the dependencies only fluxd, fluxctl and the examples use: a project that
+// uses the libraries depends on this package with `traits: []` and resolves swift-log and swift-collections only
+// (README, scripts/check-sdk-package.sh).
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
@@ -37,6 +41,10 @@ let package = Package(
         // For the fuzz targets (Fuzz/Package.swift depends on this package by path).
         .library(name: "FluxCore", targets: ["FluxCore"]),
         .library(name: "FluxRouter", targets: ["FluxRouter"]),
+    ],
+    traits: [
+        .trait(name: "Tools", description: "fluxd, fluxctl and the examples: their dependencies (TOMLKit, swift-argument-parser, hdrhistogram-swift) are only resolved with it. On by default; a project that uses only the libraries turns it off with `traits: []` on its .package line."),
+        .default(enabledTraits: ["Tools"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -73,7 +81,7 @@ let package = Package(
         .target(
             name: "FluxDaemon",
             dependencies: ["CFluxSys", "FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
-                           .product(name: "TOMLKit", package: "TOMLKit")],
+                           .product(name: "TOMLKit", package: "TOMLKit", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
         ),
         // fluxd's journal (SPEC §15, docs/journal.md): the record format and recovered state (pure), and the
@@ -94,7 +102,7 @@ let package = Package(
                 "FluxDaemon",
                 "FluxRouter",
                 "FluxJournal",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"])),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings + (useJemalloc ? [.define("FLUXBUS_JEMALLOC")] : [])
@@ -104,7 +112,7 @@ let package = Package(
         // The benchmark's Swift SDK store (scripts/bench.sh, workload 7): not a product.
         .executableTarget(
             name: "flux-bench-store",
-            dependencies: ["FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
         ),
         // The Swift SDK's own cost with a large state, before/after SPEC §16 (A/B in one process; issue 16).
@@ -125,20 +133,20 @@ let package = Package(
             dependencies: [
                 "FluxClient",
                 "FluxJSONValue",
-                .product(name: "Histogram", package: "hdrhistogram-swift"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift", condition: .when(traits: ["Tools"])),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"])),
             ],
             swiftSettings: swiftSettings
         ),
         // Examples: each store and view is its own process (see examples/README.md).
-        .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/Support", swiftSettings: swiftSettings),
+        .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/Support", swiftSettings: swiftSettings),
         .target(name: "TodoModel", dependencies: ["FluxJSONValue"], path: "examples/todo/Model", swiftSettings: swiftSettings),
-        .executableTarget(name: "todo-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Store", swiftSettings: swiftSettings),
-        .executableTarget(name: "stats-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/Stats", swiftSettings: swiftSettings),
-        .executableTarget(name: "todo-view", dependencies: ["TodoModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/todo/View", swiftSettings: swiftSettings),
+        .executableTarget(name: "todo-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/todo/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "stats-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/todo/Stats", swiftSettings: swiftSettings),
+        .executableTarget(name: "todo-view", dependencies: ["TodoModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/todo/View", swiftSettings: swiftSettings),
         .target(name: "CommentsModel", path: "examples/comments/Model", swiftSettings: swiftSettings),
-        .executableTarget(name: "comments-store", dependencies: ["CommentsModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/Store", swiftSettings: swiftSettings),
-        .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser")], path: "examples/comments/View", swiftSettings: swiftSettings),
+        .executableTarget(name: "comments-store", dependencies: ["CommentsModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/comments/Store", swiftSettings: swiftSettings),
+        .executableTarget(name: "comments-view", dependencies: ["CommentsModel", "ExampleSupport", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/comments/View", swiftSettings: swiftSettings),
         // README.md's Swift snippets, compiled as written (FluxctlTests checks the README holds exactly these files).
         .executableTarget(name: "readme-counter-store", dependencies: ["FluxStore"], path: "examples/readme/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "readme-counter-view", dependencies: ["FluxClient"], path: "examples/readme/View", swiftSettings: swiftSettings),

@@ -5,6 +5,8 @@
 #      fluxd and real store/client processes on temporary sockets;
 #   3. the protocol checks: every JSON Schema and every example message in protocol/vectors, and real traffic of
 #      every implementation through protocol/tools/schema_proxy.py validated against the schemas;
+#      then README's Swift snippets built in a package of their own that depends on this one with `traits: []`
+#      (scripts/check-sdk-package.sh: the libraries fetch none of the tools' dependencies);
 #   4. the libFuzzer targets (scripts/fuzz.sh), each for a CI-sized time (--fuzz-seconds N, default 60;
 #      $FLUXBUS_TEST_FUZZ_SECONDS; 0 skips them);
 #   5. the Swift suites again under AddressSanitizer (scripts/asan.sh; --no-asan or FLUXBUS_TEST_ASAN=0 skips
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
         --fuzz-seconds=*) fuzz_seconds=${1#--fuzz-seconds=}; shift ;;
         --asan) asan=1; shift ;;
         --no-asan) asan=0; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +65,10 @@ step_done "swift test"
 echo "==> protocol schemas and message vectors"
 python3 protocol/tools/check_schemas.py
 step_done "protocol schemas and vectors"
+
+echo "==> the Swift SDK used from another package (scripts/check-sdk-package.sh)"
+bash scripts/check-sdk-package.sh
+step_done "Swift SDK from another package (traits: [])"
 
 # Clients in other languages and the language-neutral conformance suite, against the fluxd just built.
 echo "==> Python, Node and conformance suites"

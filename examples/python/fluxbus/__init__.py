@@ -56,4 +56,4 @@ __all__ = [
     "ActiveQuery", "Envelope", "EnvelopeError", "FrameDecoder", "QuerySet", "Settlement", "Snapshot", "Subtree",
     "StoreResult", "SubscriptionEvent", "Welcome", "check_envelope", "default_socket_path", "expected_server_uid",
 ]
-__version__ = "0.2.0"
+__version__ = "0.4.0"

@@ -104,7 +104,8 @@ func listeningSocket(at path: String) throws -> Int32 {
 /// (Foundation's `Process` closes every descriptor above 2 in the child). Its stdout is read on a thread of its own
 /// (the ready line), stderr goes to a file, and a thread waits for its exit. `stop()`/`cleanup()` end it
 /// (SIGTERM, SIGKILL after a deadline); deinit is a safety net. The temp directory is the caller's.
-final class ActivatedFluxd {
+final class ActivatedFluxd: @unchecked Sendable {
+    // @unchecked: immutable after init but for `status` (a Watched, thread-safe) and the pipe reader (thread-safe).
     let pid: pid_t
     private let stdout: PipeReader
     private let stderrPath: String

@@ -48,7 +48,7 @@ struct ZeroDowntimeRestartTests {
                         let settlement = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "t\(n)"))
                         #expect(settlement.allDone, "todo/create t\(n): \(settlement)")
                         break
-                    } catch .notSent {
+                    } catch FluxError.notSent {
                         retried += 1
                     }
                 }
@@ -62,7 +62,7 @@ struct ZeroDowntimeRestartTests {
         // new fluxd on the same socket, as `systemctl restart fluxd` does with fluxd.socket active.
         let going = await progress.wait(timeout: .seconds(30)) { $0 >= 40 }
         try #require(going, "40 actions settled before the restart")
-        #expect(await offPool { first.stop() } == 0, "first fluxd stopped cleanly:\n\(first.stderr)")
+        #expect(try await offPool { first.stop() } == 0, "first fluxd stopped cleanly:\n\(first.stderr)")
         let second = try ActivatedFluxd(descriptor: listener, arguments: ["--data-dir", data], directory: dir.path)
         defer { second.cleanup() }
         #expect(try await offPool { try second.waitForReady() } == "fluxd ready on \(path)")
@@ -77,6 +77,6 @@ struct ZeroDowntimeRestartTests {
         // The pause, for the record (not a timed assertion): how long the slowest action waited across the restart.
         print("zero-downtime restart: \(target) actions, the slowest waited \(longest) across the restart; \(retried) retried after notSent; connectivity: \(reconnected)")
         await client.close()
-        #expect(await offPool { second.stop() } == 0, "second fluxd stopped cleanly:\n\(second.stderr)")
+        #expect(try await offPool { second.stop() } == 0, "second fluxd stopped cleanly:\n\(second.stderr)")
     }
 }

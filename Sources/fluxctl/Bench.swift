@@ -5,6 +5,7 @@ import FluxCore
 import FluxJSONValue
 import Foundation
 import Histogram
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -333,14 +334,18 @@ final class BenchStore: Sendable {
     }
 }
 
-/// Runs `body` in a task that SIGINT and SIGTERM cancel (it then throws `CancellationError` or stops at its next
-/// check), so that a command can clean up before it exits. The default dispositions come back afterwards.
+/// Runs `body` in a task that SIGINT and SIGTERM cancel, so that a command can clean up before it exits; once
+/// interrupted it throws `CancellationError` whatever `body` threw. The default dispositions come back afterwards.
 func runInterruptible<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let interrupted = InterruptFlag()
     let task = Task { try await body() }
     let sources = [SIGINT, SIGTERM].map { number -> any DispatchSourceSignal in
         signal(number, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler { task.cancel() }
+        source.setEventHandler {
+            interrupted.set()
+            task.cancel()
+        }
         source.resume()
         return source
     }
@@ -349,5 +354,17 @@ func runInterruptible<T: Sendable>(_ body: @escaping @Sendable () async throws -
         signal(SIGINT, SIG_DFL)
         signal(SIGTERM, SIG_DFL)
     }
-    return try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+    do {
+        return try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+    } catch {
+        if interrupted.isSet { throw CancellationError() }
+        throw error
+    }
+}
+
+/// Whether a signal arrived (set from a dispatch queue, read by the interrupted task).
+final class InterruptFlag: Sendable {
+    private let flag = Mutex(false)
+    func set() { flag.withLock { $0 = true } }
+    var isSet: Bool { flag.withLock { $0 } }
 }

@@ -44,7 +44,7 @@ struct FluxCtl: AsyncParsableCommand {
             Ping.self,
             Workers.self, Restart.self, Stop.self,
             Journal.self, Replay.self,
-            Bench.self,
+            Bench.self, Top.self,
             Completions.self,
         ]
     )

@@ -69,8 +69,8 @@ struct Top: AsyncParsableCommand {
         let probe = try await options.connect()
         defer { probe.abort() }
         let welcome = monitor.welcome
+        // Settlements count from the monitor's start (a little before the first sample: none is lost).
         var previous = (info: try await fetchInfo(monitor, options), at: ContinuousClock.now)
-        _ = tally.take()
         var n = 0
         while true {
             if let screen { try await screen.sleep(interval) } else { try await Task.sleep(for: .seconds(interval)) }

@@ -223,8 +223,8 @@ struct BenchReport: Sendable, Equatable {
     func text(socket: String) -> [String] {
         let durabilityText: String
         switch durability {
-        case "always": durabilityText = "durability always (each action is fsynced before it settles: the disk dominates latency)"
-        case "batch": durabilityText = "durability batch (the journal is fsynced in batches)"
+        case "always": durabilityText = "durability always (a settlement waits for the journal's fdatasync: the disk dominates latency)"
+        case "batch": durabilityText = "durability batch (the journal is synced on a timer, off the settlement path)"
         case let d?: durabilityText = "durability \(d)"
         case nil: durabilityText = "durability unknown (fluxd before 0.3.0)"
         }

@@ -66,7 +66,7 @@ struct TopViewTests {
                                  results: [BenchResult(mode: .roundTrip, actions: 1000, seconds: 0.5, p50Us: 480, p90Us: 610.2, p99Us: 1250, p999Us: 2000, maxUs: 2_500_000),
                                            BenchResult(mode: .pipelined, actions: 1000, seconds: 0.05, p50Us: 3000, p90Us: 3500, p99Us: 4000, p999Us: 4100, maxUs: 4200)])
         #expect(report.text(socket: "S") == [
-            "fluxd/0.4.0 at S, durability always (each action is fsynced before it settles: the disk dominates latency)",
+            "fluxd/0.4.0 at S, durability always (a settlement waits for the journal's fdatasync: the disk dominates latency)",
             "store bench.1.2, payload 16 B, warmup 100, window 64 (pipelined)",
             "",
             "MODE        ACTIONS  SECONDS  ACTIONS/S  P50      P90      P99      P99.9    MAX",

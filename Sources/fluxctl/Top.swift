@@ -129,7 +129,7 @@ struct Top: AsyncParsableCommand {
             lines += t
         }
         let clipped = lines.map { $0.count > width ? String($0.prefix(width)) : $0 }
-        guard color, clipped.count > 4 else { return clipped }
+        guard color, !s.stores.isEmpty, clipped.count > 4 else { return clipped }
         // The column header in reverse video, as htop does.
         var out = clipped
         out[4] = "\u{1B}[7m" + out[4] + String(repeating: " ", count: max(0, width - out[4].count)) + "\u{1B}[0m"

@@ -37,6 +37,9 @@ struct TopViewTests {
         #expect(narrow[0] == "fluxd/0.4.0 at /run/fluxbus/fluxd.sock  ")
         let colored = Top.render(Self.sample, width: 100, color: true)
         #expect(colored[4].hasPrefix("\u{1B}[7mSTORE") && colored[4].hasSuffix("\u{1B}[0m"))
+        var empty = Self.sample
+        empty.stores = []
+        #expect(Top.render(empty, width: 100, color: true).last == "no stores registered")
     }
 
     @Test("top --json of a sample: camelCase keys in a fixed order")

@@ -166,5 +166,7 @@ let package = Package(
         .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
+        // fluxctl's pure functions (the views of `top` and `bench`), tested without a bus.
+        .testTarget(name: "FluxctlUnitTests", dependencies: ["fluxctl"], swiftSettings: swiftSettings),
     ]
 )

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Installs FluxBus: fluxd (with fluxd-exec, which starts its workers), fluxctl, the systemd units and the docs.
+# Installs FluxBus: fluxd (with fluxd-exec, which starts its workers), fluxctl, their man pages, the systemd units
+# and the docs.
 # Idempotent: a file already installed with the same contents is left alone; every step says what it did.
 #
-#   scripts/install.sh [--prefix DIR] [--user] [--from DIR] [--no-systemctl]
+#   scripts/install.sh [--prefix DIR] [--user] [--from DIR] [--man-from DIR] [--no-systemctl]
 #
 #   --prefix DIR     where bin/ and share/doc/fluxbus/ go (default /usr/local; with --user: ~/.local)
 #   --user           a user bus: units into ${XDG_CONFIG_HOME:-~/.config}/systemd/user (no root needed)
 #                    (default: the system bus: units into /etc/systemd/system, the fluxbus user and group through
 #                    sysusers.d; run as root)
 #   --from DIR       take fluxd, fluxd-exec and fluxctl from DIR instead of building (`swift build -c release`)
+#   --man-from DIR   take the man pages (fluxd.1, fluxctl*.1) from DIR instead of generating them (scripts/man.sh)
 #   --no-systemctl   do not run systemctl daemon-reload / systemd-sysusers (also when systemd is not running)
 #
 # Environment: DESTDIR (stage under this root, for packaging: nothing is run then), SWIFT (default swift).
@@ -16,9 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
-user=0 prefix="" from="" run_systemctl=1
+user=0 prefix="" from="" man_from="" run_systemctl=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 64; }; prefix="$2"; shift 2 ;;
@@ -26,6 +28,8 @@ while [ $# -gt 0 ]; do
         --user) user=1; shift ;;
         --from) [ $# -ge 2 ] || { echo "install.sh: --from needs a directory" >&2; exit 64; }; from="$2"; shift 2 ;;
         --from=*) from="${1#--from=}"; shift ;;
+        --man-from) [ $# -ge 2 ] || { echo "install.sh: --man-from needs a directory" >&2; exit 64; }; man_from="$2"; shift 2 ;;
+        --man-from=*) man_from="${1#--man-from=}"; shift ;;
         --no-systemctl) run_systemctl=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "install.sh: unknown argument '$1'" >&2; usage >&2; exit 64 ;;
@@ -51,6 +55,7 @@ fi
 case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be an absolute path, got '$prefix'" >&2; exit 64 ;; esac
 bindir="$prefix/bin"
 docdir="$prefix/share/doc/fluxbus"
+mandir="$prefix/share/man/man1"
 
 # The binaries: built here in release mode, or taken as they are.
 if [ -z "$from" ]; then
@@ -60,9 +65,23 @@ if [ -z "$from" ]; then
         "$swift" build -c release --product "$product" >/dev/null
     done
     from="$("$swift" build -c release --show-bin-path)"
+    built_release=1
 fi
 for exe in fluxd fluxd-exec fluxctl; do
     [ -x "$from/$exe" ] || { echo "install.sh: $from/$exe is missing or not executable" >&2; exit 1; }
+done
+
+# The man pages: generated from the command definitions (in the configuration just built), or taken as they are.
+if [ -z "$man_from" ]; then
+    man_from="$(mktemp -d)"
+    trap 'rm -rf "$man_from"' EXIT
+    echo "==> scripts/man.sh (man pages from the command definitions)"
+    configuration=debug
+    [ -z "${built_release:-}" ] || configuration=release
+    FLUXBUS_MAN_CONFIGURATION=$configuration bash scripts/man.sh "$man_from" >/dev/null
+fi
+for page in fluxd.1 fluxctl.1; do
+    [ -f "$man_from/$page" ] || { echo "install.sh: $man_from/$page is missing" >&2; exit 1; }
 done
 
 changed=0
@@ -94,6 +113,11 @@ echo "==> binaries into $destdir$bindir"
 install_file "$from/fluxd" "$bindir/fluxd" 0755
 install_file "$from/fluxd-exec" "$bindir/fluxd-exec" 0755
 install_file "$from/fluxctl" "$bindir/fluxctl" 0755
+
+echo "==> man pages into $destdir$mandir"
+for page in "$man_from"/fluxd*.1 "$man_from"/fluxctl*.1; do
+    install_file "$page" "$mandir/$(basename "$page")" 0644
+done
 
 echo "==> units into $destdir$unitdir"
 install_unit "$units_from/fluxd.service" "$unitdir/fluxd.service"
@@ -143,4 +167,4 @@ else
     echo "    FLUXBUS_SOCKET=/run/fluxbus/fluxd.sock FLUXBUS_SERVER_UID=\$(id -u fluxbus) $bindir/fluxctl stores"
     echo "    (users in group fluxbus may connect: usermod -aG fluxbus NAME)"
 fi
-echo "    docs: $docdir/systemd.md"
+echo "    docs: $docdir/systemd.md; man fluxctl, man fluxctl.top (man pages in $mandir)"

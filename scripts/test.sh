@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every FluxBus test on this machine, installing what is missing first:
 #   1. a clean `swift build` that must have no warnings in FluxBus's own sources;
+#      then the man pages of fluxd and fluxctl generated and rendered (scripts/man.sh, into .build/man);
 #   2. `swift test`: unit tests of the core and router, SDK tests, and integration tests that start the real
 #      fluxd and real store/client processes on temporary sockets;
 #   3. the protocol checks: every JSON Schema and every example message in protocol/vectors, and real traffic of
@@ -57,6 +58,19 @@ if [ -n "$own_warnings" ]; then
     exit 1
 fi
 step_done "swift build --build-tests"
+
+echo "==> man pages (scripts/man.sh: generated from the command definitions, each rendered with groff)"
+bash scripts/man.sh .build/man
+# ... and scripts/install.sh puts them into PREFIX/share/man/man1 (staged under a temporary DESTDIR only).
+stage=$(mktemp -d)
+DESTDIR="$stage" bash scripts/install.sh --from "$(swift_locked build --show-bin-path)" --man-from .build/man \
+    --prefix /usr/local --no-systemctl >/dev/null
+for page in fluxd.1 fluxctl.1 fluxctl.bench.1 fluxctl.top.1; do
+    [ -s "$stage/usr/local/share/man/man1/$page" ] || { echo "install.sh did not install $page" >&2; rm -rf "$stage"; exit 1; }
+done
+rm -rf "$stage"
+echo "install.sh (DESTDIR) installed the man pages into /usr/local/share/man/man1"
+step_done "man pages"
 
 echo "==> swift test"
 timeout 1200 "${SWIFT[@]}" test --skip-build   # a hung test fails the run instead of stalling CI

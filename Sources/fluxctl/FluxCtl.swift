@@ -44,6 +44,7 @@ struct FluxCtl: AsyncParsableCommand {
             Ping.self,
             Workers.self, Restart.self, Stop.self,
             Journal.self, Replay.self,
+            Bench.self, Top.self,
             Completions.self,
         ]
     )

@@ -43,7 +43,7 @@ let package = Package(
         .library(name: "FluxRouter", targets: ["FluxRouter"]),
     ],
     traits: [
-        .trait(name: "Tools", description: "fluxd, fluxctl and the examples: their dependencies (TOMLKit, swift-argument-parser, hdrhistogram-swift) are only resolved with it. On by default; a project that uses only the libraries turns it off with `traits: []` on its .package line."),
+        .trait(name: "Tools", description: "fluxd, fluxctl and the examples: their dependencies (TOMLKit, swift-argument-parser, hdrhistogram-swift, swift-prometheus) are only resolved with it. On by default; a project that uses only the libraries turns it off with `traits: []` on its .package line."),
         .default(enabledTraits: ["Tools"]),
     ],
     dependencies: [
@@ -52,6 +52,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
     ],
     targets: [
         .systemLibrary(
@@ -81,7 +82,8 @@ let package = Package(
         .target(
             name: "FluxDaemon",
             dependencies: ["CFluxSys", "FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
-                           .product(name: "TOMLKit", package: "TOMLKit", condition: .when(traits: ["Tools"]))],
+                           .product(name: "TOMLKit", package: "TOMLKit", condition: .when(traits: ["Tools"])),
+                           .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
         ),
         // fluxd's journal (SPEC §15, docs/journal.md): the record format and recovered state (pure), and the

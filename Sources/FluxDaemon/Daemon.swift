@@ -24,6 +24,8 @@ public struct DaemonConfig: Sendable {
     /// How long a connection closed as a slow consumer (`router.maxBacklog`) has to read its `slow-consumer`
     /// error before it is cut off.
     public var slowConsumerGrace: Millis = 1000
+    /// Where Prometheus metrics are served (`fluxd --metrics`, docs/metrics.md); nil: none are kept.
+    public var metricsAddress: MetricsAddress?
 
     public init(socketPath: String) {
         self.socketPath = socketPath
@@ -38,12 +40,15 @@ public enum DaemonError: Error, CustomStringConvertible {
     case cannotListen(path: String, TransportError)
     /// The transport could not be set up (loop, signal handlers).
     case transport(TransportError)
+    /// The metrics endpoint could not listen.
+    case metrics(MetricsAddressError)
 
     public var description: String {
         switch self {
         case .alreadyRunning(let path): return "another fluxd is listening on \(path)"
         case .cannotListen(let path, let error): return "cannot listen on \(path): \(error)"
         case .transport(let error): return "cannot start: \(error)"
+        case .metrics(let error): return "--metrics: \(error)"
         }
     }
 }
@@ -113,6 +118,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         self.journaled = journal != nil
         var coreConfig = DaemonCoreConfig(router: config.router)
         coreConfig.slowConsumerGrace = config.slowConsumerGrace
+        if config.metricsAddress != nil {
+            let metrics = FluxMetrics()
+            self.metrics = metrics
+            coreConfig.router.metrics = metrics
+            journal?.syncObserver = metrics.journalSyncObserver
+        }
         core = DaemonCore(config: coreConfig, transport: self)
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
         if let journal {
@@ -132,6 +143,13 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     /// The journal (nil: ephemeral).
     public let journal: Journal?
+    /// The metrics (with `config.metricsAddress`), their endpoint and the timer that refreshes their gauges once a
+    /// second. Lifecycle: the server and the timer are made in `start()`, stopped and closed in `closeAll()`.
+    public private(set) var metrics: FluxMetrics?
+    @exclusivity(unchecked) private var metricsServer: MetricsServer?
+    @exclusivity(unchecked) private var metricsTimer: LoopTimer?
+    /// Restarts per supervised worker, for the metrics (set by the plugin host).
+    public var workerRestarts: (() -> [String: Int])?
     /// Whether there is one (a flag for the hot path).
     private let journaled: Bool
     /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
@@ -271,6 +289,19 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             let interval = journal.options.durability == .batch ? max(1, journal.options.syncInterval) : 100
             journalTimer = LoopTimer(loop: loop) { [unowned self] in self.journalTimerFired() }
             journalTimer?.start(after: interval, repeat: interval)
+        }
+        if let metrics, let address = config.metricsAddress {
+            do {
+                metricsServer = try MetricsServer(address: address) { [registry = metrics.registry] in registry.emitToBuffer() }
+            } catch {
+                closeAll()
+                throw .metrics(error)
+            }
+            refreshMetrics()
+            metricsTimer = LoopTimer(loop: loop) { [unowned self] in self.refreshMetrics() }
+            metricsTimer?.start(after: 1000, repeat: 1000)
+            metricsServer?.start()
+            logger.info("metrics on http://\(metricsServer!.address)/metrics")
         }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
@@ -476,9 +507,21 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         onStopped?()
     }
 
+    /// Copies the router's gauges and counters into the metrics (loop thread).
+    private func refreshMetrics() {
+        metrics?.refresh(router.metricsSample(), journal: journal, workerRestarts: workerRestarts?() ?? [:])
+    }
+
+    /// The metrics endpoint's address once it listens (with the port chosen for port 0).
+    public var metricsEndpoint: MetricsAddress? { metricsServer?.address }
+
     private func closeAll() {
         listener?.close()
         listener = nil
+        metricsTimer?.close()
+        metricsTimer = nil
+        metricsServer?.stop()
+        metricsServer = nil
         for signal in signals { signal.close() }
         signals = []
         tickTimer?.close()

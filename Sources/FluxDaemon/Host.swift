@@ -51,6 +51,11 @@ public final class PluginHost {
                 if closing, let pid { supervisor.killStalled(pid: pid, store: store) }
             }
             daemon.core.onStoreChange = { [unowned supervisor] change in supervisor.storeChanged(change) }
+            daemon.workerRestarts = { [unowned supervisor] in
+                var restarts: [String: Int] = [:]
+                for name in supervisor.workerNames { restarts[name] = supervisor.status(of: name)?.restarts ?? 0 }
+                return restarts
+            }
             for op in Supervisor.hostOps {
                 daemon.core.handleHostOperation(op) { [unowned supervisor] _, request in supervisor.answer(request) }
             }

@@ -148,6 +148,9 @@ public final class Journal: JournalWriting {
     @exclusivity(unchecked) public private(set) var writes: UInt64 = 0
     @exclusivity(unchecked) public private(set) var syncs: UInt64 = 0
     @exclusivity(unchecked) public private(set) var bytesWritten: UInt64 = 0
+    /// Told how long each successful sync took, in nanoseconds (fluxd's metrics: docs/metrics.md). Called on the
+    /// loop thread, or on `batch` mode's sync thread: it must be thread-safe.
+    public var syncObserver: (@Sendable (UInt64) -> Void)?
 
     /// What each segment holds (for retention and `history`): its first and last action's seq and the last
     /// one's time; nil seqs: no action in it.
@@ -382,7 +385,7 @@ public final class Journal: JournalWriting {
         // `syncInterval`, and a sync of 100 ms of writes held the loop for milliseconds.
         if background.isBusy { return true }
         if let fd = writer.file.duplicateDescriptor() {
-            background.sync(fd, path: writer.file.path)
+            background.sync(fd, path: writer.file.path, observer: syncObserver)
             writer.markSynced()
             lastSync = now
             syncs += 1
@@ -396,8 +399,10 @@ public final class Journal: JournalWriting {
     public func sync(now: UInt64) -> Bool {
         if case .failed = refusal { return false }
         guard hasUnsynced else { lastSync = now; return true }
+        let started = syncObserver != nil ? monotonicNanoseconds() : 0
         do {
             try writer.sync()
+            syncObserver?(monotonicNanoseconds() &- started)
         } catch {
             refusal = .failed("the journal could not be synced (\(error)); fluxd accepts nothing more and must be restarted")
             return false

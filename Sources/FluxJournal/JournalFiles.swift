@@ -397,10 +397,12 @@ final class BackgroundSync: Sendable {
         }
     }
 
-    func sync(_ fd: Int32, path: String) {
+    func sync(_ fd: Int32, path: String, observer: (@Sendable (UInt64) -> Void)? = nil) {
         state.withLock { $0.busy = true }
         queue.async { [self] in
+            let started = monotonicNanoseconds()
             let failed = fdatasync(fd) != 0 ? StorageError(operation: "fdatasync", errno: errno, path: path) : nil
+            if failed == nil { observer?(monotonicNanoseconds() &- started) }
             close(fd)
             self.state.withLock { s in
                 s.busy = false
@@ -411,4 +413,11 @@ final class BackgroundSync: Sendable {
 
     /// Waits until the sync under way (if any) is done.
     func wait() { queue.sync {} }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (how long a sync took, for `Journal.syncObserver`).
+func monotonicNanoseconds() -> UInt64 {
+    var t = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return UInt64(t.tv_sec) &* 1_000_000_000 &+ UInt64(t.tv_nsec)
 }

@@ -276,7 +276,9 @@ extension Router {
                 if let r = p.results[store.name] {
                     action.setResult(at: i, StoreResult(r.outcome), version: r.version)
                 } else {
-                    var d = Delivery(action: action, deadline: now + config.queueTimeout)
+                    // (Latency of a restored action counts from the restart: its first acceptance was another run's.)
+                    var d = Delivery(action: action, deadline: now + config.queueTimeout,
+                                     acceptedAt: config.metrics?.nanoseconds() ?? 0)
                     d.redelivered = true
                     store.queue.append(d)
                     expiringStores.insert(store.name)

@@ -159,6 +159,7 @@ extension Router {
     func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
         let s = StoreEntry(name: name, key: nextStoreKey)
+        s.metrics = config.metrics?.store(name)
         nextStoreKey &+= 1
         stores[name] = s
         return s
@@ -236,19 +237,22 @@ extension Router {
         peer.unsettled += 1
         out.traffic.actions += 1
         observeDispatch(action, type: type, from: peer, &out)
+        let acceptedAt = config.metrics?.nanoseconds() ?? 0
         for (i, store) in targets.enumerated() {
+            store.metrics?.dispatched()
             if store.status == .down && store.queue.count >= config.queueLimit {
                 let result = StoreResult.unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
                 journalResult(action, store: store, result, version: store.version)
                 action.setResult(at: i, result)
+                store.metrics?.failed(code: .storeUnavailable)
                 out.log(.notice, "action \(action.seq) given up for store \"\(store.name)\": it is down and its queue is full")
                 continue
             }
             if store.status == .down {
-                store.queue.append(Delivery(action: action, deadline: now + config.queueTimeout))
+                store.queue.append(Delivery(action: action, deadline: now + config.queueTimeout, acceptedAt: acceptedAt))
                 expiringStores.insert(store.name)
             } else {
-                store.queue.append(Delivery(action: action, deadline: nil))
+                store.queue.append(Delivery(action: action, deadline: nil, acceptedAt: acceptedAt))
             }
         }
         for store in targets { pump(store, &out) }
@@ -318,6 +322,14 @@ extension Router {
             result = .rejected(body[request.error!.range])
         }
         let head = store.inflight.removeFirst()
+        if let metrics = store.metrics, let clock = config.metrics {
+            let waited = clock.nanoseconds() &- head.acceptedAt
+            if case .rejected(let error) = result {
+                metrics.rejected(code: Router.rejectionCode(error), nanoseconds: waited)
+            } else {
+                metrics.done(nanoseconds: waited)
+            }
+        }
         store.lastProgress = now
         if store.stalled { storeRecovered(store, &out) }
         store.seq = head.action.seq
@@ -336,6 +348,7 @@ extension Router {
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
     func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
         guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
+        if case .unavailable(let code, _) = result { store.metrics?.failed(code: code) }
         if journaling { journalResult(action, store: store, result, version: store.version) }
         action.setResult(at: i, result, version: store.version)
         if action.targets.count > 1 {

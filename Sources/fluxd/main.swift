@@ -156,6 +156,11 @@ struct Fluxd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning or error.", valueName: "level"))
     var logLevel: String = "info"
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Serve Prometheus metrics at http://ADDRESS/metrics: 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (loopback only; port 0: any free one, logged). See docs/metrics.md.",
+        valueName: "address"))
+    var metrics: String?
+
     func validate() throws {
         guard maxFrame > 0 else { throw ValidationError("--max-frame must be at least 1") }
         guard queueLimit >= 0 else { throw ValidationError("--queue-limit must not be negative") }
@@ -183,6 +188,9 @@ struct Fluxd: ParsableCommand {
         }
         guard !(ephemeral && dataDir != nil) else {
             throw ValidationError("--ephemeral keeps no journal: it cannot be given with --data-dir")
+        }
+        if let metrics, case .failure(let error) = MetricsAddress.parse(metrics) {
+            throw ValidationError("--metrics: \(error)")
         }
         guard parsedLogLevel != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error")
@@ -260,6 +268,7 @@ struct Fluxd: ParsableCommand {
         var config = DaemonConfig(socketPath: location.path)
         config.listenDescriptor = activated?.descriptor
         config.socketMode = parsedSocketMode ?? 0o600
+        if let metrics, case .success(let address) = MetricsAddress.parse(metrics) { config.metricsAddress = address }
         config.router.maxFrame = maxFrame
         config.router.queueLimit = queueLimit
         config.router.queueTimeout = queueTimeout ?? (ephemeral ? 5000 : 300_000)

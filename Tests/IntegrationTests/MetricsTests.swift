@@ -1,0 +1,124 @@
+import FluxClient
+import Foundation
+import Glibc
+import Testing
+
+private struct Create: Encodable { var title: String }
+private struct Toggle: Encodable { var id: Int }
+
+/// An HTTP/1.1 exchange with fluxd's metrics endpoint over a plain TCP socket: `request` is sent as is, and the
+/// whole response (fluxd closes after it) is returned, or nil when nothing came within `timeout`.
+func httpExchange(port: UInt16, request: String, timeout: Duration = .seconds(10)) throws -> String? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw HarnessError.system("socket", errno) }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+    let rc = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard rc == 0 else { throw HarnessError.system("connect 127.0.0.1:\(port)", errno) }
+    let bytes = Array(request.utf8)
+    guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else {
+        throw HarnessError.system("send", errno)
+    }
+    var response: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        switch try readWithDeadline(fd: fd, into: &buffer, deadline: deadline) {
+        case .bytes(let n): response += buffer[..<n]
+        case .eof: return String(decoding: response, as: UTF8.self)
+        case .timeout: return nil
+        }
+    }
+}
+
+/// The samples of a Prometheus text exposition: `name{labels}` -> value (comments skipped).
+func parseExposition(_ text: String) -> [String: Double] {
+    var samples: [String: Double] = [:]
+    for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+        guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+        samples[String(line[..<space])] = value
+    }
+    return samples
+}
+
+@Suite("fluxd --metrics: Prometheus text exposition over HTTP on loopback")
+struct MetricsTests {
+    @Test("a scrape counts the actions dispatched, done and rejected per store, their latency, connections by role; other paths and methods get 404/405")
+    func scrape() async throws {
+        try await withBus(["--metrics", "127.0.0.1:0"]) { bus in
+            // Port 0: fluxd logs the port it got.
+            let log = try await offPool { () -> String in
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline {
+                    let log = bus.fluxd.stderr
+                    if log.contains("metrics on http://127.0.0.1:") { return log }
+                    usleep(20_000)  // polling interval, not synchronisation: the log line decides
+                }
+                throw HarnessError.timedOut("the metrics log line")
+            }
+            let portText = try #require(log.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
+            let port = try #require(UInt16(portText))
+
+            _ = try await bus.start("todo-store")
+            let client = try await bus.connect("metrics-client")
+            let n = 7
+            for i in 1...n {
+                _ = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "t\(i)"))
+            }
+            let rejected = try await client.dispatchAndSettle(type: "todo/toggle", payload: Toggle(id: 999))
+            #expect(!rejected.allDone)
+
+            // Counters per store are counted as actions happen; gauges are refreshed once a second: scrape until
+            // the client's connection shows (deadline), then check everything in that one scrape.
+            let samples = try await offPool { () -> [String: Double] in
+                let deadline = ContinuousClock.now + .seconds(10)
+                while true {
+                    let response = try #require(try httpExchange(port: port, request: "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+                    #expect(response.hasPrefix("HTTP/1.1 200 OK\r\n"))
+                    #expect(response.contains("Content-Type: text/plain; version=0.0.4"))
+                    let body = String(response.split(separator: "\r\n\r\n", maxSplits: 1).last ?? "")
+                    let samples = parseExposition(body)
+                    if (samples["fluxbus_connections{role=\"client\"}"] ?? 0) >= 1 || ContinuousClock.now > deadline {
+                        return samples
+                    }
+                    usleep(100_000)  // polling interval, not synchronisation: the gauge decides
+                }
+            }
+            #expect(samples["fluxbus_actions_dispatched_total{store=\"todos\"}"] == Double(n + 1))
+            #expect(samples["fluxbus_actions_done_total{store=\"todos\"}"] == Double(n))
+            #expect(samples["fluxbus_actions_rejected_total{store=\"todos\",code=\"todo/not-found\"}"] == 1)
+            #expect(samples["fluxbus_action_latency_seconds_count{store=\"todos\"}"] == Double(n + 1))
+            #expect((samples["fluxbus_action_latency_seconds_sum{store=\"todos\"}"] ?? 0) > 0)
+            #expect(samples["fluxbus_action_latency_seconds_bucket{store=\"todos\",le=\"+Inf\"}"] == Double(n + 1))
+            #expect(samples["fluxbus_connections{role=\"client\"}"] == 1)
+            #expect(samples["fluxbus_connections{role=\"store\"}"] == 1)
+            #expect(samples["fluxbus_store_up{store=\"todos\"}"] == 1)
+            #expect(samples["fluxbus_build_info{version=\"0.4.0\"}"] == 1)
+            #expect(samples.keys.allSatisfy { !$0.contains("peer") && !$0.contains("connection=") }, "no per-connection labels")
+
+            let (notFound, post, garbage) = try await offPool {
+                (try httpExchange(port: port, request: "GET /other HTTP/1.1\r\n\r\n"),
+                 try httpExchange(port: port, request: "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+                 try httpExchange(port: port, request: "\u{0}\u{1}garbage\r\n\r\n"))
+            }
+            #expect(notFound?.hasPrefix("HTTP/1.1 404 ") == true)
+            #expect(post?.hasPrefix("HTTP/1.1 405 ") == true)
+            #expect(garbage?.hasPrefix("HTTP/1.1 400 ") == true)
+            // fluxd itself was not disturbed.
+            #expect(try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "after")).allDone)
+        }
+    }
+
+    @Test("--metrics refuses an address that is not loopback, before anything starts", .onDedicatedThreads)
+    func refusesNonLoopback() throws {
+        let fluxd = try Fluxd(arguments: ["--metrics", "0.0.0.0:9464"])
+        defer { fluxd.cleanup() }
+        #expect(fluxd.waitForExit(timeout: .seconds(20)) != 0)
+        #expect(fluxd.stderr.contains("not a loopback address"), "\(fluxd.stderr)")
+    }
+}

@@ -161,7 +161,8 @@ let package = Package(
         ),
         .testTarget(
             name: "FluxDaemonTests",
-            dependencies: ["FluxDaemon", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["FluxDaemon", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "FluxJournalTests", dependencies: ["FluxJournal"], swiftSettings: swiftSettings),

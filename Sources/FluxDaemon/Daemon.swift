@@ -121,7 +121,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         if config.metricsAddress != nil {
             let metrics = FluxMetrics()
             self.metrics = metrics
-            coreConfig.router.metrics = metrics
+            coreConfig.router.metricsClock = FluxMetrics.clock
             journal?.syncObserver = metrics.journalSyncObserver
         }
         core = DaemonCore(config: coreConfig, transport: self)
@@ -292,7 +292,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         }
         if let metrics, let address = config.metricsAddress {
             do {
-                metricsServer = try MetricsServer(address: address) { [registry = metrics.registry] in registry.emitToBuffer() }
+                metricsServer = try MetricsServer(address: address) { [metrics] in metrics.exposition() }
             } catch {
                 closeAll()
                 throw .metrics(error)

@@ -5,169 +5,188 @@ import Glibc
 import Prometheus
 import Synchronization
 
-/// fluxd's Prometheus metrics (`fluxd --metrics ADDRESS`, docs/metrics.md), kept in a swift-prometheus
-/// `PrometheusCollectorRegistry` and served as text exposition by `MetricsServer`.
+/// fluxd's Prometheus metrics (`fluxd --metrics ADDRESS`, docs/metrics.md), served as text exposition by
+/// `MetricsServer`.
 ///
-/// Two sources: the router reports each store's actions as they happen (`RouterMetrics`: counters and a latency
-/// histogram per store, recorded on the loop thread, one atomic add or a short lock per event), and the daemon
-/// copies its gauges and its own plain counters (traffic, errors, journal, workers) into the registry once a
-/// second on the loop thread (`refresh`): a scrape reads values at most a second old and never touches the loop.
-public final class FluxMetrics: RouterMetrics, @unchecked Sendable {
-    // @unchecked: `registry` is thread-safe; everything else is touched on the loop thread only (the router's
-    // calls and `refresh`).
+/// The router counts each store's actions in plain integers as they happen (`StoreStats`: no atomics, locks or
+/// calls on the hot path). Once a second, on the loop thread, `refresh` copies them, the gauges and the daemon's
+/// other counters (traffic, errors, journal, workers) into a swift-prometheus `PrometheusCollectorRegistry`, and
+/// renders the per-store latency histograms (`LatencyHistogram`, exposition by `renderHistograms`, checked against
+/// swift-prometheus' own histogram by a differential test). A scrape reads values at most a second old and never
+/// touches the loop.
+public final class FluxMetrics: Sendable {
+    /// Counters and gauges (thread-safe).
     public let registry = PrometheusCollectorRegistry()
-    /// Latency buckets of the per-store dispatch-to-result histogram, and of journal syncs.
-    static let latencyBuckets: [Duration] = [
-        .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
-        .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
-        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
-    ]
+    /// The rendered latency histograms (replaced by each refresh, read by scrapes).
+    private let histograms = Mutex<[UInt8]>([])
+    /// Journal syncs (recorded on the loop or on the sync thread: a few per second at most).
     private let syncLatency: DurationHistogram
-    private var stores: [String: PrometheusStoreMetrics] = [:]
-    private var gauges: [String: Gauge] = [:]
-    /// The counter values last copied into the registry (counters only grow: each refresh adds the difference).
-    private var copied: [String: UInt64] = [:]
-    private var counters: [String: Counter] = [:]
+    /// Loop-thread state of `refresh`: the metrics made so far and the counter values last copied.
+    private let state = Mutex<RefreshState>(RefreshState())
     private let started = monotonicClock()
 
+    struct RefreshState: @unchecked Sendable {
+        // @unchecked: only `refresh` (loop thread) touches it, under `state`'s lock.
+        var gauges: [String: Gauge] = [:]
+        var counters: [String: Counter] = [:]
+        /// The counter values last copied into the registry (counters only grow: each refresh adds the difference).
+        var copied: [String: UInt64] = [:]
+    }
+
+    /// The latency histograms' name and help.
+    static let latencyName = "fluxbus_action_latency_seconds"
+    static let latencyHelp = "From the action's acceptance by fluxd to the store's answer (done or reject), per store."
+
     public init(version: String = FluxBusVersion.string) {
-        registry.makeGauge(descriptor: descriptor("fluxbus_build_info", "The running fluxd's release (always 1)."), labels: [("version", version)]).set(Int64(1))
-        syncLatency = registry.makeDurationHistogram(descriptor: descriptor("fluxbus_journal_sync_seconds", "How long each fdatasync of the journal took."), buckets: Self.latencyBuckets)
+        registry.makeGauge(descriptor: descriptor("fluxbus_build_info", "The running fluxd's release (always 1)."),
+                           labels: [("version", version)]).set(Int64(1))
+        syncLatency = registry.makeDurationHistogram(
+            descriptor: descriptor("fluxbus_journal_sync_seconds", "How long each fdatasync of the journal took."),
+            buckets: LatencyHistogram.bounds.map { .nanoseconds(Int64($0)) })
     }
 
-    // MARK: RouterMetrics (loop thread)
-
-    public func store(_ name: String) -> any StoreMetrics {
-        if let known = stores[name] { return known }
-        let metrics = PrometheusStoreMetrics(name: name, registry: registry)
-        stores[name] = metrics
-        return metrics
-    }
-
-    public func nanoseconds() -> UInt64 { monotonicClock() }
+    /// The router's clock (`RouterConfig.metricsClock`).
+    public static let clock: MetricsClock = { monotonicClock() }
 
     /// What the journal's sync observer calls (any thread).
     public var journalSyncObserver: @Sendable (UInt64) -> Void {
         { [syncLatency] nanos in syncLatency.recordNanoseconds(Int64(clamping: nanos)) }
     }
 
-    // MARK: Refresh (loop thread, once a second and before the first scrape)
+    /// The whole exposition (any thread).
+    public func exposition() -> [UInt8] {
+        registry.emitToBuffer() + histograms.withLock { $0 }
+    }
 
-    /// Copies the router's gauges and counters, the journal's and the workers' into the registry.
+    /// Copies the router's, the journal's and the workers' numbers into the registry (loop thread).
     public func refresh(_ sample: RouterMetricsSample, journal: Journal?, workerRestarts: [String: Int]) {
-        gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(Double(monotonicClock() &- started) / 1e9)
-        gauge("fluxbus_actions_unsettled", help: "Actions accepted and not settled yet.").set(Int64(sample.unsettled))
-        for role in ["client", "store", "monitor", "handshake"] {
-            gauge("fluxbus_connections", labels: [("role", role)], help: "Open connections by role (handshake: no hello yet).")
-                .set(Int64(sample.connections[role] ?? 0))
+        state.withLock { state in
+            func gauge(_ name: String, _ labels: [(String, String)] = [], help: String) -> Gauge {
+                let k = key(name, labels)
+                if let g = state.gauges[k] { return g }
+                let g = registry.makeGauge(descriptor: descriptor(name, help), labels: labels)
+                state.gauges[k] = g
+                return g
+            }
+            func count(_ name: String, _ value: UInt64, _ labels: [(String, String)] = [], help: String) {
+                let k = key(name, labels)
+                let counter: Counter
+                if let c = state.counters[k] {
+                    counter = c
+                } else {
+                    counter = registry.makeCounter(descriptor: descriptor(name, help), labels: labels)
+                    state.counters[k] = counter
+                }
+                let before = state.copied[k] ?? 0
+                guard value > before else { return }
+                counter.increment(by: Int64(clamping: value - before))
+                state.copied[k] = value
+            }
+
+            gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(Double(monotonicClock() &- started) / 1e9)
+            gauge("fluxbus_actions_unsettled", help: "Actions accepted and not settled yet.").set(Int64(sample.unsettled))
+            for role in ["client", "store", "monitor", "handshake"] {
+                gauge("fluxbus_connections", [("role", role)], help: "Open connections by role (handshake: no hello yet).")
+                    .set(Int64(sample.connections[role] ?? 0))
+            }
+            for store in sample.stores {
+                let labels = [("store", store.name)]
+                gauge("fluxbus_store_queue_depth", labels,
+                      help: "Actions waiting for the store: queued (not delivered yet) and in flight (delivered, not answered).")
+                    .set(Int64(store.queued + store.inflight))
+                gauge("fluxbus_store_subscribers", labels, help: "Subscriptions to the store (whole, delta and path).")
+                    .set(Int64(store.subscribers))
+                gauge("fluxbus_store_up", labels, help: "1 while the store is registered, 0 while it is down.")
+                    .set(Int64(store.up ? 1 : 0))
+                let stats = store.stats
+                count("fluxbus_actions_dispatched_total", stats.dispatched, labels, help: "Accepted actions targeting the store.")
+                count("fluxbus_actions_done_total", stats.done, labels, help: "Actions the store answered done.")
+                for (code, n) in stats.rejected {
+                    count("fluxbus_actions_rejected_total", n, labels + [("code", code)],
+                          help: "Actions the store rejected, by the store's error code (at most 64 codes per store; more count as other).")
+                }
+                for (code, n) in stats.failed {
+                    count("fluxbus_actions_failed_total", n, labels + [("code", code)],
+                          help: "Actions fluxd gave up for the store without an answer (store-unavailable, ...).")
+                }
+            }
+            let t = sample.counters.traffic
+            count("fluxbus_connections_accepted_total", t.connections, help: "Connections accepted.")
+            count("fluxbus_frames_received_total", t.framesIn, help: "Frames received from peers.")
+            count("fluxbus_frames_sent_total", t.framesOut, help: "Frames sent to peers.")
+            count("fluxbus_received_bytes_total", t.bytesIn, help: "Frame bytes received from peers.")
+            count("fluxbus_sent_bytes_total", t.bytesOut, help: "Frame bytes sent to peers (snapshots, deltas, settlements, ...).")
+            count("fluxbus_actions_accepted_total", t.actions, help: "Actions accepted (each counted once, whatever its targets).")
+            count("fluxbus_snapshots_sent_total", t.snapshots, help: "Snapshot frames sent to subscribers.")
+            for (code, n) in sample.counters.errors {
+                count("fluxbus_errors_total", n, [("code", code)], help: "Error frames sent, by code (SPEC section 11).")
+            }
+            count("fluxbus_slow_consumer_closes_total", sample.counters.errors[ErrorCode.slowConsumer.rawValue] ?? 0,
+                  help: "Connections closed because they did not read what was sent to them.")
+            if let journal {
+                count("fluxbus_journal_written_bytes_total", journal.bytesWritten, help: "Bytes written to the journal.")
+                count("fluxbus_journal_writes_total", journal.writes, help: "write calls on the journal (one per loop iteration with records).")
+                count("fluxbus_journal_syncs_total", journal.syncs, help: "fdatasync calls on the journal.")
+            }
+            for (worker, restarts) in workerRestarts {
+                count("fluxbus_worker_restarts_total", UInt64(max(0, restarts)), [("worker", worker)],
+                      help: "Restarts of a supervised worker.")
+            }
         }
-        for store in sample.stores {
-            let labels = [("store", store.name)]
-            gauge("fluxbus_store_queue_depth", labels: labels,
-                  help: "Actions waiting for the store: queued (not delivered yet) and in flight (delivered, not answered).")
-                .set(Int64(store.queued + store.inflight))
-            gauge("fluxbus_store_subscribers", labels: labels, help: "Subscriptions to the store (whole, delta and path).")
-                .set(Int64(store.subscribers))
-            gauge("fluxbus_store_up", labels: labels, help: "1 while the store is registered, 0 while it is down.")
-                .set(Int64(store.up ? 1 : 0))
-        }
-        let t = sample.counters.traffic
-        count("fluxbus_connections_accepted_total", t.connections, help: "Connections accepted.")
-        count("fluxbus_frames_received_total", t.framesIn, help: "Frames received from peers.")
-        count("fluxbus_frames_sent_total", t.framesOut, help: "Frames sent to peers.")
-        count("fluxbus_received_bytes_total", t.bytesIn, help: "Frame bytes received from peers.")
-        count("fluxbus_sent_bytes_total", t.bytesOut, help: "Frame bytes sent to peers (snapshots, deltas, settlements, ...).")
-        count("fluxbus_actions_accepted_total", t.actions, help: "Actions accepted (each counted once, whatever its targets).")
-        count("fluxbus_snapshots_sent_total", t.snapshots, help: "Snapshot frames sent to subscribers.")
-        for (code, n) in sample.counters.errors {
-            count("fluxbus_errors_total", n, labels: [("code", code)], help: "Error frames sent, by code (SPEC §11).")
-        }
-        count("fluxbus_slow_consumer_closes_total", sample.counters.errors[ErrorCode.slowConsumer.rawValue] ?? 0,
-              help: "Connections closed because they did not read what was sent to them.")
-        if let journal {
-            count("fluxbus_journal_written_bytes_total", journal.bytesWritten, help: "Bytes written to the journal.")
-            count("fluxbus_journal_writes_total", journal.writes, help: "write calls on the journal (one per loop iteration with records).")
-            count("fluxbus_journal_syncs_total", journal.syncs, help: "fdatasync calls on the journal.")
-        }
-        for (worker, restarts) in workerRestarts {
-            count("fluxbus_worker_restarts_total", UInt64(max(0, restarts)), labels: [("worker", worker)],
-                  help: "Restarts of a supervised worker.")
-        }
+        let rendered = Self.renderHistograms(name: Self.latencyName, help: Self.latencyHelp,
+                                             series: sample.stores.filter { $0.stats.latency.count > 0 }
+                                                 .map { ([("store", $0.name)], $0.stats.latency) })
+        histograms.withLock { $0 = rendered }
     }
 
     private func key(_ name: String, _ labels: [(String, String)]) -> String {
         labels.reduce(name) { $0 + "\u{0}" + $1.0 + "=" + $1.1 }
     }
 
-    private func gauge(_ name: String, labels: [(String, String)] = [], help: String) -> Gauge {
-        let k = key(name, labels)
-        if let g = gauges[k] { return g }
-        let g = registry.makeGauge(descriptor: descriptor(name, help), labels: labels)
-        gauges[k] = g
-        return g
-    }
-
-    /// Adds to counter `name` what `value` grew since the last refresh.
-    private func count(_ name: String, _ value: UInt64, labels: [(String, String)] = [], help: String) {
-        let k = key(name, labels)
-        let counter: Counter
-        if let c = counters[k] {
-            counter = c
-        } else {
-            counter = registry.makeCounter(descriptor: descriptor(name, help), labels: labels)
-            counters[k] = counter
+    /// Prometheus text exposition (0.0.4) of histograms with `LatencyHistogram.bounds` as buckets, in seconds:
+    /// HELP and TYPE once, then per series the cumulative `_bucket` lines, `+Inf`, `_sum` and `_count`. Empty
+    /// without series.
+    public static func renderHistograms(name: String, help: String, series: [([(String, String)], LatencyHistogram)]) -> [UInt8] {
+        guard !series.isEmpty else { return [] }
+        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        for (labels, histogram) in series {
+            let rendered = labels.map { "\($0.0)=\"\(escapeLabelValue($0.1))\"" }.joined(separator: ",")
+            let prefix = rendered.isEmpty ? "" : rendered + ","
+            var cumulative: UInt64 = 0
+            for (i, bound) in LatencyHistogram.bounds.enumerated() {
+                cumulative += histogram.counts.isEmpty ? 0 : histogram.counts[i]
+                out += "\(name)_bucket{\(prefix)le=\"\(seconds(bound))\"} \(cumulative)\n"
+            }
+            out += "\(name)_bucket{\(prefix)le=\"+Inf\"} \(histogram.count)\n"
+            let braces = rendered.isEmpty ? "" : "{\(rendered)}"
+            out += "\(name)_sum\(braces) \(seconds(histogram.sum))\n"
+            out += "\(name)_count\(braces) \(histogram.count)\n"
         }
-        let before = copied[k] ?? 0
-        guard value > before else { return }
-        counter.increment(by: Int64(clamping: value - before))
-        copied[k] = value
-    }
-}
-
-/// One store's counters and latency histogram (`fluxbus_actions_*_total{store=...}`,
-/// `fluxbus_action_latency_seconds{store=...}`). Loop thread only.
-final class PrometheusStoreMetrics: StoreMetrics {
-    private let name: String
-    private let registry: PrometheusCollectorRegistry
-    private let dispatchedCounter: Counter
-    private let doneCounter: Counter
-    private let latency: DurationHistogram
-    private var rejectedCounters: [String: Counter] = [:]
-    private var failedCounters: [ErrorCode: Counter] = [:]
-    /// Distinct rejection codes get a series each up to this many; further ones count as `other` (a store's codes
-    /// are its own: a store must not be able to grow fluxd's metrics without bound).
-    static let maxRejectionCodes = 64
-
-    init(name: String, registry: PrometheusCollectorRegistry) {
-        self.name = name
-        self.registry = registry
-        dispatchedCounter = registry.makeCounter(descriptor: descriptor("fluxbus_actions_dispatched_total", "Accepted actions targeting the store."), labels: [("store", name)])
-        doneCounter = registry.makeCounter(descriptor: descriptor("fluxbus_actions_done_total", "Actions the store answered done."), labels: [("store", name)])
-        latency = registry.makeDurationHistogram(descriptor: descriptor("fluxbus_action_latency_seconds", "From the action's acceptance by fluxd to the store's answer (done or reject), per store."), labels: [("store", name)], buckets: FluxMetrics.latencyBuckets)
+        return Array(out.utf8)
     }
 
-    func dispatched() { dispatchedCounter.increment() }
-
-    func done(nanoseconds: UInt64) {
-        doneCounter.increment()
-        latency.recordNanoseconds(Int64(clamping: nanoseconds))
+    /// Nanoseconds as decimal seconds, exactly (`50000` -> `0.00005`, `1000000000` -> `1.0`).
+    static func seconds(_ nanoseconds: UInt64) -> String {
+        let whole = nanoseconds / 1_000_000_000, fraction = nanoseconds % 1_000_000_000
+        guard fraction > 0 else { return "\(whole).0" }
+        var digits = String(fraction)
+        digits = String(repeating: "0", count: 9 - digits.count) + digits
+        while digits.hasSuffix("0") { digits.removeLast() }
+        return "\(whole).\(digits)"
     }
 
-    func rejected(code: String, nanoseconds: UInt64) {
-        latency.recordNanoseconds(Int64(clamping: nanoseconds))
-        if let counter = rejectedCounters[code] { return counter.increment() }
-        let label = rejectedCounters.count < Self.maxRejectionCodes ? code : "other"
-        if let counter = rejectedCounters[label] { return counter.increment() }
-        let counter = registry.makeCounter(descriptor: descriptor("fluxbus_actions_rejected_total", "Actions the store rejected, by the store's error code."), labels: [("store", name), ("code", label)])
-        rejectedCounters[label] = counter
-        counter.increment()
-    }
-
-    func failed(code: ErrorCode) {
-        if let counter = failedCounters[code] { return counter.increment() }
-        let counter = registry.makeCounter(descriptor: descriptor("fluxbus_actions_failed_total", "Actions fluxd gave up for the store without an answer (store-unavailable, shutting-down, ...)."), labels: [("store", name), ("code", code.rawValue)])
-        failedCounters[code] = counter
-        counter.increment()
+    /// A label value as the text format wants it: backslash, double quote and line feed escaped.
+    static func escapeLabelValue(_ value: String) -> String {
+        var out = ""
+        for c in value {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(c)
+            }
+        }
+        return out
     }
 }
 

@@ -1,34 +1,70 @@
 import FluxCore
 
-/// Where the router reports what Prometheus-style metrics count per store (docs/metrics.md): set as
-/// `RouterConfig.metrics` by a host that exports metrics (`fluxd --metrics`), nil otherwise — then the router does
-/// no metrics work at all but a nil check per action.
-///
-/// Called on the router's thread only (fluxd's loop thread), synchronously, in the middle of handling an event:
-/// an implementation counts and returns (no I/O, no locks held for long, no call back into the router).
-public protocol RouterMetrics: AnyObject, Sendable {
-    /// The metrics of one store, asked once when the router first knows the name (kept with the store's entry).
-    func store(_ name: String) -> any StoreMetrics
-    /// A monotonic clock in nanoseconds (dispatch-to-result latency is the difference of two readings).
-    func nanoseconds() -> UInt64
+/// A dispatch-to-answer latency histogram: plain counters in fixed buckets, recorded on the router's thread
+/// (`fluxd --metrics`, docs/metrics.md). Buckets are Prometheus-style upper bounds in nanoseconds; `counts` has
+/// one more entry than `bounds` (above the last bound: `+Inf`). Not cumulative (the exposition sums them).
+public struct LatencyHistogram: Sendable, Equatable {
+    /// Upper bounds, 50 µs ... 10 s.
+    public static let bounds: [UInt64] = [
+        50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
+        100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000,
+    ]
+    /// Observations per bucket (the first bucket whose bound is >= the value; the last: above every bound).
+    public var counts: [UInt64] = []
+    /// The sum of the observations, in nanoseconds, and how many there were.
+    public var sum: UInt64 = 0
+    public var count: UInt64 = 0
+
+    public init() {}
+
+    /// Counts one observation.
+    @inline(__always)
+    public mutating func record(_ nanoseconds: UInt64) {
+        if counts.isEmpty { counts = [UInt64](repeating: 0, count: Self.bounds.count + 1) }
+        var i = 0
+        let bounds = Self.bounds
+        while i < bounds.count && nanoseconds > bounds[i] { i += 1 }
+        counts[i] &+= 1
+        sum &+= nanoseconds
+        count &+= 1
+    }
 }
 
-/// What one store's metrics are told: each target of an accepted action, and each result it got.
-public protocol StoreMetrics: AnyObject {
-    /// An accepted action has this store as a target.
-    func dispatched()
-    /// The store answered `done` `nanoseconds` after the action was accepted.
-    func done(nanoseconds: UInt64)
-    /// The store answered `reject` with `code` (the store's own error code) `nanoseconds` after the action was accepted.
-    func rejected(code: String, nanoseconds: UInt64)
-    /// fluxd gave the action up for this store (`code`: `store-unavailable`, ...): no answer came.
-    func failed(code: ErrorCode)
+/// What the router counts for one store while metrics are on (`RouterConfig.metricsClock` set): plain integers
+/// in the store's entry, read by the host once a second (`Router.metricsSample()`).
+public struct StoreStats: Sendable, Equatable {
+    /// Accepted actions that target the store.
+    public var dispatched: UInt64 = 0
+    /// Answers `done`, and `reject` by the store's error code.
+    public var done: UInt64 = 0
+    public var rejected: [String: UInt64] = [:]
+    /// Actions given up for the store without an answer, by fluxd's error code (`store-unavailable`, ...).
+    public var failed: [String: UInt64] = [:]
+    /// From the action's acceptance to the store's answer (`done` or `reject`).
+    public var latency = LatencyHistogram()
+    /// Distinct rejection codes counted on their own; more are counted as `other` (a store's codes are its own: it
+    /// must not be able to grow fluxd's metrics without bound).
+    public static let maxRejectionCodes = 64
+
+    public init() {}
+
+    mutating func reject(code: String) {
+        if rejected[code] != nil || rejected.count < Self.maxRejectionCodes {
+            rejected[code, default: 0] &+= 1
+        } else {
+            rejected["other", default: 0] &+= 1
+        }
+    }
 }
 
-/// A point-in-time reading of the router for gauges (queue depths, subscribers, connections by role) and the
-/// traffic counters, taken on the router's thread (`Router.metricsSample()`).
+/// A monotonic clock in nanoseconds for the metrics' latencies (fluxd: CLOCK_MONOTONIC; tests: their own). A C
+/// function pointer, so that reading it costs the router no reference counting.
+public typealias MetricsClock = @convention(c) () -> UInt64
+
+/// A point-in-time reading of the router for metrics (`Router.metricsSample()`, on the router's thread): each
+/// store's gauges and counters, connections by role, and the traffic counters `info` reports.
 public struct RouterMetricsSample: Sendable {
-    /// One store's gauges.
+    /// One store.
     public struct Store: Sendable, Equatable {
         public var name: String
         public var up: Bool
@@ -37,6 +73,7 @@ public struct RouterMetricsSample: Sendable {
         public var inflight: Int
         public var subscribers: Int
         public var version: UInt64
+        public var stats: StoreStats
     }
     public var stores: [Store] = []
     /// Connections by role (`client`, `store`, `monitor`; `handshake`: no hello yet).
@@ -48,7 +85,7 @@ public struct RouterMetricsSample: Sendable {
 }
 
 extension Router {
-    /// Gauges and counters for a metrics scrape (see `RouterMetricsSample`).
+    /// Gauges and counters for metrics (see `RouterMetricsSample`).
     public func metricsSample() -> RouterMetricsSample {
         var sample = RouterMetricsSample()
         sample.counters = counters
@@ -56,7 +93,7 @@ extension Router {
         for (name, s) in stores {
             sample.stores.append(.init(name: name, up: s.status == .up, queued: s.queue.count, inflight: s.inflight.count,
                                        subscribers: s.subscribers.count + s.deltaSubscribers.count + s.pathSubscribers.count,
-                                       version: s.version))
+                                       version: s.version, stats: s.stats))
         }
         sample.stores.sort { $0.name < $1.name }
         for p in peers.values {

@@ -278,7 +278,7 @@ extension Router {
                 } else {
                     // (Latency of a restored action counts from the restart: its first acceptance was another run's.)
                     var d = Delivery(action: action, deadline: now + config.queueTimeout,
-                                     acceptedAt: config.metrics?.nanoseconds() ?? 0)
+                                     acceptedAt: config.metricsClock?() ?? 0)
                     d.redelivered = true
                     store.queue.append(d)
                     expiringStores.insert(store.name)

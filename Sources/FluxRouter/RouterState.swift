@@ -50,8 +50,8 @@ final class Peer {
 /// One store as the dispatcher knows it.
 final class StoreEntry {
     let name: String
-    /// Its metrics (`RouterConfig.metrics`), nil without.
-    @exclusivity(unchecked) var metrics: (any StoreMetrics)?
+    /// Its metrics' counters (counted only with `RouterConfig.metricsClock`).
+    @exclusivity(unchecked) var stats = StoreStats()
     /// A number of its own (1, 2, 3 … in order of first mention; never reused within a run): the coalescing key
     /// of its snapshots.
     let key: UInt32
@@ -278,7 +278,7 @@ struct Delivery {
     /// While the store is down: when the action gives up waiting (`store-unavailable`).
     var deadline: Millis?
     var redelivered = false
-    /// When the action was accepted, by `RouterMetrics.nanoseconds()` (0 without metrics).
+    /// When the action was accepted, by `RouterConfig.metricsClock` (0 without metrics).
     var acceptedAt: UInt64 = 0
 
     init(action: ActionRecord, deadline: Millis?, acceptedAt: UInt64 = 0) {

@@ -23,8 +23,8 @@ public struct PeerCredentials: Sendable, Equatable {
 
 /// The limits and identity a router runs with; announced to every peer in `welcome.limits`.
 public struct RouterConfig: Sendable {
-    /// Where per-store metrics go (`fluxd --metrics`, docs/metrics.md); nil: none are counted.
-    public var metrics: (any RouterMetrics)?
+    /// The clock of the per-store metrics (`fluxd --metrics`, docs/metrics.md: `StoreStats`); nil: none are counted.
+    public var metricsClock: MetricsClock?
     /// Largest frame body accepted, in bytes (`too-large` above it).
     public var maxFrame: UInt32 = 1_048_576
     /// Actions delivered to one store before its first unanswered one is answered.

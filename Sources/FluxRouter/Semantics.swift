@@ -159,7 +159,6 @@ extension Router {
     func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
         let s = StoreEntry(name: name, key: nextStoreKey)
-        s.metrics = config.metrics?.store(name)
         nextStoreKey &+= 1
         stores[name] = s
         return s
@@ -237,14 +236,15 @@ extension Router {
         peer.unsettled += 1
         out.traffic.actions += 1
         observeDispatch(action, type: type, from: peer, &out)
-        let acceptedAt = config.metrics?.nanoseconds() ?? 0
+        let clock = config.metricsClock
+        let acceptedAt = clock?() ?? 0
         for (i, store) in targets.enumerated() {
-            store.metrics?.dispatched()
+            if clock != nil { store.stats.dispatched &+= 1 }
             if store.status == .down && store.queue.count >= config.queueLimit {
                 let result = StoreResult.unavailable(.storeUnavailable, "store \"\(store.name)\" is down and its queue is full (queueLimit \(config.queueLimit))")
                 journalResult(action, store: store, result, version: store.version)
                 action.setResult(at: i, result)
-                store.metrics?.failed(code: .storeUnavailable)
+                if config.metricsClock != nil { store.stats.failed[ErrorCode.storeUnavailable.rawValue, default: 0] &+= 1 }
                 out.log(.notice, "action \(action.seq) given up for store \"\(store.name)\": it is down and its queue is full")
                 continue
             }
@@ -322,12 +322,12 @@ extension Router {
             result = .rejected(body[request.error!.range])
         }
         let head = store.inflight.removeFirst()
-        if let metrics = store.metrics, let clock = config.metrics {
-            let waited = clock.nanoseconds() &- head.acceptedAt
+        if let clock = config.metricsClock {
+            store.stats.latency.record(clock() &- head.acceptedAt)
             if case .rejected(let error) = result {
-                metrics.rejected(code: Router.rejectionCode(error), nanoseconds: waited)
+                store.stats.reject(code: Router.rejectionCode(error))
             } else {
-                metrics.done(nanoseconds: waited)
+                store.stats.done &+= 1
             }
         }
         store.lastProgress = now
@@ -348,7 +348,7 @@ extension Router {
     /// Records one store's result for an action; releases stores waiting for it; settles when complete.
     func record(_ action: ActionRecord, store: StoreEntry, result: StoreResult, _ out: inout Output) {
         guard let i = action.targets.firstIndex(where: { $0 === store }) else { return }
-        if case .unavailable(let code, _) = result { store.metrics?.failed(code: code) }
+        if config.metricsClock != nil, case .unavailable(let code, _) = result { store.stats.failed[code.rawValue, default: 0] &+= 1 }
         if journaling { journalResult(action, store: store, result, version: store.version) }
         action.setResult(at: i, result, version: store.version)
         if action.targets.count > 1 {

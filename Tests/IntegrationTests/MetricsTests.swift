@@ -73,8 +73,8 @@ struct MetricsTests {
             let rejected = try await client.dispatchAndSettle(type: "todo/toggle", payload: Toggle(id: 999))
             #expect(!rejected.allDone)
 
-            // Counters per store are counted as actions happen; gauges are refreshed once a second: scrape until
-            // the client's connection shows (deadline), then check everything in that one scrape.
+            // fluxd copies its numbers into the exposition once a second: scrape until the last action shows
+            // (deadline), then check everything in that one scrape.
             let samples = try await offPool { () -> [String: Double] in
                 let deadline = ContinuousClock.now + .seconds(10)
                 while true {
@@ -83,7 +83,7 @@ struct MetricsTests {
                     #expect(response.contains("Content-Type: text/plain; version=0.0.4"))
                     let body = String(response.split(separator: "\r\n\r\n", maxSplits: 1).last ?? "")
                     let samples = parseExposition(body)
-                    if (samples["fluxbus_connections{role=\"client\"}"] ?? 0) >= 1 || ContinuousClock.now > deadline {
+                    if samples["fluxbus_action_latency_seconds_count{store=\"todos\"}"] == Double(n + 1) || ContinuousClock.now > deadline {
                         return samples
                     }
                     usleep(100_000)  // polling interval, not synchronisation: the gauge decides

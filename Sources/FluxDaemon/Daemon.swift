@@ -143,11 +143,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     /// The journal (nil: ephemeral).
     public let journal: Journal?
-    /// The metrics (with `config.metricsAddress`), their endpoint and the timer that refreshes their gauges once a
-    /// second. Lifecycle: the server and the timer are made in `start()`, stopped and closed in `closeAll()`.
+    /// The metrics (with `config.metricsAddress`) and their endpoint, whose scrapes wake the loop to refresh them
+    /// (`loop.onWake`). Lifecycle: the server is made in `start()` and stopped in `closeAll()`.
     public private(set) var metrics: FluxMetrics?
     @exclusivity(unchecked) private var metricsServer: MetricsServer?
-    @exclusivity(unchecked) private var metricsTimer: LoopTimer?
     /// Restarts per supervised worker, for the metrics (set by the plugin host).
     public var workerRestarts: (() -> [String: Int])?
     /// Whether there is one (a flag for the hot path).
@@ -292,14 +291,17 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         }
         if let metrics, let address = config.metricsAddress {
             do {
-                metricsServer = try MetricsServer(address: address) { [metrics] in metrics.exposition() }
+                let remote = loop.remote
+                metricsServer = try MetricsServer(address: address) { [metrics] in
+                    metrics.refreshAndWait { remote.wake() }
+                    return metrics.exposition()
+                }
             } catch {
                 closeAll()
                 throw .metrics(error)
             }
             refreshMetrics()
-            metricsTimer = LoopTimer(loop: loop) { [unowned self] in self.refreshMetrics() }
-            metricsTimer?.start(after: 1000, repeat: 1000)
+            loop.onWake = { [unowned self] in self.refreshMetrics() }
             metricsServer?.start()
             logger.info("metrics on http://\(metricsServer!.address)/metrics")
         }
@@ -518,8 +520,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     private func closeAll() {
         listener?.close()
         listener = nil
-        metricsTimer?.close()
-        metricsTimer = nil
+        loop.onWake = nil
         metricsServer?.stop()
         metricsServer = nil
         for signal in signals { signal.close() }

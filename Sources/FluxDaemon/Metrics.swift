@@ -1,6 +1,7 @@
 import FluxCore
 import FluxJournal
 import FluxRouter
+import Foundation
 import Glibc
 import Prometheus
 import Synchronization
@@ -9,11 +10,11 @@ import Synchronization
 /// `MetricsServer`.
 ///
 /// The router counts each store's actions in plain integers as they happen (`StoreStats`: no atomics, locks or
-/// calls on the hot path). Once a second, on the loop thread, `refresh` copies them, the gauges and the daemon's
-/// other counters (traffic, errors, journal, workers) into a swift-prometheus `PrometheusCollectorRegistry`, and
-/// renders the per-store latency histograms (`LatencyHistogram`, exposition by `renderHistograms`, checked against
-/// swift-prometheus' own histogram by a differential test). A scrape reads values at most a second old and never
-/// touches the loop.
+/// calls on the hot path). A scrape (on the server's thread) wakes the loop, where `refresh` copies them, the
+/// gauges and the daemon's other counters (traffic, errors, journal, workers) into a swift-prometheus
+/// `PrometheusCollectorRegistry` and renders the per-store latency histograms (`LatencyHistogram`, exposition by
+/// `renderHistograms`, checked against swift-prometheus' own histogram by a differential test); the scrape waits
+/// for that (at most a second, then it serves the previous values). Nothing is done between scrapes.
 public final class FluxMetrics: Sendable {
     /// Counters and gauges (thread-safe).
     public let registry = PrometheusCollectorRegistry()
@@ -24,6 +25,9 @@ public final class FluxMetrics: Sendable {
     /// Loop-thread state of `refresh`: the metrics made so far and the counter values last copied.
     private let state = Mutex<RefreshState>(RefreshState())
     private let started = monotonicClock()
+    /// How many refreshes were done (a scrape waits for the next one).
+    private let refreshes = NSCondition()
+    private nonisolated(unsafe) var refreshCount: UInt64 = 0  // under `refreshes`
 
     struct RefreshState: @unchecked Sendable {
         // @unchecked: only `refresh` (loop thread) touches it, under `state`'s lock.
@@ -56,6 +60,19 @@ public final class FluxMetrics: Sendable {
     /// The whole exposition (any thread).
     public func exposition() -> [UInt8] {
         registry.emitToBuffer() + histograms.withLock { $0 }
+    }
+
+    /// Asks for a refresh (`wake`: makes the loop call `refresh`) and waits until one is done, at most `timeout`
+    /// seconds (then the previous values are served). Not on the loop thread.
+    public func refreshAndWait(timeout: Double = 1, wake: () -> Void) {
+        refreshes.lock()
+        let before = refreshCount
+        refreshes.unlock()
+        wake()
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        refreshes.lock()
+        while refreshCount == before && refreshes.wait(until: deadline) {}
+        refreshes.unlock()
     }
 
     /// Copies the router's, the journal's and the workers' numbers into the registry (loop thread).
@@ -137,6 +154,10 @@ public final class FluxMetrics: Sendable {
                                              series: sample.stores.filter { $0.stats.latency.count > 0 }
                                                  .map { ([("store", $0.name)], $0.stats.latency) })
         histograms.withLock { $0 = rendered }
+        refreshes.lock()
+        refreshCount &+= 1
+        refreshes.broadcast()
+        refreshes.unlock()
     }
 
     private func key(_ name: String, _ labels: [(String, String)]) -> String {

@@ -73,8 +73,8 @@ struct MetricsTests {
             let rejected = try await client.dispatchAndSettle(type: "todo/toggle", payload: Toggle(id: 999))
             #expect(!rejected.allDone)
 
-            // fluxd copies its numbers into the exposition once a second: scrape until the last action shows
-            // (deadline), then check everything in that one scrape.
+            // A scrape has fluxd's loop copy its numbers in first: the last action shows at once (the loop
+            // deadline only guards against a fluxd that never refreshes). Everything is checked in one scrape.
             let samples = try await offPool { () -> [String: Double] in
                 let deadline = ContinuousClock.now + .seconds(10)
                 while true {

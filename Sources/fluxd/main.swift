@@ -157,6 +157,11 @@ struct Fluxd: ParsableCommand {
     var logLevel: String = "info"
 
     @Option(name: .long, help: ArgumentHelp(
+        "text (for people: time, level, label, the message, then key=value metadata; under systemd's journal no time and a <priority> prefix) or json (one object per line: time, level, label, message, metadata). See docs/logging.md.",
+        valueName: "format"))
+    var logFormat: String = "text"
+
+    @Option(name: .long, help: ArgumentHelp(
         "Serve Prometheus metrics at http://ADDRESS/metrics: 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (loopback only; port 0: any free one, logged). See docs/metrics.md.",
         valueName: "address"))
     var metrics: String?
@@ -192,6 +197,9 @@ struct Fluxd: ParsableCommand {
         if let metrics, case .failure(let error) = MetricsAddress.parse(metrics) {
             throw ValidationError("--metrics: \(error)")
         }
+        guard LogFormat(rawValue: logFormat) != nil else {
+            throw ValidationError("--log-format must be text or json, got '\(logFormat)'")
+        }
         guard parsedLogLevel != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error")
         }
@@ -222,10 +230,10 @@ struct Fluxd: ParsableCommand {
         }
 
         let level = parsedLogLevel ?? .info
+        let format = LogFormat(rawValue: logFormat) ?? .text
+        let journald = LogDestination.isJournal(journalStream: getenv("JOURNAL_STREAM").map { String(cString: $0) })
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            FluxLogHandler(label: label, level: level, format: format, journald: journald)
         }
         var logger = Logger(label: "fluxd")
         logger.logLevel = level

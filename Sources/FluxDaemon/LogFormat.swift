@@ -1,0 +1,187 @@
+import Glibc
+import Logging
+
+/// How fluxd writes its log lines (`--log-format`, docs/logging.md).
+public enum LogFormat: String, Sendable, CaseIterable {
+    /// For people: `TIME LEVEL LABEL: message key=value ...` (message first, metadata after it); under systemd's
+    /// journal, `<PRIORITY>LABEL: message key=value ...` (journald adds the time and reads the level).
+    case text
+    /// For pipelines: one JSON object per line, `{"time","level","label","message","metadata":{...}}`.
+    case json
+}
+
+/// fluxd's swift-log handler: one line per event, written to stderr with a single `write` (lines of concurrent
+/// threads never interleave). `journald` (see `LogDestination.detect()`) drops the timestamp from text lines and
+/// puts the syslog priority first (`<6>`, sd-daemon(3)), so the journal shows one time and the right level.
+public struct FluxLogHandler: LogHandler {
+    public var logLevel: Logger.Level
+    public var metadata: Logger.Metadata = [:]
+    public let label: String
+    public let format: LogFormat
+    public let journald: Bool
+    /// Where a finished line goes (stderr; tests capture it).
+    let write: @Sendable ([UInt8]) -> Void
+    /// Now, in milliseconds since the epoch (tests fix it).
+    let clock: @Sendable () -> Int64
+
+    public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool) {
+        self.init(label: label, level: level, format: format, journald: journald,
+                  write: { line in writeAllToStderr(line) }, clock: { nowMillis() })
+    }
+
+    /// A handler writing to `write` with the time from `clock` (tests).
+    public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool,
+                write: @escaping @Sendable ([UInt8]) -> Void, clock: @escaping @Sendable () -> Int64) {
+        self.label = label
+        self.logLevel = level
+        self.format = format
+        self.journald = journald
+        self.write = write
+        self.clock = clock
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { $1 } }
+        write(Array(line(level: event.level, message: "\(event.message)", metadata: merged, source: event.source).utf8))
+    }
+
+    /// One line (with its newline) for an event.
+    public func line(level: Logger.Level, message: String, metadata: Logger.Metadata, source: String) -> String {
+        let keys = metadata.keys.sorted()
+        switch format {
+        case .text:
+            var line = journald ? "<\(Self.priority(level))>\(label): " : "\(rfc3339(clock())) \(level) \(label): "
+            line += oneLine(message)
+            for key in keys { line += " \(key)=\(textValue(metadata[key]!))" }
+            return line + "\n"
+        case .json:
+            var line = "{\"time\":\"\(rfc3339(clock()))\",\"level\":\"\(level)\",\"label\":"
+            line += jsonString(label) + ",\"message\":" + jsonString(message)
+            if journald { line += ",\"priority\":\(Self.priority(level))" }
+            if !keys.isEmpty {
+                line += ",\"metadata\":{" + keys.map { jsonString($0) + ":" + jsonValue(metadata[$0]!) }.joined(separator: ",") + "}"
+            }
+            return line + "}\n"
+        }
+    }
+
+    /// The syslog priority of a level (sd-daemon(3) prefixes): debug 7, info 6, notice 5, warning 4, error 3, critical 2.
+    public static func priority(_ level: Logger.Level) -> Int {
+        switch level {
+        case .trace, .debug: return 7
+        case .info: return 6
+        case .notice: return 5
+        case .warning: return 4
+        case .error: return 3
+        case .critical: return 2
+        }
+    }
+}
+
+/// Where fluxd's stderr goes.
+public enum LogDestination {
+    /// Whether stderr is systemd's journal: `JOURNAL_STREAM` (set by systemd for a service whose stderr is the
+    /// journal) names stderr's device and inode (systemd.exec(5)).
+    public static func isJournal(journalStream: String?) -> Bool {
+        guard let value = journalStream else { return false }
+        let parts = value.split(separator: ":")
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == device && UInt64(st.st_ino) == inode
+    }
+}
+
+// MARK: - Formatting
+
+/// Newlines and other control characters of a text line escaped (one event, one line).
+private func oneLine(_ text: String) -> String {
+    guard text.utf8.contains(where: { $0 < 0x20 }) else { return text }
+    var out = ""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        default:
+            if scalar.value < 0x20 { out += "\\u{\(String(scalar.value, radix: 16))}" } else { out.unicodeScalars.append(scalar) }
+        }
+    }
+    return out
+}
+
+/// A metadata value in a text line: bare when it has no spaces, quotes or control characters, else quoted.
+private func textValue(_ value: Logger.Metadata.Value) -> String {
+    let text = "\(value)"
+    if !text.isEmpty && !text.utf8.contains(where: { $0 <= 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "=") }) {
+        return text
+    }
+    return jsonString(text)
+}
+
+/// A metadata value in JSON: strings as strings, arrays and dictionaries as JSON.
+private func jsonValue(_ value: Logger.Metadata.Value) -> String {
+    switch value {
+    case .string(let s): return jsonString(s)
+    case .stringConvertible(let c): return jsonString(c.description)
+    case .array(let a): return "[" + a.map(jsonValue).joined(separator: ",") + "]"
+    case .dictionary(let d): return "{" + d.keys.sorted().map { jsonString($0) + ":" + jsonValue(d[$0]!) }.joined(separator: ",") + "}"
+    }
+}
+
+/// `text` as a JSON string.
+func jsonString(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        default:
+            if scalar.value < 0x20 {
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+    }
+    return out + "\""
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC with milliseconds: `2026-11-24T00:21:07.123Z`.
+func rfc3339(_ millis: Int64) -> String {
+    var seconds = time_t(millis / 1000)
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+    let ms = Int(millis % 1000)
+    let msText = ms < 10 ? "00\(ms)" : ms < 100 ? "0\(ms)" : "\(ms)"
+    return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(msText)Z"
+}
+
+private func nowMillis() -> Int64 {
+    var t = timespec()
+    clock_gettime(CLOCK_REALTIME, &t)
+    return Int64(t.tv_sec) * 1000 + Int64(t.tv_nsec) / 1_000_000
+}
+
+private func writeAllToStderr(_ bytes: [UInt8]) {
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            return
+        }
+        offset += n
+    }
+}

@@ -84,6 +84,7 @@ public final class PluginHost {
 
     /// Tells the service manager fluxd serves (`READY=1`; call once the daemon listens).
     public func notifyReady() {
+        logger.notice("ready", metadata: ["path": "\(daemon.config.socketPath)"])
         sent(notifier.ready(status: "listening on \(daemon.config.socketPath)"))
     }
 

@@ -193,6 +193,7 @@ public final class Router {
             closed(id, now: now, &out)
         case .backlogged(let id):
             if let peer = peers[id], !peer.closing {
+                out.log(.warning, "peer \(peer.id) (\(peer.name)) closed as a slow consumer: more than \(config.maxBacklog) bytes queued to it and not read")
                 fail(peer, .slowConsumer, "more than \(config.maxBacklog) bytes queued to this connection and not read", &out, fatal: true)
             }
         case .overBudget(let id):

@@ -237,6 +237,7 @@ struct Fluxd: ParsableCommand {
         }
         var logger = Logger(label: "fluxd")
         logger.logLevel = level
+        logger.notice("fluxd \(FluxBusVersion.string) starting", metadata: ["pid": "\(getpid())"])
         logger.debug("allocator", metadata: ["jemalloc": "\(jemallocVersion() ?? "?")"])
 
         // A bad config file is reported before anything listens or starts.

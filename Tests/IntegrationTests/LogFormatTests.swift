@@ -28,8 +28,9 @@ struct LogFormatIntegrationTests {
             #expect(object["label"] as? String == "fluxd")
             messages.append(try #require(object["message"] as? String))
         }
-        #expect(messages.filter { $0 == "listening" }.count == 1, "\(messages)")
-        #expect(messages.filter { $0 == "shutting down" }.count == 1, "\(messages)")
+        for once in ["fluxd 0.4.0 starting", "listening", "ready", "shutting down", "stopped"] {
+            #expect(messages.filter { $0 == once }.count == 1, "\(once): \(messages)")
+        }
         let listening = try #require(lines.first { $0.contains(#""message":"listening""#) })
         #expect(listening.contains(#""metadata":{"mode":"600","path":"\#(fluxd.socketPath)"}"#), "\(listening)")
     }

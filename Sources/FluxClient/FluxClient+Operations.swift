@@ -421,6 +421,25 @@ extension FluxClient {
         try await workerRequest(.stopWorker, name, timeout: timeout)
     }
 
+    /// Asks fluxd to read its config file again (`fluxd --config FILE`; SPEC §8.11, docs/configuration.md): workers
+    /// added, removed or changed are started, stopped or restarted, and the settings a running fluxd can change
+    /// (log level and format) are applied. All or nothing: a fluxd without a config file, a file that is not valid,
+    /// or one that changes a setting that takes a restart is refused with `reload-refused` (the message says why),
+    /// and nothing changes. Privileged: fluxd's own user, root and the config's admins (`forbidden` for others).
+    public func reload(timeout: Duration? = nil) async throws(FluxError) -> ReloadResult {
+        let id = nextID("r")
+        var b = FrameBuilder(op: "reload")
+        b.string("id", id)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd to reload its config")
+        guard reply.fluxString("op") == "reloaded", let workers = reply.raw("workers"), let settings = reply.raw("settings"),
+              let w = try? Envelope(body: Array(workers)),
+              let s = try? Envelope(body: Array("{\"s\":".utf8) + Array(settings) + [UInt8(ascii: "}")]) else {
+            throw .protocolViolation("bad reloaded message: \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return ReloadResult(added: w.stringArray("added").value ?? [], removed: w.stringArray("removed").value ?? [],
+                            changed: w.stringArray("changed").value ?? [], settings: s.stringArray("s").value ?? [])
+    }
+
     private func workerRequest(_ op: Op, _ name: String, timeout: Duration?) async throws(FluxError) -> Worker {
         guard Names.isValidWorker(name) else { throw .invalidArgument("bad worker name \"\(name)\"") }
         let id = nextID("w")

@@ -298,3 +298,19 @@ public struct NoPayload: Codable, Sendable, Equatable {
         try c.encodeNil()
     }
 }
+
+/// What a config reload changed (`FluxClient.reload()`, the `reloaded` message): workers started (added), stopped
+/// (removed) and restarted with their new config (changed), and the `[fluxd]` settings applied.
+public struct ReloadResult: Sendable, Equatable {
+    public var added: [String]
+    public var removed: [String]
+    public var changed: [String]
+    public var settings: [String]
+
+    public init(added: [String], removed: [String], changed: [String], settings: [String]) {
+        self.added = added
+        self.removed = removed
+        self.changed = changed
+        self.settings = settings
+    }
+}

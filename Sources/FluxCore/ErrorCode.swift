@@ -65,6 +65,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// `base`, or there is no retained state). Closes the store's connection: its unanswered action is delivered
     /// again once it registered again and adopted the retained snapshot.
     case patchFailed = "patch-failed"
+    /// Since fluxd 0.4.0 (SPEC §8.11): `reload` changed nothing: fluxd has no config file, the file is not valid,
+    /// or it changes a setting that takes a restart (the message names them). The running configuration is kept.
+    /// Survives.
+    case reloadRefused = "reload-refused"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

@@ -25,12 +25,14 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     case recover, recovered, history, stateAt = "state-at"
     /// Since fluxd 0.4.0 (SPEC §16): a store's change as a patch; delta and path subscribers' frames.
     case patch, delta, subtree
+    /// Since fluxd 0.4.0 (SPEC §8.11): reload fluxd's config file, and the answer.
+    case reload, reloaded
 
     /// The directions a message with this op travels in (some, like `ping`, go both ways).
     public var directions: [MessageDirection] {
         switch self {
         case .hello, .dispatch, .subscribe, .unsubscribe, .query, .unquery, .get, .restartWorker, .stopWorker,
-             .recover:
+             .recover, .reload:
             return [.c2d]
         case .register, .unregister, .done, .reject, .state, .patch:
             return [.s2d]
@@ -38,7 +40,7 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
             return [.c2d, .d2c]
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
-             .delta, .subtree:
+             .delta, .subtree, .reloaded:
             return [.d2c]
         }
     }
@@ -54,7 +56,7 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     }
 
     /// Host operations (SPEC §8.11): answered by fluxd as a plugin host, not by the dispatcher.
-    public var isHostOperation: Bool { self == .workers || self == .restartWorker || self == .stopWorker }
+    public var isHostOperation: Bool { self == .workers || self == .restartWorker || self == .stopWorker || self == .reload }
 }
 
 /// The role a connection announces in `hello` (SPEC §7): a view-side client, a store worker, or a read-only

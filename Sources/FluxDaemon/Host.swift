@@ -20,7 +20,13 @@ public final class PluginHost {
     private let loop: EventLoop
     private let daemon: Daemon
     private let supervisor: Supervisor?
-    private let drainTimeout: Millis
+    private var drainTimeout: Millis
+    /// What a reload needs: the config file's `[fluxd]` settings fluxd runs with, the keys the command line set
+    /// (they win over the file), the shared log settings, and where bare worker commands are looked up.
+    private var runningSettings: [String: String]
+    private let commandLine: Set<String>
+    private let logSettings: LogSettings?
+    private let executableDirectory: String?
     private var logger: Logger
     private var drainTimer: LoopTimer?
     private var drainStarted: Millis = 0
@@ -31,11 +37,16 @@ public final class PluginHost {
     /// Wires `daemon` (not started yet) and, with a supervisor config, the supervisor; tells `notifier` (default:
     /// nobody) about readiness, reloads and stops.
     public init(loop: EventLoop, daemon: Daemon, supervisorConfig: SupervisorConfig?, executableDirectory: String?,
-                logger: Logger, notifier: ServiceNotifier = ServiceNotifier(address: nil)) {
+                logger: Logger, notifier: ServiceNotifier = ServiceNotifier(address: nil),
+                commandLine: Set<String> = [], logSettings: LogSettings? = nil) {
         self.loop = loop
         self.daemon = daemon
         self.logger = logger
         self.notifier = notifier
+        self.runningSettings = supervisorConfig?.settings ?? [:]
+        self.commandLine = commandLine
+        self.logSettings = logSettings
+        self.executableDirectory = executableDirectory
         // A durable fluxd does not drain: what is not final stays in the journal and continues after the restart.
         drainTimeout = daemon.journal != nil ? 0 : supervisorConfig?.drainTimeout ?? 5_000
         if let supervisorConfig {
@@ -63,18 +74,99 @@ public final class PluginHost {
                 self.logger.notice("SIGHUP: reloading the config", metadata: ["file": "\(supervisor.config.path)"])
                 // While stopping, the service manager has heard STOPPING=1: no READY=1 after it.
                 guard !self.terminating else {
-                    supervisor.reload()
+                    _ = self.reload()
                     return
                 }
                 self.sent(self.notifier.reloading(status: "reloading \(supervisor.config.path)"))
                 let listening = "listening on \(self.daemon.config.socketPath)"
-                if supervisor.reload() {
+                switch self.reload() {
+                case .success:
                     self.sent(self.notifier.ready(status: "\(listening); config reloaded"))
-                } else {
-                    self.sent(self.notifier.ready(status: "\(listening); config reload failed, the running configuration is kept"))
+                case .failure:
+                    self.sent(self.notifier.ready(status: "\(listening); config reload refused, the running configuration is kept"))
                 }
             }
+        } else {
+            daemon.onHangup = { [unowned self] in
+                self.logger.warning("SIGHUP: fluxd was started without --config: there is no file to reload")
+            }
         }
+        daemon.core.handleHostOperation(.reload) { [unowned self] _, request in
+            guard case .reload(let id) = request else { return .error(.unknownOp, "not a reload") }
+            switch self.reload() {
+            case .failure(let refusal):
+                return .error(.reloadRefused, refusal.message)
+            case .success(let outcome):
+                var b = FrameBuilder(op: "reloaded")
+                b.string("id", id)
+                b.key("workers")
+                b.rawBytes(Array("{\"added\":\(jsonStrings(outcome.added)),\"removed\":\(jsonStrings(outcome.removed)),\"changed\":\(jsonStrings(outcome.changed))}".utf8))
+                b.key("settings")
+                b.rawBytes(Array(jsonStrings(outcome.settings).utf8))
+                return .reply(b.finish())
+            }
+        }
+    }
+
+    /// What a reload changed: workers added, removed and restarted with a new config, and the `[fluxd]` settings
+    /// applied to the running fluxd.
+    public struct ReloadOutcome: Sendable, Equatable {
+        public var added: [String] = []
+        public var removed: [String] = []
+        public var changed: [String] = []
+        public var settings: [String] = []
+    }
+
+    /// Why a reload changed nothing.
+    public struct ReloadRefusal: Error, Sendable, Equatable {
+        public var message: String
+    }
+
+    /// Reads the config file again and applies it, all or nothing (SIGHUP, `reload`; docs/configuration.md): the
+    /// workers and the live settings (`DaemonSettings.keys`: the log level and format) and `drain_timeout`. A file
+    /// that does not parse, or that changes a setting that takes a restart and that the command line does not set,
+    /// is refused as a whole and the running configuration is kept.
+    public func reload() -> Result<ReloadOutcome, ReloadRefusal> {
+        func refuse(_ message: String) -> Result<ReloadOutcome, ReloadRefusal> {
+            logger.error("config reload refused; keeping the running configuration", metadata: ["reason": "\(message)"])
+            return .failure(ReloadRefusal(message: message))
+        }
+        guard let supervisor else { return refuse("fluxd was started without --config: there is no file to reload") }
+        let fresh: SupervisorConfig
+        do {
+            fresh = try SupervisorConfig.load(path: supervisor.config.path, executableDirectory: executableDirectory)
+        } catch {
+            return refuse("bad config: \(error)")
+        }
+        var (live, restart) = DaemonSettings.changes(from: runningSettings, to: fresh.settings, commandLine: commandLine)
+        if fresh.adminUIDs != supervisor.config.adminUIDs { restart.append("admin_users") }
+        if fresh.adminGIDs != supervisor.config.adminGIDs { restart.append("admin_groups") }
+        if !restart.isEmpty {
+            let described = restart.map { key in
+                "\(key) (running: \(runningSettings[key] ?? "unset"), file: \(fresh.settings[key] ?? "unset"))"
+            }
+            return refuse("\(described.joined(separator: ", ")): needs a restart of fluxd; nothing was changed")
+        }
+        var level: Logger.Level?, format: LogFormat?
+        if live.contains("log_level"), let text = fresh.settings["log_level"] {
+            guard let parsed = Logger.Level(rawValue: text), parsed != .critical else {
+                return refuse("log_level must be one of trace, debug, info, notice, warning, error, got '\(text)'")
+            }
+            level = parsed
+        }
+        if live.contains("log_format"), let text = fresh.settings["log_format"] {
+            guard let parsed = LogFormat(rawValue: text) else { return refuse("log_format must be text or json, got '\(text)'") }
+            format = parsed
+        }
+        // Applied from here on: nothing below refuses.
+        if live.contains("log_level") { logSettings?.level = level ?? .info }
+        if live.contains("log_format") { logSettings?.format = format ?? .text }
+        if daemon.journal == nil { drainTimeout = fresh.drainTimeout }
+        runningSettings = fresh.settings
+        let (added, removed, changed) = supervisor.reload(to: fresh)
+        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)",
+                                                    "settings": "\(live)"])
+        return .success(ReloadOutcome(added: added, removed: removed, changed: changed, settings: live))
     }
 
     /// Starts the workers (call after the daemon listens).
@@ -145,16 +237,21 @@ public final class PluginHost {
 public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConfig?, executableDirectory: String?,
                           journal: Journal? = nil, logger: Logger,
                           notifier: ServiceNotifier = ServiceNotifier(address: nil),
+                          commandLine: Set<String> = [], logSettings: LogSettings? = nil,
                           ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
     let loop = try makeDaemonLoop(logger: logger)
     let daemon = Daemon(loop: loop, config: config, logger: logger, journal: journal)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
-                          executableDirectory: executableDirectory, logger: logger, notifier: notifier)
+                          executableDirectory: executableDirectory, logger: logger, notifier: notifier,
+                          commandLine: commandLine, logSettings: logSettings)
     try startDaemon(daemon, on: loop)
     ready(config.socketPath)
     host.notifyReady()
     host.start()
     withExtendedLifetime((daemon, host)) { loop.run() }
 }
+
+/// A JSON array of strings.
+private func jsonStrings(_ strings: [String]) -> String { "[" + strings.map(jsonString).joined(separator: ",") + "]" }

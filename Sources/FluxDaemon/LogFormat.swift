@@ -1,5 +1,26 @@
 import Glibc
 import Logging
+import Synchronization
+
+/// The log level and format every `FluxLogHandler` made with it follows, changed at once for all of them by a
+/// config reload (docs/configuration.md).
+public final class LogSettings: Sendable {
+    private let state: Mutex<(level: Logger.Level, format: LogFormat)>
+
+    public init(level: Logger.Level, format: LogFormat) {
+        state = Mutex((level, format))
+    }
+
+    public var level: Logger.Level {
+        get { state.withLock { $0.level } }
+        set { state.withLock { $0.level = newValue } }
+    }
+
+    public var format: LogFormat {
+        get { state.withLock { $0.format } }
+        set { state.withLock { $0.format = newValue } }
+    }
+}
 
 /// How fluxd writes its log lines (`--log-format`, docs/logging.md).
 public enum LogFormat: String, Sendable, CaseIterable {
@@ -14,10 +35,18 @@ public enum LogFormat: String, Sendable, CaseIterable {
 /// threads never interleave). `journald` (see `LogDestination.detect()`) drops the timestamp from text lines and
 /// puts the syslog priority first (`<6>`, sd-daemon(3)), so the journal shows one time and the right level.
 public struct FluxLogHandler: LogHandler {
-    public var logLevel: Logger.Level
+    /// The level (shared with every handler of `settings` when there are settings).
+    public var logLevel: Logger.Level {
+        get { settings?.level ?? ownLevel }
+        set { if let settings { settings.level = newValue } else { ownLevel = newValue } }
+    }
+    private var ownLevel: Logger.Level
     public var metadata: Logger.Metadata = [:]
     public let label: String
-    public let format: LogFormat
+    /// The format (shared like the level).
+    public var format: LogFormat { settings?.format ?? ownFormat }
+    private let ownFormat: LogFormat
+    private let settings: LogSettings?
     public let journald: Bool
     /// Where a finished line goes (stderr; tests capture it).
     let write: @Sendable ([UInt8]) -> Void
@@ -29,12 +58,20 @@ public struct FluxLogHandler: LogHandler {
                   write: { line in writeAllToStderr(line) }, clock: { nowMillis() })
     }
 
+    /// A handler to stderr following `settings` (fluxd's: a reload changes them).
+    public init(label: String, settings: LogSettings, journald: Bool) {
+        self.init(label: label, level: settings.level, format: settings.format, journald: journald,
+                  write: { line in writeAllToStderr(line) }, clock: { nowMillis() }, settings: settings)
+    }
+
     /// A handler writing to `write` with the time from `clock` (tests).
     public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool,
-                write: @escaping @Sendable ([UInt8]) -> Void, clock: @escaping @Sendable () -> Int64) {
+                write: @escaping @Sendable ([UInt8]) -> Void, clock: @escaping @Sendable () -> Int64,
+                settings: LogSettings? = nil) {
         self.label = label
-        self.logLevel = level
-        self.format = format
+        self.ownLevel = level
+        self.ownFormat = format
+        self.settings = settings
         self.journald = journald
         self.write = write
         self.clock = clock

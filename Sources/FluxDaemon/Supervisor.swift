@@ -107,20 +107,22 @@ public final class Supervisor {
             logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
             return false
         }
-        reload(to: fresh)
+        let (added, removed, changed) = reload(to: fresh)
+        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)"])
         return true
     }
 
     /// What `reload()` does with the config it read: starts added workers, stops removed ones, restarts changed ones.
-    func reload(to fresh: SupervisorConfig) {
-        guard stoppingAll == nil else { return }
+    @discardableResult
+    func reload(to fresh: SupervisorConfig) -> (added: [String], removed: [String], changed: [String]) {
+        guard stoppingAll == nil else { return ([], [], []) }
         let old = Dictionary(uniqueKeysWithValues: config.workers.map { ($0.name, $0) })
         let new = Set(fresh.workers.map(\.name))
         config = fresh
-        var added = 0, removed = 0, changed = 0
-        for (name, _) in old where !new.contains(name) {
+        var added: [String] = [], removed: [String] = [], changed: [String] = []
+        for name in old.keys.sorted() where !new.contains(name) {
             guard let worker = workers[name] else { continue }
-            removed += 1
+            removed.append(name)
             worker.desired = nil
             stop(worker, reason: "removed from the config")
             if worker.child == nil { forget(worker) }
@@ -128,7 +130,7 @@ public final class Supervisor {
         for spec in fresh.workers {
             if let worker = workers[spec.name] {
                 guard worker.spec != spec else { continue }
-                changed += 1
+                changed.append(spec.name)
                 worker.desired = spec
                 worker.resetFailures()
                 if worker.child != nil {
@@ -139,14 +141,14 @@ public final class Supervisor {
                     worker.state = .starting
                 }
             } else {
-                added += 1
+                added.append(spec.name)
                 add(spec)
             }
         }
         // Start order follows the new file; workers on their way out go last.
         order = fresh.workers.map(\.name) + order.filter { !new.contains($0) }
-        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)"])
         evaluate()
+        return (added, removed, changed)
     }
 
     /// Restarts a worker (also a failed or stopped one; its restart history is forgotten). False: no such worker.
@@ -253,8 +255,8 @@ public final class Supervisor {
             b.string("id", id)
             b.raw("worker", json(of: worker))
             return .reply(b.finish())
-        case .history, .stateAt:
-            return .error(.unknownOp, "\(request.op.rawValue) is answered by the journal, not the supervisor")
+        case .history, .stateAt, .reload:
+            return .error(.unknownOp, "\(request.op.rawValue) is not answered by the supervisor")
         }
     }
 

@@ -87,6 +87,9 @@ public struct SupervisorConfig: Sendable, Equatable {
     /// send the privileged operations (restart and stop workers, read the journal).
     public var adminUIDs: Set<UInt32> = []
     public var adminGIDs: Set<UInt32> = []
+    /// The other keys of `[fluxd]`: fluxd's command-line options (`DaemonSettings.keys`), each as the text of its
+    /// argument (relative paths made absolute against the file's directory; booleans `true`/`false`).
+    public var settings: [String: String] = [:]
 
     public init(path: String) {
         self.path = path
@@ -159,7 +162,27 @@ private struct ConfigParser {
         try onlyKeys(root, [], ["fluxd", "workers"])
         if let fluxd = root["fluxd"] {
             let table = try self.table(fluxd, ["fluxd"])
-            try onlyKeys(table, ["fluxd"], ["drain_timeout", "admin_users", "admin_groups"])
+            try onlyKeys(table, ["fluxd"], ["drain_timeout", "admin_users", "admin_groups"] + DaemonSettings.keys.keys.sorted())
+            for (key, kind) in DaemonSettings.keys {
+                guard let value = table[key] else { continue }
+                let at = ["fluxd", key]
+                switch kind.type {
+                case .string:
+                    config.settings[key] = try string(value, at)
+                case .path:
+                    let path = try string(value, at)
+                    guard !path.isEmpty else { throw fail(at, "must not be empty") }
+                    config.settings[key] = path.hasPrefix("/") ? path : baseDirectory + "/" + path
+                case .integer:
+                    guard value.type == .int, let n = value.int, n >= 0 else {
+                        throw fail(at, "must be a non-negative integer, not \(describe(value))")
+                    }
+                    config.settings[key] = "\(n)"
+                case .bool:
+                    guard value.type == .bool, let b = value.bool else { throw fail(at, "must be true or false, not \(describe(value))") }
+                    config.settings[key] = b ? "true" : "false"
+                }
+            }
             if let value = table["drain_timeout"] { config.drainTimeout = try duration(value, ["fluxd", "drain_timeout"]) }
             if let value = table["admin_users"] {
                 config.adminUIDs = try ids(value, ["fluxd", "admin_users"], kind: "user") { name in
@@ -172,9 +195,7 @@ private struct ConfigParser {
                 }
             }
         }
-        guard let workersValue = root["workers"] else {
-            throw ConfigError(file: path, key: "workers", problem: "no workers: add at least one [workers.NAME] table")
-        }
+        guard let workersValue = root["workers"] else { return config }  // fluxd settings only: no workers
         let workers = try table(workersValue, ["workers"])
         var specs: [WorkerSpec] = []
         for name in workers.keys.sorted() {

@@ -477,8 +477,8 @@ extension HostRequest {
             return
         }
         guard let id = try fields.id(required: true)?.text else { throw .badMessage("\(op.rawValue) needs an \"id\"") }
-        if op == .workers {
-            self = .workers(id: id)
+        if op == .workers || op == .reload {
+            self = op == .workers ? .workers(id: id) : .reload(id: id)
             return
         }
         guard case .value(let name) = env.string("name"), Names.isValidWorker(name) else {

@@ -349,6 +349,11 @@ public final class Router {
         case .restartWorker, .stopWorker:
             let request = try HostRequest(env, op: op)
             if privileged(peer, op, &out) { out.append(.host(peer.id, request)) }
+        case .reload:
+            let request = try HostRequest(env, op: op)
+            guard privileged(peer, op, &out) else { return }
+            if hostOps.contains(op) { out.append(.host(peer.id, request)) }
+            else { fail(peer, .reloadRefused, "this fluxd has no config file to reload", &out) }
         case .recover:
             if permitted(peer, role.mayDispatch, op, &out) { recover(peer, try RecoverRequest(env), &out) }
         case .history, .stateAt:
@@ -358,7 +363,7 @@ public final class Router {
             else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
-             .delta, .subtree:
+             .delta, .subtree, .reloaded:
             fail(peer, .unknownOp, "unknown op \"\(op.rawValue)\"", &out)  // (not received: `Op.received` is nil)
         }
     }

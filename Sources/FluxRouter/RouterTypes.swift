@@ -157,6 +157,8 @@ public enum HostRequest: Sendable, Equatable {
     case restartWorker(id: String, name: String)
     /// `stop-worker`: stop the worker `name` (it stays stopped until restarted).
     case stopWorker(id: String, name: String)
+    /// `reload`: read the config file again and apply what may change while fluxd runs.
+    case reload(id: String)
     /// `history` (SPEC §8.12): up to `limit` journaled actions from seq `from` (nil: the oldest retained); `idRaw`
     /// is the request's id token, echoed in the reply.
     case history(idRaw: [UInt8]?, from: UInt64?, limit: Int)
@@ -166,7 +168,7 @@ public enum HostRequest: Sendable, Equatable {
     /// The request's id (the `ref` of an error about it).
     public var id: String? {
         switch self {
-        case .workers(let id), .restartWorker(let id, _), .stopWorker(let id, _): return id
+        case .workers(let id), .restartWorker(let id, _), .stopWorker(let id, _), .reload(let id): return id
         case .history(let raw, _, _), .stateAt(let raw, _, _, _): return raw.map { decodeJSONString($0[...]) }
         }
     }
@@ -177,6 +179,7 @@ public enum HostRequest: Sendable, Equatable {
         case .workers: return .workers
         case .restartWorker: return .restartWorker
         case .stopWorker: return .stopWorker
+        case .reload: return .reload
         case .history: return .history
         case .stateAt: return .stateAt
         }

@@ -149,9 +149,14 @@ struct Fluxd: ParsableCommand {
     var socketMode: String = "600"
 
     @Option(name: .long, help: ArgumentHelp(
-        "A TOML file of store workers to start, supervise and stop (see examples/fluxd.toml). SIGHUP reloads it.",
+        "A TOML file: fluxd's settings ([fluxd]: every option here, snake_case) and the store workers to start, supervise and stop (examples/fluxd.toml, docs/configuration.md). The command line overrides the file. SIGHUP or `fluxctl reload` reloads it.",
         valueName: "file"))
     var config: String?
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Check a config file (TOML, every [fluxd] setting, the workers) and exit: 0 and a summary if fluxd could start with it, 1 and the problem if not. Starts nothing.",
+        valueName: "file"))
+    var checkConfig: String?
 
     @Option(name: .long, help: ArgumentHelp("trace, debug, info, notice, warning or error.", valueName: "level"))
     var logLevel: String = "info"
@@ -217,7 +222,46 @@ struct Fluxd: ParsableCommand {
         }
     }
 
+    /// The config file's `[fluxd]` settings become arguments before the command line's (which override them).
+    static func main() {
+        let given = Array(CommandLine.arguments.dropFirst())
+        var fileArguments: [String] = []
+        if let path = argumentValue("--check-config", in: given) ?? argumentValue("--config", in: given),
+           let file = try? SupervisorConfig.load(path: path, executableDirectory: executableDirectory()) {
+            fileArguments = DaemonSettings.arguments(file.settings)
+            // A setting the file gets wrong is reported as the file's (an unreadable file is reported by run()).
+            do {
+                _ = try Fluxd.parseAsRoot(fileArguments)
+            } catch {
+                writeAll(2, "fluxd: error: bad config: \(path): [fluxd]: \(Fluxd.message(for: error)) (the file's keys are the options in snake_case)\n")
+                Glibc.exit(1)
+            }
+        }
+        Fluxd.main(fileArguments + given)
+    }
+
+    /// The value of `--name VALUE` or `--name=VALUE` (the last one given), if any.
+    private static func argumentValue(_ name: String, in arguments: [String]) -> String? {
+        var value: String?
+        for (i, argument) in arguments.enumerated() {
+            if argument == name, i + 1 < arguments.count { value = arguments[i + 1] }
+            if argument.hasPrefix(name + "=") { value = String(argument.dropFirst(name.count + 1)) }
+        }
+        return value
+    }
+
     func run() throws {
+        if let path = checkConfig {
+            do {
+                let file = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
+                let settings = file.settings.keys.sorted()
+                writeAll(1, "\(path): ok: \(file.workers.count) worker\(file.workers.count == 1 ? "" : "s")\(file.workers.isEmpty ? "" : " (" + file.workers.map(\.name).joined(separator: ", ") + ")"), \(settings.count) [fluxd] setting\(settings.count == 1 ? "" : "s")\(settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")\n")
+                return
+            } catch {
+                writeAll(2, "fluxd: error: bad config: \(error)\n")
+                throw ExitCode.failure
+            }
+        }
         // systemd's side of the process (docs/systemd.md), read first and taken out of the environment so that
         // no worker inherits it.
         let notifier = ServiceNotifier.fromEnvironment()
@@ -230,10 +274,10 @@ struct Fluxd: ParsableCommand {
         }
 
         let level = parsedLogLevel ?? .info
-        let format = LogFormat(rawValue: logFormat) ?? .text
+        let logSettings = LogSettings(level: level, format: LogFormat(rawValue: logFormat) ?? .text)
         let journald = LogDestination.isJournal(journalStream: getenv("JOURNAL_STREAM").map { String(cString: $0) })
         LoggingSystem.bootstrap { label in
-            FluxLogHandler(label: label, level: level, format: format, journald: journald)
+            FluxLogHandler(label: label, settings: logSettings, journald: journald)
         }
         var logger = Logger(label: "fluxd")
         logger.logLevel = level
@@ -337,7 +381,9 @@ struct Fluxd: ParsableCommand {
         do {
             try runPluginHost(config: config, supervisorConfig: supervisorConfig,
                               executableDirectory: executableDirectory(), journal: journal, logger: logger,
-                              notifier: notifier) { path in
+                              notifier: notifier,
+                              commandLine: Set(CommandLine.arguments.dropFirst().compactMap(DaemonSettings.key(ofArgument:))),
+                              logSettings: logSettings) { path in
                 writeAll(1, "fluxd ready on \(path)\n")
             }
         } catch {

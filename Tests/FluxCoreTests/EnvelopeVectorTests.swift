@@ -228,6 +228,8 @@ struct EnvelopeVectorTests {
             "disk-full": false, "journal-failed": false, "not-retained": false,
             // since fluxd 0.4.0 (patches, SPEC §16)
             "patch-failed": true,
+            // since fluxd 0.4.0 (config reload, SPEC §8.11)
+            "reload-refused": false,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

@@ -10,7 +10,7 @@ export {
   NoFluxdError, DisconnectedError, WrongServerUidError, WriteQueueFullError,
   BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
-  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, SlowConsumerError,
+  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, SlowConsumerError,
   LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, NotSentError, OutcomeUnknownError,
 } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';

@@ -4,12 +4,12 @@ export declare const PROTOCOL_VERSION: 1;
 
 /** Ops any peer sends to fluxd. */
 export type C2DOp = 'bye' | 'dispatch' | 'get' | 'hello' | 'history' | 'info' | 'ping' | 'pong' | 'query' | 'recover'
-  | 'restart-worker' | 'state-at' | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
+  | 'reload' | 'restart-worker' | 'state-at' | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
 /** Ops a store-role peer sends to fluxd. */
 export type S2DOp = 'done' | 'patch' | 'register' | 'reject' | 'state' | 'unregister';
 /** Ops fluxd sends. */
 export type D2COp = 'action' | 'bye' | 'delta' | 'error' | 'event' | 'got' | 'history' | 'info' | 'missed' | 'ping'
-  | 'pong' | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'settled' | 'snapshot'
+  | 'pong' | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'reloaded' | 'settled' | 'snapshot'
   | 'state-at' | 'store-down' | 'store-up' | 'subscribed' | 'subtree' | 'unquery-ok' | 'unsubscribed' | 'welcome'
   | 'worker' | 'workers';
 export type Op = C2DOp | S2DOp | D2COp;
@@ -27,7 +27,7 @@ export declare const Ops: {
   readonly INFO: 'info'; readonly MISSED: 'missed'; readonly PING: 'ping'; readonly PONG: 'pong';
   readonly QUERIES: 'queries'; readonly QUERIES_CHANGED: 'queries-changed'; readonly QUERY: 'query';
   readonly QUERY_OK: 'query-ok'; readonly REGISTER: 'register'; readonly REGISTERED: 'registered';
-  readonly REJECT: 'reject'; readonly RESTART_WORKER: 'restart-worker'; readonly SETTLED: 'settled';
+  readonly REJECT: 'reject'; readonly RELOAD: 'reload'; readonly RELOADED: 'reloaded'; readonly RESTART_WORKER: 'restart-worker'; readonly SETTLED: 'settled';
   readonly SNAPSHOT: 'snapshot'; readonly STATE: 'state'; readonly STOP_WORKER: 'stop-worker';
   readonly STORE_DOWN: 'store-down'; readonly STORE_UP: 'store-up'; readonly SUBSCRIBE: 'subscribe';
   readonly SUBSCRIBED: 'subscribed'; readonly UNQUERY: 'unquery'; readonly UNQUERY_OK: 'unquery-ok';
@@ -51,7 +51,7 @@ export declare const ResultStatus: { readonly DONE: 'done'; readonly REJECTED: '
 /** The error codes of SPEC §11. */
 export type ErrorCode = 'bad-frame' | 'too-large' | 'bad-json' | 'bad-message' | 'unknown-op' | 'handshake-required'
   | 'unsupported-version' | 'timeout' | 'forbidden' | 'name-taken' | 'cycle' | 'unknown-store' | 'no-handler'
-  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'slow-consumer' | 'limit-exceeded'
+  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'reload-refused' | 'slow-consumer' | 'limit-exceeded'
   | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained'
   | 'patch-failed';
 export declare const ErrorCodes: {
@@ -60,7 +60,7 @@ export declare const ErrorCodes: {
   readonly UNSUPPORTED_VERSION: 'unsupported-version'; readonly TIMEOUT: 'timeout'; readonly FORBIDDEN: 'forbidden';
   readonly NAME_TAKEN: 'name-taken'; readonly CYCLE: 'cycle'; readonly UNKNOWN_STORE: 'unknown-store';
   readonly NO_HANDLER: 'no-handler'; readonly OVERLOADED: 'overloaded'; readonly STORE_UNAVAILABLE: 'store-unavailable';
-  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly SLOW_CONSUMER: 'slow-consumer';
+  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly RELOAD_REFUSED: 'reload-refused'; readonly SLOW_CONSUMER: 'slow-consumer';
   readonly LIMIT_EXCEEDED: 'limit-exceeded'; readonly TOO_MANY_CONNECTIONS: 'too-many-connections';
   readonly MEMORY_BUDGET: 'memory-budget'; readonly UNRESPONSIVE: 'unresponsive';
   readonly DISK_FULL: 'disk-full'; readonly JOURNAL_FAILED: 'journal-failed'; readonly NOT_RETAINED: 'not-retained';

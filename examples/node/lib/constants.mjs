@@ -7,10 +7,10 @@ export const PROTOCOL_VERSION = 1;
 /** Ops a peer sends to fluxd (`c2d`: any role; `s2d`: a store-role peer) and ops fluxd sends (`d2c`). */
 export const OpsByDirection = Object.freeze({
   c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
-    'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
+    'reload', 'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
   s2d: Object.freeze(['done', 'patch', 'register', 'reject', 'state', 'unregister']),
   d2c: Object.freeze(['action', 'bye', 'delta', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong',
-    'queries', 'queries-changed', 'query-ok', 'recovered', 'registered', 'settled', 'snapshot', 'state-at',
+    'queries', 'queries-changed', 'query-ok', 'recovered', 'registered', 'reloaded', 'settled', 'snapshot', 'state-at',
     'store-down', 'store-up', 'subscribed', 'subtree', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
 });
 
@@ -47,6 +47,8 @@ export const ErrorCodes = Object.freeze({
   STORE_UNAVAILABLE: 'store-unavailable',
   SHUTTING_DOWN: 'shutting-down',
   UNKNOWN_WORKER: 'unknown-worker',
+  /** `reload` changed nothing: no config file, a bad file, or a change that takes a restart (not fatal) */
+  RELOAD_REFUSED: 'reload-refused',
   SLOW_CONSUMER: 'slow-consumer',
   /** a per-connection limit (live queries, query bytes, subscriptions, waitFor) refused a request; not fatal */
   LIMIT_EXCEEDED: 'limit-exceeded',

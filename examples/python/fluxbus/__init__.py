@@ -20,7 +20,7 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
                      FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
                      OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StoreUnavailableError,
-                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError,
+                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError,
                      UnresponsiveError, UnsupportedVersionError, WrongServerUIDError, error_class)
 from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
                        Op, RecoverStatus, ResultStatus, Role, StoreStatus)
@@ -44,7 +44,7 @@ __all__ = [
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
     "ShuttingDownError", "SlowConsumerError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
-    "UnknownWorkerError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    "UnknownWorkerError", "ReloadRefusedError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
     # patches (SPEC §16)
     "PatchError", "PointerError", "draft", "patch",
     # reconnection

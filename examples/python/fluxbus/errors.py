@@ -286,6 +286,12 @@ class UnknownWorkerError(_CodedError):
     default_code = ErrorCode.UNKNOWN_WORKER
 
 
+class ReloadRefusedError(_CodedError):
+    """``reload-refused`` (since fluxd 0.4.0): ``reload`` changed nothing: no config file, a bad file, or a change
+    that takes a restart (the message says which)."""
+    default_code = ErrorCode.RELOAD_REFUSED
+
+
 class SlowConsumerError(_CodedError):
     """``slow-consumer``: more than ``maxBacklog`` bytes waited unwritten for this connection (closed)."""
     default_code = ErrorCode.SLOW_CONSUMER
@@ -342,7 +348,7 @@ class PatchFailedError(_CodedError):
 ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     BadFrameError, FrameTooLargeError, BadJSONError, BadMessageError, UnknownOpError, HandshakeRequiredError,
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
-    NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError,
+    NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
     DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError,
 )}

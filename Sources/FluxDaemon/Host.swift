@@ -83,7 +83,7 @@ public final class PluginHost {
                 case .success:
                     self.sent(self.notifier.ready(status: "\(listening); config reloaded"))
                 case .failure:
-                    self.sent(self.notifier.ready(status: "\(listening); config reload refused, the running configuration is kept"))
+                    self.sent(self.notifier.ready(status: "\(listening); config reload failed, the running configuration is kept"))
                 }
             }
         } else {
@@ -128,7 +128,7 @@ public final class PluginHost {
     /// is refused as a whole and the running configuration is kept.
     public func reload() -> Result<ReloadOutcome, ReloadRefusal> {
         func refuse(_ message: String) -> Result<ReloadOutcome, ReloadRefusal> {
-            logger.error("config reload refused; keeping the running configuration", metadata: ["reason": "\(message)"])
+            logger.error("config reload failed; keeping the running configuration", metadata: ["reason": "\(message)"])
             return .failure(ReloadRefusal(message: message))
         }
         guard let supervisor else { return refuse("fluxd was started without --config: there is no file to reload") }
@@ -164,8 +164,7 @@ public final class PluginHost {
         if daemon.journal == nil { drainTimeout = fresh.drainTimeout }
         runningSettings = fresh.settings
         let (added, removed, changed) = supervisor.reload(to: fresh)
-        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)",
-                                                    "settings": "\(live)"])
+        if !live.isEmpty { logger.notice("config settings applied", metadata: ["settings": "\(live.joined(separator: ","))"]) }
         return .success(ReloadOutcome(added: added, removed: removed, changed: changed, settings: live))
     }
 

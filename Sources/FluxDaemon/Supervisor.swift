@@ -107,8 +107,7 @@ public final class Supervisor {
             logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
             return false
         }
-        let (added, removed, changed) = reload(to: fresh)
-        logger.notice("config reloaded", metadata: ["added": "\(added)", "removed": "\(removed)", "changed": "\(changed)"])
+        reload(to: fresh)
         return true
     }
 
@@ -147,6 +146,7 @@ public final class Supervisor {
         }
         // Start order follows the new file; workers on their way out go last.
         order = fresh.workers.map(\.name) + order.filter { !new.contains($0) }
+        logger.notice("config reloaded", metadata: ["added": "\(added.count)", "removed": "\(removed.count)", "changed": "\(changed.count)"])
         evaluate()
         return (added, removed, changed)
     }

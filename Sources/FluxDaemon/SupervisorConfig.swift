@@ -174,9 +174,10 @@ private struct ConfigParser {
                     guard !path.isEmpty else { throw fail(at, "must not be empty") }
                     config.settings[key] = path.hasPrefix("/") ? path : baseDirectory + "/" + path
                 case .integer:
-                    guard value.type == .int, let n = value.int, n >= 0 else {
+                    guard value.type == .int, let n = value.int else {
                         throw fail(at, "must be a non-negative integer, not \(describe(value))")
                     }
+                    guard n >= 0 else { throw fail(at, "must not be negative (got \(n))") }
                     config.settings[key] = "\(n)"
                 case .bool:
                     guard value.type == .bool, let b = value.bool else { throw fail(at, "must be true or false, not \(describe(value))") }

@@ -151,12 +151,10 @@ struct SupervisorConfigTests {
     static let badConfigs: [BadConfig] = [
         BadConfig(what: "not TOML", text: "[workers.a\ncommand = \"/bin/a\"\n",
                   message: #"/etc/fluxbus/fluxd.toml:1:11: not valid TOML: Error while parsing table header: expected ']', saw '\n'"#),
-        BadConfig(what: "no workers", text: "[fluxd]\ndrain_timeout = 1\n",
-                  message: "/etc/fluxbus/fluxd.toml: workers: no workers: add at least one [workers.NAME] table"),
         BadConfig(what: "unknown top-level key", text: "colour = \"blue\"\n[workers.a]\ncommand = \"/bin/a\"\n",
                   message: "/etc/fluxbus/fluxd.toml:1: colour: unknown key (known here: fluxd, workers)"),
         BadConfig(what: "unknown key under [fluxd]", text: "[fluxd]\ndrain = 1\n[workers.a]\ncommand = \"/bin/a\"\n",
-                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.drain: unknown key (known here: drain_timeout, admin_users, admin_groups)"),
+                  message: "/etc/fluxbus/fluxd.toml:2: fluxd.drain: unknown key (known here: drain_timeout, admin_users, admin_groups, " + DaemonSettings.keys.keys.sorted().joined(separator: ", ") + ")"),
         BadConfig(what: "an admin user that does not exist", text: "[fluxd]\nadmin_users = [\"no-such-user-fluxbus\"]\n[workers.a]\ncommand = \"/bin/a\"\n",
                   message: "/etc/fluxbus/fluxd.toml:2: fluxd.admin_users: no user named \"no-such-user-fluxbus\" on this machine"),
         BadConfig(what: "admin groups not an array", text: "[fluxd]\nadmin_groups = \"wheel\"\n[workers.a]\ncommand = \"/bin/a\"\n",

@@ -41,7 +41,7 @@ struct SupervisorTests {
             let log = host.fluxd.stderr
             // stats (after = ["todos"]) is started only once todos is registered.
             let todosUp = try #require(log.range(of: "store \"todos\" registered"))
-            let statsStarted = try #require(log.range(of: "worker=stats [FluxDaemon] worker started"))
+            let statsStarted = try #require(log.range(of: #"worker started[^\n]* worker=stats\b"#, options: .regularExpression))
             #expect(todosUp.lowerBound < statsStarted.lowerBound, "stats started before todos was up:\n\(log)")
             // Each worker's output lands in fluxd's log with its name (fluxd may read a worker's "ready" line after
             // it saw the worker register: wait for it).
@@ -53,8 +53,8 @@ struct SupervisorTests {
             #expect(host.fluxd.exitedNormally)
             let finalLog = host.fluxd.stderr
             // Reverse dependency order: stats (which needs todos) stops before todo.
-            let statsStopped = try #require(finalLog.range(of: "worker=stats [FluxDaemon] worker stopped"))
-            let todoStopped = try #require(finalLog.range(of: "worker=todo [FluxDaemon] worker stopped"))
+            let statsStopped = try #require(finalLog.range(of: #"worker stopped[^\n]* worker=stats\b"#, options: .regularExpression))
+            let todoStopped = try #require(finalLog.range(of: #"worker stopped[^\n]* worker=todo\b"#, options: .regularExpression))
             #expect(statsStopped.lowerBound < todoStopped.lowerBound)
             #expect(!pids.contains(where: processExists), "a worker outlived fluxd")
             #expect(access(host.socketPath, F_OK) != 0, "the socket file was left behind")
@@ -348,7 +348,7 @@ struct SupervisorTests {
         ("[workers.a]\ncommand = \"x\"\nstores = [\"a\"]\nafter = [\"b\"]\n[workers.b]\ncommand = \"y\"\nstores = [\"b\"]\nafter = [\"a\"]\n", "dependency cycle among workers a, b", ""),
         ("[workers.a]\ncommand = \"x\"\nafter = [\"nowhere\"]\n", ":3: workers.a.after: store 'nowhere' is not provided by any worker", ""),
         ("[workers.a]\ncommand = \"x\"\nstart_timeout = \"10s\"\n", ":3: workers.a.start_timeout: must be a number, not a string", ""),
-        ("# nothing\n", "workers: no workers", ""),
+        ("[fluxd]\nqueue_limit = -1\n", ":2: fluxd.queue_limit: must not be negative (got -1)", ""),
     ])
     func badConfig(config: String, expected: String, alsoExpected: String) throws {
         let host = try SupervisedFluxd(config: config, waitForReady: false)

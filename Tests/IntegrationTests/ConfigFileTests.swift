@@ -1,0 +1,136 @@
+import FluxClient
+import FluxCore
+import Foundation
+import Glibc
+import Testing
+
+/// fluxd's config file as the one place for its settings (issue 17 item 2, docs/configuration.md): `[fluxd]` keys
+/// for every option, the command line over the file, `--check-config`, and `reload` all or nothing.
+@Suite("fluxd's config file: [fluxd] settings, --check-config, reload")
+struct ConfigFileTests {
+    /// fluxd's refusal of a `reload` (code and message), or nil when it reloaded.
+    private func refusal(_ client: FluxClient) async -> (code: ErrorCode, message: String)? {
+        do {
+            _ = try await client.reload()
+            return nil
+        } catch {
+            if case .server(let e) = error { return (e.code ?? .unknownOp, e.message) }
+            return (.unknownOp, "not a refusal from fluxd: \(error)")
+        }
+    }
+
+    /// Runs `fluxd ARGUMENTS` to its exit: (status, stdout, stderr).
+    private func runFluxd(_ arguments: [String]) throws -> (Int32, String, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxd"))
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, stdout, stderr)
+    }
+
+    @Test("--check-config: ok with a summary, or exit 1 naming the file, line and key (or the option) of the problem; nothing starts", .onDedicatedThreads)
+    func checkConfig() throws {
+        let dir = try TempDirectory(prefix: "fluxcfg")
+        defer { dir.remove() }
+        let good = dir.path + "/good.toml"
+        try """
+            [fluxd]
+            socket = "bus.sock"
+            queue_limit = 10
+            log_format = "json"
+
+            [workers.todo]
+            command = "todo-store"
+            stores = ["todos"]
+            """.write(toFile: good, atomically: true, encoding: .utf8)
+        let (status, stdout, _) = try runFluxd(["--check-config", good])
+        #expect(status == 0)
+        #expect(stdout == "\(good): ok: 1 worker (todo), 3 [fluxd] settings (log_format, queue_limit, socket)\n")
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/bus.sock"), "nothing listened")
+
+        let typo = dir.path + "/typo.toml"
+        try "[fluxd]\nqueue_limt = 10\n".write(toFile: typo, atomically: true, encoding: .utf8)
+        let (typoStatus, _, typoError) = try runFluxd(["--check-config", typo])
+        #expect(typoStatus == 1)
+        #expect(typoError.contains("\(typo):2: fluxd.queue_limt: unknown key"), "\(typoError)")
+
+        let wrongType = dir.path + "/type.toml"
+        try "[fluxd]\nmax_frame = \"big\"\n".write(toFile: wrongType, atomically: true, encoding: .utf8)
+        let (typeStatus, _, typeError) = try runFluxd(["--check-config", wrongType])
+        #expect(typeStatus == 1)
+        #expect(typeError.contains("\(wrongType):2: fluxd.max_frame: must be a non-negative integer"), "\(typeError)")
+
+        let badValue = dir.path + "/value.toml"
+        try "[fluxd]\ndurability = \"sometimes\"\n".write(toFile: badValue, atomically: true, encoding: .utf8)
+        let (valueStatus, _, valueError) = try runFluxd(["--check-config", badValue])
+        #expect(valueStatus == 1)
+        #expect(valueError.contains("bad config: \(badValue): [fluxd]: --durability must be always, batch or none"), "\(valueError)")
+    }
+
+    @Test("the file's settings apply, the command line wins; reload starts an added worker and applies the log level, refuses a socket change as a whole")
+    func settingsAndReload() async throws {
+        let dir = try TempDirectory(prefix: "fluxcfg")
+        defer { dir.remove() }
+        let file = dir.path + "/fluxd.toml"
+        let socket = dir.path + "/bus.sock"
+        let base = """
+            [fluxd]
+            socket = "bus.sock"
+            log_format = "json"
+            max_subscriptions = 7
+
+            """
+        try base.write(toFile: file, atomically: true, encoding: .utf8)
+        // The file says json; the command line says text and wins.
+        let fluxd = try Fluxd(arguments: ["--config", file, "--log-format", "text"], passSocket: false)
+        let ready = try await fluxd.waitForReady()
+        #expect(ready == "fluxd ready on \(socket)", "the socket comes from the file, relative to its directory")
+        let client = try await withDeadline(.seconds(20), "connect") {
+            try await FluxClient.connect(socketPath: socket, name: "operator", reconnect: .disabled)
+        }
+        #expect(client.welcome.limits.maxSubscriptions == 7, "max_subscriptions came from the file")
+        #expect(fluxd.stderr.contains(" info fluxd: listening mode=600 path=\(socket)\n"), "text, as the command line said:\n\(fluxd.stderr)")
+
+        // Nothing changed: an empty reload.
+        #expect(try await client.reload() == ReloadResult(added: [], removed: [], changed: [], settings: []))
+
+        // A worker and a log level added: started and applied.
+        try (base + "log_level = \"debug\"\n\n[workers.todo]\ncommand = \"todo-store\"\nstores = [\"todos\"]\n")
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try await client.reload() == ReloadResult(added: ["todo"], removed: [], changed: [], settings: ["log_level"]))
+        let running = try await withDeadline(.seconds(20), "todo running") {
+            while true {
+                if try await client.workers().first(where: { $0.name == "todo" })?.state == .running { return true }
+                try await Task.sleep(for: .milliseconds(50))  // polling interval: the worker's state decides
+            }
+        }
+        #expect(running)
+
+        // A restart-only setting changed: refused as a whole, the running configuration kept.
+        try (base.replacingOccurrences(of: "bus.sock", with: "other.sock") + "log_level = \"info\"\n")
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let refused = try #require(await refusal(client), "a socket change was accepted")
+        #expect(refused.code == .reloadRefused)
+        #expect(refused.message.contains("socket (running: \(socket), file: \(dir.path)/other.sock): needs a restart"), "\(refused.message)")
+        #expect(try await client.workers().map(\.name) == ["todo"], "the worker the refused file dropped still runs")
+        await client.close()
+        fluxd.send(signal: SIGTERM)
+        #expect(await fluxd.waitForExit(timeout: .seconds(20)) == 0)
+        await fluxd.shutDown()
+    }
+
+    @Test("reload without a config file is refused with reload-refused")
+    func reloadWithoutConfig() async throws {
+        try await withBus { bus in
+            let client = try await bus.connect("operator")
+            let refused = try #require(await refusal(client), "reload without a config file succeeded")
+            #expect(refused.code == .reloadRefused && refused.message.contains("started without --config"), "\(refused.message)")
+        }
+    }
+}

@@ -104,11 +104,11 @@ struct DaemonCoreTests {
         #expect(!h.transport.closes.contains { $0.0 == 3 })
     }
 
-    @Test("privileged operations (restart-worker, stop-worker, history, state-at) only from fluxd's uid, root and the admins: another uid gets forbidden and stays connected; workers is open to all")
+    @Test("privileged operations (restart-worker, stop-worker, reload, history, state-at) only from fluxd's uid, root and the admins: another uid gets forbidden and stays connected; workers is open to all")
     func privilegedOperations() {
         let h = Harness { $0.router.admins = .owner(1000, uids: [3000], gids: [50]) }
         var asked: [HostRequest] = []
-        for op in [Op.workers, .restartWorker, .stopWorker] {
+        for op in [Op.workers, .restartWorker, .stopWorker, .reload] {
             h.core.handleHostOperation(op) { _, request in
                 asked.append(request)
                 return .error(.unknownWorker, "no worker named \"x\"")
@@ -125,6 +125,8 @@ struct DaemonCoreTests {
             #expect(refused.map { $0.string("code").value } == ["forbidden"], "\(op)")
             #expect(refused.first?.string("ref").value == "r")
         }
+        h.send(2, #"{"op":"reload","id":"re"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "forbidden")
         h.send(2, #"{"op":"history","id":"h"}"#)
         #expect(h.transport.take(2).first?.string("code").value == "forbidden")
         h.send(2, #"{"op":"state-at","id":"s","store":"todos","seq":1}"#)
@@ -140,8 +142,11 @@ struct DaemonCoreTests {
             // (this core has no journal: a permitted journal read is answered not-retained)
             h.send(peer, #"{"op":"history","id":"h"}"#)
             #expect(h.transport.take(peer).first?.string("code").value == "not-retained", "peer \(peer)")
+            h.send(peer, #"{"op":"reload","id":"re"}"#)
+            _ = h.transport.take(peer)
         }
-        #expect(asked.count == 5)
+        #expect(asked.count == 9)
+        #expect(asked.filter { $0.op == .reload }.count == 4, "reload reached the host for fluxd's user, root and the admins")
     }
 
     @Test("host operations are answered by their handlers through the router: replies counted, errors coded with ref")

@@ -99,10 +99,15 @@ public final class PluginHost {
             case .success(let outcome):
                 var b = FrameBuilder(op: "reloaded")
                 b.string("id", id)
+                var workers = JSONBuilder()
+                workers.object { w in
+                    w.field("added", strings: outcome.added)
+                    w.field("removed", strings: outcome.removed)
+                    w.field("changed", strings: outcome.changed)
+                }
                 b.key("workers")
-                b.rawBytes(Array("{\"added\":\(jsonStrings(outcome.added)),\"removed\":\(jsonStrings(outcome.removed)),\"changed\":\(jsonStrings(outcome.changed))}".utf8))
-                b.key("settings")
-                b.rawBytes(Array(jsonStrings(outcome.settings).utf8))
+                b.rawBytes(workers.bytes)
+                b.strings("settings", outcome.settings)
                 return .reply(b.finish())
             }
         }
@@ -251,6 +256,3 @@ public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConf
     host.start()
     withExtendedLifetime((daemon, host)) { loop.run() }
 }
-
-/// A JSON array of strings.
-private func jsonStrings(_ strings: [String]) -> String { "[" + strings.map(jsonString).joined(separator: ",") + "]" }

@@ -1,3 +1,4 @@
+import FluxCore
 import Glibc
 import Logging
 import Synchronization
@@ -172,26 +173,11 @@ private func jsonValue(_ value: Logger.Metadata.Value) -> String {
     }
 }
 
-/// `text` as a JSON string.
+/// `text` as a JSON string (FluxCore's escaping, the one every frame fluxd builds uses).
 func jsonString(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        default:
-            if scalar.value < 0x20 {
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
+    var bytes: [UInt8] = []
+    appendEscaped(text, to: &bytes)
+    return String(decoding: bytes, as: UTF8.self)
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds: `2026-11-24T00:21:07.123Z`.

@@ -78,7 +78,7 @@ MESSAGES = os.path.join(run.REPO, "protocol", "vectors", "messages")
 SCHEMAS = os.path.join(run.REPO, "protocol", "schemas")
 DEADLINE = 5.0
 MAX_INT = 2 ** 53 - 1
-HOST_OPS = {"workers", "restart-worker", "stop-worker"}
+HOST_OPS = {"workers", "restart-worker", "stop-worker", "reload"}
 # The requests of SPEC §8.12 (since fluxd 0.3.0): recovered settlements and the journal's history.
 RECOVERY_OPS = {"recover", "history", "state-at"}
 MAX_RECOVER_IDS = 4096
@@ -203,6 +203,7 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
     "subscribe": {"store": (REQ, is_store), "deltas": (OPT, is_bool), "from": (OPT, is_int), "path": (OPT, is_pointer)},
     "unsubscribe": {"store": (REQ, is_store), "path": (OPT, is_pointer)},
     "workers": {"id": (REQ, is_id)},
+    "reload": {"id": (REQ, is_id)},
     "restart-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
     "stop-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
     "register": {"store": (REQ, is_store), "handles": (REQ, array_of(is_pattern)),
@@ -621,6 +622,10 @@ def check_reply(r: Run, frames: List[Dict[str, Any]], alive: bool, context: Dict
         reply = only(frames, "workers", d)
         assert reply.get("id") == echo and sorted(w["name"] for w in reply["workers"]) == worker_names(), \
             f"workers: id echoed, every configured worker\n  {d}"
+    elif op == "reload":
+        reply = only(frames, "reloaded", d)
+        assert reply.get("id") == echo and reply.get("workers") == {"added": [], "removed": [], "changed": []} \
+            and reply.get("settings") == [], f"reloaded: id echoed, nothing changed (the file is the same)\n  {d}"
     elif op in ("restart-worker", "stop-worker"):
         reply = only(frames, "worker", d)
         assert reply.get("id") == echo and reply["worker"].get("name") == msg["name"], \

@@ -286,6 +286,7 @@ def test_every_frame_validates_against_its_schema(bus):
     host_op("workers")
     host_op("stop", "sleeper")
     host_op("restart", "sleeper")
+    assert json.loads(run([ctl, "reload", "--json", *S])) == {"added": [], "removed": [], "changed": [], "settings": []}
 
     # Swift views.
     assert "from fluxctl" in run([os.path.join(BIN, "todo-view"), "--once", *S])
@@ -450,7 +451,7 @@ def test_every_frame_validates_against_its_schema(bus):
     assert "bye" in sent("node-client", "c2d") and {"store-down", "store-up", "bye"} <= sent("py-client", "d2c")
     assert {"hello", "dispatch", "subscribe", "unsubscribe", "info", "get", "ping", "bye"} <= sent("py-async", "c2d")
     assert {"hello", "dispatch", "subscribe", "query", "get", "info", "ping", "workers", "stop-worker",
-            "restart-worker"} <= sent("fluxctl", "c2d")
+            "restart-worker", "reload"} <= sent("fluxctl", "c2d")
     assert "event" in sent("fluxctl", "d2c") and "bye" in sent("fluxctl", "d2c")
     assert {"audit-py", "activity-node", "py-watch", "node-dispatch"} <= set(peers), sorted(peers)
     assert "pong" in sent("raw-heartbeat", "c2d") and "ping" in sent("raw-heartbeat", "d2c")

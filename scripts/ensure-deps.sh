@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what FluxBus needs on a fresh Debian machine when it is missing: pkg-config, libuv1-dev and
-# libjemalloc-dev (apt), nodejs and node-typescript (apt: `tsc`, for the Node package's declarations), and Python's jsonschema
+# libjemalloc-dev (apt), nodejs and node-typescript (apt: `tsc`, for the Node package's declarations), groff-base
+# (apt: the man pages' check), and Python's jsonschema
 # (pip, for the protocol schema checks). Sourced by scripts/test.sh and scripts/demo.sh.
 set -euo pipefail
 
@@ -25,6 +26,12 @@ if ! command -v tsc >/dev/null 2>&1; then
     echo "==> installing node-typescript (apt; tsc checks examples/node's .d.mts declarations)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq node-typescript >/dev/null
+fi
+
+if ! command -v groff >/dev/null 2>&1; then
+    echo "==> installing groff-base (apt; scripts/man.sh renders every generated man page with it)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq groff-base >/dev/null
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

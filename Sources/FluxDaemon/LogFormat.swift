@@ -54,11 +54,6 @@ public struct FluxLogHandler: LogHandler {
     /// Now, in milliseconds since the epoch (tests fix it).
     let clock: @Sendable () -> Int64
 
-    public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool) {
-        self.init(label: label, level: level, format: format, journald: journald,
-                  write: { line in writeAllToStderr(line) }, clock: { nowMillis() })
-    }
-
     /// A handler to stderr following `settings` (fluxd's: a reload changes them).
     public init(label: String, settings: LogSettings, journald: Bool) {
         self.init(label: label, level: settings.level, format: settings.format, journald: journald,

@@ -24,13 +24,12 @@ public final class FluxMetrics: Sendable {
     private let syncLatency: DurationHistogram
     /// Loop-thread state of `refresh`: the metrics made so far and the counter values last copied.
     private let state = Mutex<RefreshState>(RefreshState())
-    private let started = monotonicClock()
+    private let started = monotonicNanoseconds()
     /// How many refreshes were done (a scrape waits for the next one).
     private let refreshes = NSCondition()
     private nonisolated(unsafe) var refreshCount: UInt64 = 0  // under `refreshes`
 
-    struct RefreshState: @unchecked Sendable {
-        // @unchecked: only `refresh` (loop thread) touches it, under `state`'s lock.
+    struct RefreshState: Sendable {
         var gauges: [String: Gauge] = [:]
         var counters: [String: Counter] = [:]
         /// The counter values last copied into the registry (counters only grow: each refresh adds the difference).
@@ -50,7 +49,7 @@ public final class FluxMetrics: Sendable {
     }
 
     /// The router's clock (`RouterConfig.metricsClock`).
-    public static let clock: MetricsClock = { monotonicClock() }
+    public static let clock: MetricsClock = { monotonicNanoseconds() }
 
     /// What the journal's sync observer calls (any thread).
     public var journalSyncObserver: @Sendable (UInt64) -> Void {
@@ -100,7 +99,7 @@ public final class FluxMetrics: Sendable {
                 state.copied[k] = value
             }
 
-            gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(Double(monotonicClock() &- started) / 1e9)
+            gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(Double(monotonicNanoseconds() &- started) / 1e9)
             gauge("fluxbus_actions_unsettled", help: "Actions accepted and not settled yet.").set(Int64(sample.unsettled))
             for role in ["client", "store", "monitor", "handshake"] {
                 gauge("fluxbus_connections", [("role", role)], help: "Open connections by role (handshake: no hello yet).")
@@ -211,13 +210,6 @@ public final class FluxMetrics: Sendable {
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds.
-@inline(__always)
-func monotonicClock() -> UInt64 {
-    var t = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &t)
-    return UInt64(t.tv_sec) &* 1_000_000_000 &+ UInt64(t.tv_nsec)
-}
 
 /// A metric's name and help text (the name is whole: no namespace or unit parts are added).
 func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {

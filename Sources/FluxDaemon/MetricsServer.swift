@@ -1,3 +1,4 @@
+import FluxJournal
 import Foundation
 import Glibc
 
@@ -225,12 +226,12 @@ public final class MetricsServer: Sendable {
     private func answer(_ fd: Int32) {
         var timeout = timeval(tv_sec: Int(readTimeout / 1000), tv_usec: Int(readTimeout % 1000) * 1000)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let deadline = monotonicClock() + UInt64(readTimeout) * 1_000_000
+        let deadline = monotonicNanoseconds() + UInt64(readTimeout) * 1_000_000
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 2048)
         var answer = MetricsHTTP.Answer.incomplete
         while case .incomplete = answer {
-            let now = monotonicClock()
+            let now = monotonicNanoseconds()
             guard now < deadline else {
                 answer = .error(status: 408, reason: "no complete request within \(readTimeout) ms")
                 break

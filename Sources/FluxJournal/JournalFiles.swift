@@ -415,8 +415,8 @@ final class BackgroundSync: Sendable {
     func wait() { queue.sync {} }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds (how long a sync took, for `Journal.syncObserver`).
-func monotonicNanoseconds() -> UInt64 {
+/// CLOCK_MONOTONIC in nanoseconds (how long a sync took, for `Journal.syncObserver`; fluxd's metrics' clock).
+public func monotonicNanoseconds() -> UInt64 {
     var t = timespec()
     clock_gettime(CLOCK_MONOTONIC, &t)
     return UInt64(t.tv_sec) &* 1_000_000_000 &+ UInt64(t.tv_nsec)

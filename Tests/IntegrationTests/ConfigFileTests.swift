@@ -21,17 +21,7 @@ struct ConfigFileTests {
 
     /// Runs `fluxd ARGUMENTS` to its exit: (status, stdout, stderr).
     private func runFluxd(_ arguments: [String]) throws -> (Int32, String, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxd"))
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, stdout, stderr)
+        try runBuilt("fluxd", arguments)
     }
 
     @Test("--check-config: ok with a summary, or exit 1 naming the file, line and key (or the option) of the problem; nothing starts", .onDedicatedThreads)

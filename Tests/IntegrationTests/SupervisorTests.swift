@@ -365,8 +365,13 @@ struct SupervisorTests {
 
 /// Runs the built fluxctl and returns its exit status, stdout and stderr.
 func runFluxctl(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+    try runBuilt("fluxctl", arguments)
+}
+
+/// Runs a built product (fluxd, fluxctl, ...) to its exit: its status, stdout and stderr.
+func runBuilt(_ product: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: "fluxctl"))
+    process.executableURL = URL(fileURLWithPath: try BuiltProducts.path(of: product))
     process.arguments = arguments
     let out = Pipe(), err = Pipe()
     process.standardOutput = out

@@ -256,7 +256,7 @@ struct SocketSecurityTests {
         await fluxd.shutDown()
     }
 
-    @Test("journal reads are refused to another uid (forbidden, exit 1) and allowed to root; the other uid's ping still works",
+    @Test("journal reads and reload are refused to another uid (forbidden) and allowed to root; the other uid's ping still works",
           .enabled(if: geteuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0, "needs root and setpriv"))
     func privilegedOperationsRefusedToAnotherUID() async throws {
         let uid: UInt32 = 4343
@@ -283,8 +283,17 @@ struct SocketSecurityTests {
         #expect(result.status != 0 && result.stderr.contains("forbidden"), "\(result)")
         #expect(result.stderr.contains("uid \(uid) is none of them"), "\(result)")
 
+        let reload = try FluxctlProcess(["reload"], socket: path, environment: trust, launcher: other)
+        defer { reload.cleanup() }
+        let reloadResult = try await reload.finish()
+        #expect(reloadResult.status == 5 && reloadResult.stderr.contains("reload refused: reload is allowed to fluxd's own user, root and the admins"),
+                "\(reloadResult)")
+
         let root = try await Self.fluxctl(["journal", "--tail", "1"], socket: path)
         #expect(root.status == 0, "\(root)")
+        // Root passes the privilege check; this fluxd has no config file, so its answer is reload-refused.
+        let rootReload = try await Self.fluxctl(["reload"], socket: path)
+        #expect(rootReload.status == 5 && rootReload.stderr.contains("started without --config"), "\(rootReload)")
         await fluxd.shutDown()
     }
 }

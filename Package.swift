@@ -96,7 +96,8 @@ let package = Package(
         .target(name: "FluxStore", dependencies: ["FluxCore", "FluxClient", "FluxJSONValue",
                                                   .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
-        .target(name: "FluxJSONValue", dependencies: ["FluxCore"], swiftSettings: swiftSettings),
+        .target(name: "FluxJSONValue", dependencies: ["FluxCore", .product(name: "HashTreeCollections", package: "swift-collections")],
+                swiftSettings: swiftSettings),
         .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "fluxd",

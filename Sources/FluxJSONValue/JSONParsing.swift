@@ -36,6 +36,14 @@ extension JSONValue {
     /// Parses JSON bytes nested at most `maxDepth` deep (for files that hold deeper values as data, such as
     /// protocol/vectors/patch.json; anything that travels in a frame is bounded by 64).
     public init<Bytes: Collection>(parsing bytes: Bytes, maxDepth: Int) throws(JSONParseError) where Bytes.Element == UInt8 {
+        let body = try JSONValue.validated(bytes, maxDepth: maxDepth)
+        var reader = ValidJSONReader(bytes: body[...])
+        self = reader.value()
+    }
+
+    /// The bytes, once FluxCore's scanner accepted them as one JSON value nested at most `maxDepth` deep.
+    static func validated<Bytes: Collection>(_ bytes: Bytes, maxDepth: Int) throws(JSONParseError) -> [UInt8]
+    where Bytes.Element == UInt8 {
         let body = Array(bytes)
         do {
             _ = try Envelope(body: body, maxDepth: maxDepth)
@@ -47,8 +55,7 @@ extension JSONValue {
                 break  // Valid JSON that is not a message: fine here.
             }
         }
-        var reader = ValidJSONReader(bytes: body[...])
-        self = reader.value()
+        return body
     }
 
     /// The scanner's reason, with a hint for the mistakes people make typing JSON by hand.

@@ -65,6 +65,8 @@ public struct JSONPatchError: Error, Sendable, Equatable, CustomStringConvertibl
         case testFailed = "test-failed"
         /// The result would be nested deeper than 64 levels (SPEC §3.2).
         case tooDeep = "too-deep"
+        /// The result would be larger than the applier's limit (fluxd: the store's share of the memory budget).
+        case tooLarge = "too-large"
     }
 
     public var kind: Kind
@@ -268,11 +270,11 @@ extension JSONValue {
             try checkDepth(path, value)
             try replace(path.tokens, value, undo: &undo)
         case .move(let from, let path):
-            if from.tokens == path.tokens {
+            if from == path {  // (tokens compared by their bytes: JSONPointer's ==)
                 _ = try value(at: from.tokens)  // must exist; moving it onto itself changes nothing
                 return
             }
-            if path.tokens.count > from.tokens.count, Array(path.tokens.prefix(from.tokens.count)) == from.tokens {
+            if path.tokens.count > from.tokens.count, JSONPointer(tokens: Array(path.tokens.prefix(from.tokens.count))) == from {
                 throw Failure(.moveIntoChild, "cannot move \(from) into its own child \(path)")
             }
             let moved = try remove(from.tokens, undo: &undo)

@@ -6,6 +6,22 @@ public struct JSONPointer: Sendable, Equatable, Hashable, CustomStringConvertibl
     /// A pointer made of these (unescaped) tokens.
     public init(tokens: [String]) { self.tokens = tokens }
 
+    /// Token by token, by their bytes (SPEC §3.2: no Unicode equivalence; Swift's `String ==` would make "\u{e9}"
+    /// and "e\u{301}" one token).
+    public static func == (a: JSONPointer, b: JSONPointer) -> Bool {
+        a.tokens.count == b.tokens.count && zip(a.tokens, b.tokens).allSatisfy { sameKey($0, $1) }
+    }
+
+    /// Hashes the tokens' bytes (consistent with `==`).
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(tokens.count)
+        for token in tokens {
+            var token = token
+            token.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            hasher.combine(0xFF as UInt8)  // (never a UTF-8 byte: separates tokens)
+        }
+    }
+
     /// The pointer to the whole document (`""`).
     public static let root = JSONPointer(tokens: [])
 

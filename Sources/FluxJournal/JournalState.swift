@@ -241,16 +241,14 @@ public struct JournalState: Sendable {
                 pending[seq] = p
             }
         case .snapshot(let name, let version, let seq, let state):
-            var s = stores[name] ?? Store(name: name)
-            s.version = max(s.version, version)
-            s.snapshot = (version, seq, state)
-            s.patches = []
-            stores[name] = s
+            // (Changed in place in the dictionary: a copy taken out and put back would copy the patch list once
+            // per record, making a restart quadratic in the patches since the last checkpoint.)
+            stores[name, default: Store(name: name)].version = max(stores[name]?.version ?? 0, version)
+            stores[name]!.snapshot = (version, seq, state)
+            stores[name]!.patches = []
         case .patch(let name, let version, let seq, let patch):
-            var s = stores[name] ?? Store(name: name)
-            s.version = max(s.version, version)
-            s.patches.append((version, seq, patch))
-            stores[name] = s
+            stores[name, default: Store(name: name)].version = max(stores[name]?.version ?? 0, version)
+            stores[name]!.patches.append((version, seq, patch))
         case .storePosition(let name, let version, let seq):
             var s = stores[name] ?? Store(name: name)
             s.version = max(s.version, version)

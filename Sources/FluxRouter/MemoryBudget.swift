@@ -154,6 +154,14 @@ public final class MemoryBudget {
         return true
     }
 
+    /// The most `charge(account, _:)` would accept now: what is left of its allowance, plus the room the total and
+    /// its user have (a charge within the allowance is free).
+    public func headroom(_ account: Account) -> Int {
+        let within = max(0, account.reserved - (account.transport + account.held))
+        let room = min(limits.total - used, limits.perUser - (byUser[account.uid] ?? 0))
+        return within + max(0, room)
+    }
+
     /// Whether `delta` more bytes for `uid` stay within both limits.
     public func fits(_ uid: UInt32, _ delta: Int) -> Bool {
         if delta <= 0 { return true }

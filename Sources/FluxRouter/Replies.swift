@@ -104,8 +104,14 @@ extension Router {
     /// A store's new state does not fit its user's share of the memory budget: the store is closed with
     /// `memory-budget` (its unanswered actions are redelivered when it registers again, SPEC §10).
     func failStateOverBudget(_ peer: Peer, _ store: StoreEntry, _ size: Int, _ out: inout Output) {
-        out.log(.warning, "store \"\(store.name)\": a state of \(size) bytes does not fit the memory budget; closing its connection")
-        fail(peer, .memoryBudget, "a state of \(size) bytes for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
+        failOverBudget(peer, store, "a state of \(size) bytes", &out)
+    }
+
+    /// A state (or a patched one: `what` says which) that does not fit the memory budget closes the store's
+    /// connection with `memory-budget`.
+    func failOverBudget(_ peer: Peer, _ store: StoreEntry, _ what: String, _ out: inout Output) {
+        out.log(.warning, "store \"\(store.name)\": \(what) does not fit the memory budget; closing its connection")
+        fail(peer, .memoryBudget, "\(what) for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
     }
 
     /// SPEC §16.2: a patch that does not apply closes the store's connection (it and fluxd disagree on its state).

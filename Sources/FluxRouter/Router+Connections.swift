@@ -91,12 +91,12 @@ extension Router {
             stores[name]?.deltaSubscribers.removeAll { $0.peer === peer }
             memory.release(peer.account, Router.subscriptionCost(name))
         }
-        for sub in peer.pathSubscriptions {
-            stores[sub.store]?.pathSubscribers.removeAll { $0 === sub }
+        for sub in peer.pathSubscriptions.values {
+            stores[sub.store]?.pathSubscribers.remove(sub)
             memory.release(peer.account, Router.subscriptionCost(sub.store) + sub.pathJSON.count)
         }
-        let pathStores = peer.pathSubscriptions.map(\.store)
-        peer.pathSubscriptions = []  // (each holds the peer: a cycle otherwise)
+        let pathStores = peer.pathSubscriptions.values.map(\.store)
+        peer.pathSubscriptions = [:]  // (each holds the peer: a cycle otherwise)
         var withdrawn: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {
             withdrawn[q.store, default: []].append(q.bytes)

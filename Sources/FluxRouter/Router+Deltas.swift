@@ -1,5 +1,6 @@
 import DequeModule
 import FluxCore
+import FluxJournal
 import FluxJSONValue
 
 // SPEC §16: changes published as patches, delta subscribers, path subscribers, and the retained state that
@@ -20,35 +21,33 @@ extension Router {
         case empty
         /// The patch does not apply (SPEC §16.2: `patch-failed`, the store's connection is closed).
         case failed(String)
-        /// The patched state does not fit the memory budget.
-        case overBudget(Int)
+        /// The patched state does not fit the memory budget (what did not fit, for the error message).
+        case overBudget(String)
     }
 
-    /// How many times the JSON bytes of a state its parsed tree is charged as (SPEC §16.5: the tree is charged
-    /// to the memory budget like the retained snapshot). Measured for the todo state (JSONValue: ~3.5 bytes of
-    /// heap per byte of JSON for small objects of short strings and numbers).
-    static let treeOverhead = 4
-    /// Patch bytes applied before a patched state is measured again, at least (a tiny state is not rendered after
-    /// every patch; its charge stays within `treeOverhead` x (its size + this)).
-    static let remeasureSlack = 4096
+    /// How many times the rendered bytes of a state its tree is charged as (SPEC §16.5: the tree is charged to the
+    /// memory budget like the retained snapshot, and its rendering is kept beside it once a frame needed it).
+    /// Measured with `JSONTreeMemoryTests` for the todo state (small objects of short strings and numbers).
+    static let treeOverhead = 6
+
+    /// The largest state a tree may render to: a checkpoint writes each retained state as one journal record
+    /// (SPEC §16.5), so a patch that would make a larger one is refused before it is accepted.
+    static let maxTreeBytes = maxRecordBytes - (1 << 16)
+
+    /// What a retained state kept as a tree of `bytes` rendered bytes is charged.
+    func treeCost(_ store: StoreEntry, bytes: Int) -> Int {
+        96 + store.nameJSON.count + Router.treeOverhead * bytes
+    }
 
     // MARK: - The retained state
 
     /// The retained snapshot frame, rendered from the tree if a patch made it newer (cached until the next change).
+    /// Its charge does not change: the tree's is by its rendered size already (`treeCost`).
     func retainedSnapshot(_ store: StoreEntry) -> Frame? {
         if let snapshot = store.snapshot { return snapshot }
         guard let tree = store.tree else { return nil }
         let state = tree.compactBytes
         store.snapshot = snapshotFrame(store, seq: store.snapshotSeq, state: state[...])
-        // Measured now: the charge follows the state's size, not the patches' (see `remeasure`).
-        store.treeBytes = state.count
-        store.patchBytes = 0
-        let cost = 96 + store.nameJSON.count + Router.treeOverhead * state.count
-        if let account = store.retainedBy, cost != store.retainedCost {
-            memory.release(account, store.retainedCost)
-            memory.force(account, cost)
-            store.retainedCost = cost
-        }
         return store.snapshot
     }
 
@@ -66,18 +65,32 @@ extension Router {
         return b.finish(coalescing: .newestWins(key: store.key))
     }
 
-    /// The retained state as a tree: the kept one, or (for a store that publishes whole states) one parsed from
-    /// the retained bytes for this use only.
-    func currentTree(_ store: StoreEntry) -> JSONValue? {
+    /// The retained state as a tree, kept: the tree a patch made, or the retained bytes parsed once and kept for
+    /// every later use (a path subscription, the next patch), charged at `treeCost` to the state's account. Nil
+    /// when nothing is retained, or when that account has no room to keep the tree (see `parsedTree`).
+    func keptTree(_ store: StoreEntry) -> JSONTree? {
         if let tree = store.tree { return tree }
         guard let snapshot = store.snapshot else { return nil }
-        return try? JSONValue(parsing: snapshot.bytes[store.stateRange])
+        let tree = JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
+        guard chargeRetained(store, treeCost(store, bytes: tree.byteCount)) else { return nil }
+        store.tree = tree
+        return tree
+    }
+
+    /// The retained state as a tree: the kept one, or one parsed for this use only when it cannot be kept (one
+    /// parse per use: callers use it once per change, which the change's bytes paid for).
+    func parsedTree(_ store: StoreEntry) -> JSONTree? {
+        if let tree = keptTree(store) { return tree }
+        guard let snapshot = store.snapshot else { return nil }
+        return JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
     }
 
     // MARK: - Publishing a patch
 
     /// SPEC §16.2: a store's patch (from `done` or the `patch` op), applied to the retained state; a new version
-    /// goes to every kind of subscriber.
+    /// goes to every kind of subscriber. Costs O(operations · log n) (`JSONTree.apply`), and the result's size is
+    /// checked after every operation against what the store's account may still hold: a patch that would not fit
+    /// (a `copy` doubling the state, say) is refused at that operation, before anything of it is kept.
     func publishPatch(_ store: StoreEntry, patch: ArraySlice<UInt8>, base: UInt64?, seq: UInt64,
                       _ out: inout Output) -> PatchOutcome {
         guard store.hasRetained else { return .failed("store \"\(store.name)\" has no retained state to patch") }
@@ -88,49 +101,49 @@ extension Router {
         // (A field of a frame fluxd scanned whole: read straight from the bytes.)
         do { operations = try JSONPatch(scanned: patch) } catch { return .failed("patch for \"\(store.name)\": \(error)") }
         if operations.isEmpty { return .empty }
-        // The charge first (an estimate that does not need the result): a refused one changes nothing.
+        // As it is now: a patch that fails or does not fit leaves the store as it was, its charge included.
         let hadTree = store.tree != nil
-        if !hadTree {
-            store.treeBytes = store.stateRange.count
-            store.patchBytes = 0
-        }
-        // The charge first, from an estimate that does not need the result (the size measured when the state was
-        // last rendered, plus the patches since): a refused one changes nothing.
-        let estimate = store.treeBytes + store.patchBytes + patch.count
         let before = (account: store.retainedBy, cost: store.retainedCost)
-        guard chargeRetained(store, 96 + store.nameJSON.count + Router.treeOverhead * estimate) else {
-            return .overBudget(estimate)
+        func putBack(_ old: JSONTree?) {
+            store.tree = hadTree ? old : nil
+            restoreCharge(store, before)
         }
-        var tree = store.tree ?? currentTree(store)!
-        store.tree = nil  // (unique while it changes: the patch applies in place)
+        guard let old = keptTree(store), let account = store.ownerPeer?.account ?? store.retainedBy else {
+            putBack(nil)
+            return .overBudget("the parsed state of \(store.stateRange.count) bytes")
+        }
+        // The largest state the account may hold: its room, plus what this state holds now if it is the same one.
+        let credit = account === store.retainedBy ? store.retainedCost : 0
+        let room = memory.headroom(account) + credit - 96 - store.nameJSON.count
+        let limit = min(max(0, room / Router.treeOverhead), Router.maxTreeBytes)
+        var tree = old
+        store.tree = nil  // (the old root is kept in `old`; the patch copies only the nodes on its paths)
         let applied: [JSONPatchOperation]
+        var steps = 0
         do {
-            applied = try tree.apply(operations)
+            applied = try tree.apply(operations, limits: TreePatchLimits(maxBytes: limit), steps: &steps)
         } catch {
-            if hadTree { store.tree = tree }  // as it was: a patch applies whole or not at all
-            restoreCharge(store, before)      // and nothing of it is kept (SPEC §16.2), its charge neither
+            putBack(old)  // as it was: a patch applies whole or not at all, and nothing of it is kept (SPEC §16.2)
+            if error.kind == .tooLarge {
+                return .overBudget("patch operation \(error.operation ?? 0) would make a state of more than \(limit) bytes, so")
+            }
             return .failed("patch for \"\(store.name)\" does not apply to version \(store.version): \(error)")
         }
+        guard chargeRetained(store, treeCost(store, bytes: tree.byteCount)) else {
+            putBack(old)
+            return .overBudget("a state of \(tree.byteCount) bytes")
+        }
+        patchSteps &+= UInt64(steps)
         store.tree = tree
-        store.patchBytes += patch.count
         store.snapshot = nil
         store.version += 1
         store.snapshotSeq = seq
         if journaling { journal!.patch(store: store.name, version: store.version, seq: seq, patch: patch) }
         rememberPatch(store, seq: seq, patch)
         out.traffic.snapshots += 1
-        broadcast(store, seq: seq, patch: patch, operations: JSONPatch(operations: applied), &out)
-        if store.patchBytes > max(store.treeBytes, Router.remeasureSlack) { remeasure(store) }
+        broadcast(store, seq: seq, patch: patch, operations: applied, &out)
         observeDelta(store, seq: seq, patch: patch, &out)
         return .applied
-    }
-
-    /// Measures the patched state again (renders it: a cost paid once per state's size worth of patches, so
-    /// amortized to the patches' size; and the rendering is kept for the next frame or `get` that needs it) and charges what it is, so a store that keeps patching is charged for the
-    /// state it has, not for every patch it ever sent.
-    func remeasure(_ store: StoreEntry) {
-        guard store.tree != nil else { return }
-        _ = retainedSnapshot(store)
     }
 
     /// Puts a retained state's charge back where it was (account and size).
@@ -223,7 +236,7 @@ extension Router {
     /// Sends the store's new version to its subscribers: `patch` is the change as the store wrote it (nil: it came
     /// as a whole state, already in `store.snapshot`), `operations` its operations as applied (an append's `-`
     /// resolved to the index it made; for path subscribers).
-    func broadcast(_ store: StoreEntry, seq: UInt64, patch: ArraySlice<UInt8>?, operations: JSONPatch?,
+    func broadcast(_ store: StoreEntry, seq: UInt64, patch: ArraySlice<UInt8>?, operations: [JSONPatchOperation]?,
                    _ out: inout Output) {
         let version = store.version
         if !store.subscribers.isEmpty, let frame = retainedSnapshot(store) {
@@ -276,17 +289,16 @@ extension Router {
 
     // MARK: - Path subscriptions
 
-    /// Sends each path subscriber whose path the change touched the value at its path now.
-    func notifyPaths(_ store: StoreEntry, operations: JSONPatch?, _ out: inout Output) {
-        var tree: JSONValue?
-        var parsed = false
-        for sub in store.pathSubscribers {
-            if let operations, !operations.operations.contains(where: { Router.touches($0, sub.tokens) }) { continue }
-            if !parsed {
-                tree = currentTree(store)
-                parsed = true
-            }
-            let value = tree.flatMap { try? $0.value(at: sub.tokens) }.map(\.compactBytes)
+    /// Sends each path subscriber whose path the change touched the value at its path now: for a patch, the
+    /// subscriptions its operations touch, found through the store's `PathIndex` (work proportional to the
+    /// operations and what they touch); for a whole state, every subscription whose value changed (one parse of the
+    /// state, kept).
+    func notifyPaths(_ store: StoreEntry, operations: [JSONPatchOperation]?, _ out: inout Output) {
+        let subs = operations.map { store.pathSubscribers.touched(by: $0) } ?? store.pathSubscribers.all
+        guard !subs.isEmpty else { return }
+        let tree = parsedTree(store)
+        for sub in subs {
+            let value = tree.flatMap { $0.value(at: sub.tokens) }.map(\.compactBytes)
             if operations == nil, sub.sentAny, value == sub.last { continue }  // a whole state that left it as it was
             sendSubtree(sub, store, value: value, &out)
         }

@@ -192,25 +192,23 @@ extension Router {
     /// accepted), and kept for subscribers that resume. A patch that no longer applies (a damaged journal would
     /// have been refused before: this is a defect) stops there, at the version before it, and is logged.
     private func restorePatches(_ store: StoreEntry, _ s: JournalState.Store, owner: MemoryBudget.Account) {
-        guard !s.patches.isEmpty, let snap = s.snapshot, var tree = currentTree(store) else { return }
-        var bytes = store.stateRange.count
+        guard !s.patches.isEmpty, let snap = s.snapshot, let snapshot = store.snapshot else { return }
+        var tree = JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
         store.version = snap.version
         for p in s.patches {
+            // (Each patch costs O(its operations · log n): restoring is linear in the journal.)
             guard let patch = try? JSONPatch(parsing: p.patch), (try? tree.apply(patch)) != nil else {
                 restoreProblems.append("store \"\(store.name)\": the journaled patch making version \(p.version) does not apply; its state stays at version \(store.version)")
                 break
             }
             store.version = p.version
             store.snapshotSeq = p.seq
-            bytes += p.patch.count
             rememberPatch(store, seq: p.seq, p.patch)
         }
         store.tree = tree
-        store.treeBytes = store.stateRange.count
-        store.patchBytes = bytes - store.stateRange.count
         store.snapshot = nil
         memory.release(owner, store.retainedCost)
-        store.retainedCost = 96 + store.nameJSON.count + Router.treeOverhead * bytes
+        store.retainedCost = treeCost(store, bytes: tree.byteCount)
         memory.force(owner, store.retainedCost)
     }
 

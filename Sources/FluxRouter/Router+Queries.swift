@@ -40,20 +40,22 @@ extension Router {
         let name = request.store, path = request.path!
         let store = entry(name)
         let sub: PathSubscription
-        if let existing = peer.pathSubscriptions.first(where: { $0.store == name && $0.path == path }) {
+        let key = Peer.PathKey(store: name, path: path)
+        if let existing = peer.pathSubscriptions[key] {
             sub = existing
         } else {
             guard peer.subscriptionCount < config.maxSubscriptions else {
                 return fail(peer, .limitExceeded, "this connection holds \(peer.subscriptionCount) subscriptions (maxSubscriptions \(config.maxSubscriptions))", &out, ref: name)
             }
             peer.nextPathKey &+= 1
+            nextPathOrder &+= 1
             sub = PathSubscription(peer: peer, store: name, path: path, tokens: request.tokens,
-                                   key: 0x4000_0000 | (peer.nextPathKey & 0x3FFF_FFFF))
+                                   key: 0x4000_0000 | (peer.nextPathKey & 0x3FFF_FFFF), order: nextPathOrder)
             guard memory.charge(peer.account, Router.subscriptionCost(name) + sub.pathJSON.count) else {
                 return fail(peer, .memoryBudget, "fluxd's memory budget has no room for another subscription of uid \(peer.account.uid)", &out, ref: name)
             }
-            peer.pathSubscriptions.append(sub)
-            store.pathSubscribers.append(sub)
+            peer.pathSubscriptions[key] = sub
+            store.pathSubscribers.insert(sub)
         }
         var b = FrameBuilder(op: "subscribed")
         b.string("store", name)
@@ -62,8 +64,11 @@ extension Router {
         b.raw("path", sub.pathJSON)
         out.send(peer, b.finish(coalescing: .fence(key: sub.key)))
         guard store.hasRetained else { return }
-        let value = currentTree(store).flatMap { try? $0.value(at: sub.tokens) }
-        sendSubtree(sub, store, value: value.map(\.compactBytes), &out)
+        // The state parsed once and kept (SPEC §16.5): a subscribe costs its path, not a parse of the state.
+        guard let tree = keptTree(store) else {
+            return fail(peer, .memoryBudget, "store \"\(name)\"'s state cannot be kept parsed for path subscriptions: its publisher's share of fluxd's memory budget is full", &out, ref: name)
+        }
+        sendSubtree(sub, store, value: tree.value(at: sub.tokens)?.compactBytes, &out)
     }
 
     func unsubscribe(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
@@ -71,9 +76,8 @@ extension Router {
         let store = stores[name]
         var fence = store.map { Coalescing.fence(key: $0.key) } ?? .none
         if let path = request.path {
-            if let i = peer.pathSubscriptions.firstIndex(where: { $0.store == name && $0.path == path }) {
-                let sub = peer.pathSubscriptions.remove(at: i)
-                store?.pathSubscribers.removeAll { $0 === sub }
+            if let sub = peer.pathSubscriptions.removeValue(forKey: Peer.PathKey(store: name, path: path)) {
+                store?.pathSubscribers.remove(sub)
                 memory.release(peer.account, Router.subscriptionCost(name) + sub.pathJSON.count)
                 fence = .fence(key: sub.key)
             }

@@ -65,6 +65,11 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     @exclusivity(unchecked) var epoch: Millis?
     @exclusivity(unchecked) var now: Millis = 0
+    /// Path subscriptions made so far (each one's `order`).
+    @exclusivity(unchecked) var nextPathOrder: UInt64 = 0
+    /// Tree nodes visited applying patches (`JSONTree.apply`'s steps), since start: the work the fuzz target and
+    /// the tests hold to O(operations · log n).
+    public internal(set) var patchSteps: UInt64 = 0
     /// What `restore` found wrong and worked around (for the host to log).
     public internal(set) var restoreProblems: [String] = []
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
@@ -136,7 +141,7 @@ public final class Router {
         }
         for peer in peers.values {
             peer.lastStore = nil
-            peer.pathSubscriptions = []
+            peer.pathSubscriptions = [:]
         }
     }
 

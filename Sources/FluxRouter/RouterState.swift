@@ -18,11 +18,21 @@ final class Peer {
     /// Stores it subscribed to whole (full or delta subscriptions).
     @exclusivity(unchecked) var subscriptions: Set<String> = []
     /// Its path subscriptions (SPEC §16.4).
-    @exclusivity(unchecked) var pathSubscriptions: [PathSubscription] = []
+    @exclusivity(unchecked) var pathSubscriptions: [PathKey: PathSubscription] = [:]
     /// The last coalescing key given to one of its path subscriptions.
     @exclusivity(unchecked) var nextPathKey: UInt32 = 0
     /// Subscriptions of every kind it holds (`maxSubscriptions`).
     var subscriptionCount: Int { subscriptions.count + pathSubscriptions.count }
+
+    /// A path subscription's identity on its connection: the store and the pointer text, by their bytes (SPEC §3.2).
+    struct PathKey: Hashable {
+        let store: MemberKey
+        let path: MemberKey
+        init(store: String, path: String) {
+            self.store = MemberKey(text: store)
+            self.path = MemberKey(text: path)
+        }
+    }
     @exclusivity(unchecked) var queries: [String: (store: String, bytes: [UInt8])] = [:]
     /// Accepted dispatches from this peer not yet settled.
     @exclusivity(unchecked) var unsettled = 0
@@ -72,10 +82,7 @@ final class StoreEntry {
     @exclusivity(unchecked) var snapshot: Frame?
     /// SPEC §16.5: the retained state as a tree, kept while the store publishes patches (nil otherwise), and the
     /// bytes its memory charge assumes.
-    @exclusivity(unchecked) var tree: JSONValue?
-    /// The state's size when it was last parsed or rendered, and the bytes of the patches applied since.
-    @exclusivity(unchecked) var treeBytes = 0
-    @exclusivity(unchecked) var patchBytes = 0
+    @exclusivity(unchecked) var tree: JSONTree?
     /// The most recent patches, for subscribers resuming with `from` (SPEC §16.3), within `deltaHistory` bytes.
     @exclusivity(unchecked) var recentPatches = Deque<RecentPatch>()
     @exclusivity(unchecked) var recentPatchBytes = 0
@@ -93,7 +100,7 @@ final class StoreEntry {
     /// ones (SPEC §16.3) and path ones (§16.4).
     @exclusivity(unchecked) var subscribers: [Peer] = []
     @exclusivity(unchecked) var deltaSubscribers: [DeltaSubscription] = []
-    @exclusivity(unchecked) var pathSubscribers: [PathSubscription] = []
+    @exclusivity(unchecked) var pathSubscribers = PathIndex()
     /// Whether anyone subscribes to it, in any way.
     var hasSubscribers: Bool { !subscribers.isEmpty || !deltaSubscribers.isEmpty || !pathSubscribers.isEmpty }
 
@@ -102,7 +109,7 @@ final class StoreEntry {
         if deltaSubscribers.isEmpty && pathSubscribers.isEmpty { return subscribers }
         var seen = Set<PeerID>()
         var peers: [Peer] = []
-        for peer in subscribers + deltaSubscribers.map(\.peer) + pathSubscribers.map(\.peer) where seen.insert(peer.id).inserted {
+        for peer in subscribers + deltaSubscribers.map(\.peer) + pathSubscribers.all.map(\.peer) where seen.insert(peer.id).inserted {
             peers.append(peer)
         }
         return peers
@@ -224,12 +231,17 @@ final class PathSubscription {
     let tokens: [String]
     /// Its `subtree` frames' coalescing key (unique within its connection).
     let key: UInt32
+    /// When it was made, among the router's path subscriptions (frames for one change go out in this order).
+    let order: UInt64
+    /// The last patch match (`PathIndex.touched`) that collected it.
+    @exclusivity(unchecked) var touchMark: UInt64 = 0
     /// The value last sent (its compact bytes; nil: absent), and whether anything was sent yet.
     @exclusivity(unchecked) var last: [UInt8]?
     @exclusivity(unchecked) var sentAny = false
 
-    init(peer: Peer, store: String, path: String, tokens: [String], key: UInt32) {
+    init(peer: Peer, store: String, path: String, tokens: [String], key: UInt32, order: UInt64) {
         self.peer = peer
+        self.order = order
         self.store = store
         self.path = path
         self.tokens = tokens

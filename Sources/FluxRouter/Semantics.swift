@@ -314,7 +314,7 @@ extension Router {
                 switch publishPatch(store, patch: body[span.range], base: request.base, seq: seq, &out) {
                 case .applied, .empty: break
                 case .failed(let message): return failPatch(peer, store, message, &out)
-                case .overBudget(let size): return failStateOverBudget(peer, store, size, &out)
+                case .overBudget(let what): return failOverBudget(peer, store, what, &out)
                 }
             }
             result = .done
@@ -420,7 +420,7 @@ extension Router {
         switch publishPatch(store, patch: request.body[request.patch.range], base: request.base, seq: store.seq, &out) {
         case .applied, .empty: break
         case .failed(let message): failPatch(peer, store, message, &out)
-        case .overBudget(let size): failStateOverBudget(peer, store, size, &out)
+        case .overBudget(let what): failOverBudget(peer, store, what, &out)
         }
     }
 

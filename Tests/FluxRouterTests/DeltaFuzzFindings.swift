@@ -82,9 +82,9 @@ struct DeltaFuzzFindings {
         }
         let store = bus.router.stores["todos"]!
         let stateBytes = #"{"n":200}"#.utf8.count
-        // SPEC §16.5: "charged to the memory budget like the retained snapshot"; Router.treeOverhead is 4.
-        // (Re-measured once the patches since the last measure outgrow the state, and at least remeasureSlack.)
-        #expect(store.retainedCost <= 96 + store.nameJSON.count + 4 * (stateBytes + Router.remeasureSlack + 64),
+        // SPEC §16.5: "charged to the memory budget like the retained snapshot": exactly its rendered size (the
+        // tree's summaries know it), times Router.treeOverhead.
+        #expect(store.retainedCost == 96 + store.nameJSON.count + Router.treeOverhead * stateBytes,
                 "\(store.retainedCost) bytes charged for a state of \(stateBytes) bytes after 200 patches")
         #expect(!bus.closedPeers.contains(1))
     }

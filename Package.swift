@@ -167,7 +167,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "FluxJournalTests", dependencies: ["FluxJournal"], swiftSettings: swiftSettings),
-        .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
+        .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue", "CFluxSys"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
         // fluxctl's pure functions (the views of `top` and `bench`), tested without a bus.

@@ -144,3 +144,14 @@ int cfluxsys_listening_socket(int fd, char *path, size_t capacity) {
     path[n] = '\0';
     return 0;
 }
+
+#include <malloc.h>
+
+size_t cfluxsys_heap_in_use(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 info = mallinfo2();
+    return info.uordblks;
+#else
+    return 0;
+#endif
+}

@@ -57,8 +57,15 @@ public struct MemberKey: Hashable, Sendable {
 /// An object's members: the ordered list, and the index from key to member stamp once the object is large.
 public struct ObjectMembers: Sendable {
     public var list = SummedTree<TreeMember>()
-    /// Empty while the object is small (searched member by member); else one entry per key.
-    var index = TreeDictionary<MemberKey, UInt64>()
+    /// Nil while the object is small (searched member by member); else one entry per key. Boxed, so a small
+    /// object's value stays two words (most of a state's objects are small).
+    var index: KeyIndex?
+
+    /// The hash index of a large object, shared by copies until one changes it.
+    final class KeyIndex: @unchecked Sendable {
+        var map: TreeDictionary<MemberKey, UInt64>
+        init(_ map: TreeDictionary<MemberKey, UInt64>) { self.map = map }
+    }
 
     public init() {}
 
@@ -82,14 +89,21 @@ public struct ObjectMembers: Sendable {
     public var count: Int { list.count }
 
     mutating func buildIndex() {
-        var index = TreeDictionary<MemberKey, UInt64>()
-        list.forEach { index[MemberKey(text: $0.key)] = $0.seq }
-        self.index = index
+        var map = TreeDictionary<MemberKey, UInt64>()
+        list.forEach { map[MemberKey(text: $0.key)] = $0.seq }
+        index = KeyIndex(map)
+    }
+
+    /// Changes the index in place, copying the box (not the map, which shares its nodes) when it is shared.
+    private mutating func changeIndex(_ body: (inout TreeDictionary<MemberKey, UInt64>) -> Void) {
+        guard index != nil else { return }
+        if !isKnownUniquelyReferenced(&index!) { index = KeyIndex(index!.map) }
+        body(&index!.map)
     }
 
     /// The position of the member whose key is `key` (rendered text), or nil; `steps` counts the nodes visited.
     func position(of key: String, steps: inout Int) -> Int? {
-        if index.isEmpty {
+        guard let index else {
             // Small: one leaf, searched from the end (the last of a repeated key, as everywhere).
             guard list.root.isLeaf else { return nil }
             steps += 1
@@ -102,7 +116,7 @@ public struct ObjectMembers: Sendable {
             return nil
         }
         steps += 1 + list.levels
-        guard let seq = index[MemberKey(text: key)] else { return nil }
+        guard let seq = index.map[MemberKey(text: key)] else { return nil }
         return list.position(ofSeq: seq)
     }
 
@@ -110,8 +124,8 @@ public struct ObjectMembers: Sendable {
     mutating func append(key: String, value: JSONTree) {
         let seq = list.summary.maxSeq + 1
         list.append(TreeMember(seq: seq, key: key, value: value))
-        if !index.isEmpty {
-            index[MemberKey(text: key)] = seq
+        if index != nil {
+            changeIndex { $0[MemberKey(text: key)] = seq }
         } else if list.count > JSONTree.indexThreshold {
             buildIndex()
         }
@@ -121,7 +135,7 @@ public struct ObjectMembers: Sendable {
     @discardableResult
     mutating func remove(at position: Int) -> TreeMember {
         let member = list.remove(at: position)
-        if !index.isEmpty { index[MemberKey(text: member.key)] = nil }
+        changeIndex { $0[MemberKey(text: member.key)] = nil }
         return member
     }
 }

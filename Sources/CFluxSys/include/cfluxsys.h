@@ -31,3 +31,7 @@ int cfluxsys_notify(const char *address, const char *message, size_t length);
 /// 1: not AF_UNIX, 2: not SOCK_STREAM, 3: not listening; a negative errno when a call failed (-ENOTSOCK: not a
 /// socket, -EBADF: not open, -ENAMETOOLONG: `capacity` too small).
 int cfluxsys_listening_socket(int fd, char *path, size_t capacity);
+
+/// Bytes the process's malloc has handed out and not had back (glibc's mallinfo2 `uordblks`; 0 under another
+/// allocator). For tests that measure what a structure really takes.
+size_t cfluxsys_heap_in_use(void);

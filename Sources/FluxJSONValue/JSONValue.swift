@@ -78,7 +78,7 @@ public enum JSONValue: Equatable, Sendable {
 /// (Native strings are compared as contiguous bytes: the generic `elementsEqual` over two `UTF8View`s went byte by
 /// byte through index arithmetic, and the delta encoder compares every string of a state on every change.)
 @inline(__always)
-func sameKey(_ a: String, _ b: String) -> Bool {
+public func sameKey(_ a: String, _ b: String) -> Bool {
     let x = a.utf8, y = b.utf8
     guard x.count == y.count else { return false }
     let fast = x.withContiguousStorageIfAvailable { p in

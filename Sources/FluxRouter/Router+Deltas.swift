@@ -73,6 +73,7 @@ extension Router {
         if let tree = store.tree { return tree }
         guard let snapshot = store.snapshot else { return nil }
         let tree = JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
+        statesParsed += 1
         guard chargeRetained(store, treeCost(store, bytes: tree.byteCount)) else { return nil }
         store.tree = tree
         return tree
@@ -83,6 +84,7 @@ extension Router {
     func parsedTree(_ store: StoreEntry) -> JSONTree? {
         if let tree = keptTree(store) { return tree }
         guard let snapshot = store.snapshot else { return nil }
+        statesParsed += 1
         return JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
     }
 
@@ -334,11 +336,12 @@ extension Router {
     /// Whether a change at `target` touches `path`: one is a prefix of the other, or (`shifts`: an insertion or
     /// removal) `target` is an index of an array that contains `path` at that index or after it.
     static func related(_ target: [String], _ path: [String], shifts: Bool) -> Bool {
+        // (Tokens compared by their bytes, SPEC §3.2: "\u00e9" and "e\u0301" are different members.)
         let common = min(target.count, path.count)
-        if target.prefix(common).elementsEqual(path.prefix(common)) { return true }
+        if target.prefix(common).elementsEqual(path.prefix(common), by: sameKey) { return true }
         guard shifts, target.count <= path.count, target.count > 0 else { return false }
         let k = target.count - 1
-        guard target.prefix(k).elementsEqual(path.prefix(k)) else { return false }
+        guard target.prefix(k).elementsEqual(path.prefix(k), by: sameKey) else { return false }
         let last = target[k]
         guard let mine = JSONValue.arrayIndex(path[k]) else { return false }
         guard let at = JSONValue.arrayIndex(last) else { return false }  // (`-` was resolved to an index by apply)

@@ -70,6 +70,9 @@ public final class Router {
     /// Tree nodes visited applying patches (`JSONTree.apply`'s steps), since start: the work the fuzz target and
     /// the tests hold to O(operations · log n).
     public internal(set) var patchSteps: UInt64 = 0
+    /// Retained states parsed into trees (`keptTree`, `parsedTree`), since start: a whole state is parsed once
+    /// however many path subscriptions it serves.
+    public internal(set) var statesParsed: UInt64 = 0
     /// What `restore` found wrong and worked around (for the host to log).
     public internal(set) var restoreProblems: [String] = []
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as

@@ -109,8 +109,13 @@ public final class Journal: JournalWriting {
         public var durability: Durability = .batch
         /// `batch`: the longest time written records stay unsynced, in ms.
         public var syncInterval: UInt64 = 100
-        /// A segment is closed and a new one started once it holds this many bytes.
+        /// A segment is closed and a new one started (with a checkpoint) once it holds this many bytes.
         public var segmentBytes = 64 << 20
+        /// ... or once it holds this many bytes and at least as many as the last checkpoint took: a restart then
+        /// reads at most about twice the checkpoint's size, and writing checkpoints costs at most as much as the
+        /// records written between them (so restart time stays linear in what changed, not in one segment's
+        /// worth of small patches).
+        public var checkpointMinBytes = 8 << 20
         /// Disk space kept allocated ahead of the writes (SPEC §15.2: when it cannot be allocated, new work is
         /// refused `disk-full` while what was accepted still finishes in the space reserved).
         public var reserveBytes = 16 << 20
@@ -165,6 +170,8 @@ public final class Journal: JournalWriting {
         public var damage: String?
     }
     @exclusivity(unchecked) public private(set) var segmentInfos: [SegmentInfo] = []
+    /// The size of the last checkpoint written (see `Options.checkpointMinBytes`).
+    public private(set) var lastCheckpointBytes = 0
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
     public private(set) var checkpoints = 0
     public private(set) var segmentsDeleted = 0
@@ -315,7 +322,9 @@ public final class Journal: JournalWriting {
             guard sync(now: now) else { return .failed }
             mustSync = false
         }
-        if writer.written >= options.segmentBytes { rollOver(now: now) }
+        if writer.written >= min(options.segmentBytes, max(options.checkpointMinBytes, lastCheckpointBytes)) {
+            rollOver(now: now)
+        }
         // More zeros ahead once less than half the reserve is left (never past the segment's end; while the
         // disk is full the timer retries, `retrySpace`).
         let lowWater = min(options.reserveBytes / 2, max(0, options.segmentBytes - writer.written))
@@ -440,9 +449,13 @@ public final class Journal: JournalWriting {
         guard let checkpointSource else { return }
         var file = SegmentHeader.bytes()
         var body: [UInt8] = []
+        var oversized: Int?
         func add(_ record: JournalRecord) {
             body.removeAll(keepingCapacity: true)
             RecordEncoder.record(record, into: &body)
+            // (fluxd refuses states a record cannot hold before accepting them; this keeps a defect from
+            // crashing a stop: the checkpoint is not written, the segments stay and replay.)
+            guard body.count <= maxRecordBytes else { oversized = body.count; return }
             appendRecord(body, to: &file)
         }
         checkpointSource { add($0) }
@@ -450,7 +463,12 @@ public final class Journal: JournalWriting {
             add(.segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
                                 lastTime: info.lastTime, actions: info.actions))
         }
+        if let oversized {
+            openingNotes.append("no checkpoint written: a record of \(oversized) bytes is over the \(maxRecordBytes) a record may hold")
+            return
+        }
         let dir = options.directory
+        lastCheckpointBytes = file.count
         do {
             try Self.writeFileAtomically(dir + "/" + Self.checkpointName(n), file, dir: dir)
         } catch {

@@ -169,6 +169,32 @@ struct JournalTests {
         #expect(again.stateAt(store: "todos", version: 199, seq: nil)?.state == Array("[199]".utf8))
     }
 
+    @Test("checkpoints come by bytes since the last one (at least checkpointMinBytes and the last checkpoint's size), not only when a segment fills")
+    func checkpointsByBytes() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 1 << 30
+        options.checkpointMinBytes = 8 << 10
+        let journal = try Journal(options: options)
+        // A checkpoint of about 64 KiB (one large retained state): the next one waits for as many bytes of records.
+        let big = ArraySlice(Array("[\"\(String(repeating: "x", count: 64 << 10))\"]".utf8))
+        journal.checkpointSource = { emit in emit(.snapshot(store: "big", version: 1, seq: 0, state: big)) }
+        var writtenAtCheckpoint: [UInt64] = []
+        for batch in 0..<400 {
+            let seqs = UInt64(batch * 10 + 1)...UInt64(batch * 10 + 10)
+            Self.fill(journal, actions: seqs)
+            let before = journal.checkpoints
+            _ = journal.commit(now: 0)
+            if journal.checkpoints > before { writtenAtCheckpoint.append(journal.bytesWritten) }
+        }
+        #expect(writtenAtCheckpoint.count >= 3, "\(writtenAtCheckpoint.count) checkpoints in \(journal.bytesWritten) bytes of records")
+        // The first came after checkpointMinBytes; the ones after it after at least the checkpoint's size.
+        #expect(writtenAtCheckpoint[0] >= 8 << 10 && writtenAtCheckpoint[0] < 64 << 10)
+        for (a, b) in zip(writtenAtCheckpoint, writtenAtCheckpoint.dropFirst()) { #expect(b - a >= 64 << 10) }
+        #expect(journal.lastCheckpointBytes > 64 << 10)
+    }
+
     /// Space and sync failures, through a file whose reservations, writes or syncs fail.
     final class FailingFile: AppendFile {
         let inner: PosixFile

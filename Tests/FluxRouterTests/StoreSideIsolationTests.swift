@@ -1,4 +1,5 @@
 import FluxCore
+import Foundation
 import FluxJSONValue
 import Testing
 @testable import FluxRouter
@@ -98,6 +99,27 @@ struct StoreSideIsolationTests {
         }
         #expect(bus.take(2).filter { $0.op == "subtree" }.count == 2_000)
         #expect(bus.router.statesParsed - parsed == 1)
+    }
+
+    @Test("protocol/vectors/patch.json \"touches\": Router.touches and PathIndex say what the vectors say (SPEC §16.4)")
+    func touchesVectors() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("protocol/vectors/patch.json")
+        let file = try JSONValue(parsing: Array(try Data(contentsOf: url)), maxDepth: 128)
+        let cases = try #require(file["touches"]?.arrayValue)
+        #expect(cases.count >= 19)
+        let peer = Self.peer()
+        for c in cases {
+            let comment = c["comment"]?.stringValue ?? "?"
+            var tree = JSONTree(try #require(c["doc"]))
+            let applied = try tree.apply(try JSONPatch(try #require(c["patch"])))
+            let path = try JSONPointer(parsing: try #require(c["path"]?.stringValue)).tokens
+            let expected: Bool = try #require(c["touches"]?.boolValue as Bool?)
+            #expect(applied.contains { Router.touches($0, path) } == expected, Comment(rawValue: comment))
+            let index = PathIndex()
+            index.insert(PathSubscription(peer: peer, store: "s", path: "", tokens: path, key: 1, order: 1))
+            #expect(index.touched(by: applied).isEmpty == !expected, Comment(rawValue: "PathIndex: " + comment))
+        }
     }
 
     static func peer() -> Peer {

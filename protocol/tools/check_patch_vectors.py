@@ -8,7 +8,9 @@ The file is proven consistent against an independent reference implementation of
 - every "pointers" case: the reference evaluates "pointer" in "doc"; the result must equal "value", or fail with
   the category "error" names;
 - every "diffs" case: "from" and "to" must be valid states (depth at most 64), and a simple reference diff must
-  turn one into the other (apply(from, diff(from, to)) equals to; the diff is [] exactly when they are equal).
+  turn one into the other (apply(from, diff(from, to)) equals to; the diff is [] exactly when they are equal);
+- every "touches" case (SPEC.md §16.4, what fluxd sends path subscribers): "patch" applies to "doc", and a
+  reference of §16.4's rule says whether it touches "path" as "touches" says.
 It also checks the file's shape: the keys each case has, known error categories, unique comments per section,
 no duplicate object keys anywhere and no NaN/Infinity (parsers disagree on both).
 
@@ -367,6 +369,67 @@ def check_diff(case):
     return []
 
 
+def touches(op, path):
+    """SPEC.md §16.4, written from its text: whether one operation (as applied: an add at "-" already names the index
+    it made) touches the subtree at `path` (tokens). Tokens compare as strings, code point by code point."""
+    name = op["op"]
+    if name == "test":
+        return False
+    targets = [parse_pointer(op["path"])]
+    if name == "move":
+        targets.append(parse_pointer(op["from"]))
+    shifts = name in ("add", "remove", "copy", "move")
+    for t in targets:
+        n = min(len(t), len(path))
+        if t[:n] == path[:n]:  # T is P, an ancestor of P, or a descendant of P
+            return True
+        if shifts and 0 < len(t) <= len(path) and t[:-1] == path[:len(t) - 1]:
+            last, mine = t[-1], path[len(t) - 1]
+            if ARRAY_INDEX.fullmatch(last) and ARRAY_INDEX.fullmatch(mine) and int(mine) >= int(last):
+                return True
+    return False
+
+
+def resolved(doc, patch):
+    """The patch's operations as applied to doc: an add at "-" names the index the element got."""
+    out = []
+    current = copy.deepcopy(doc)
+    for op in patch:
+        op = dict(op)
+        if op["op"] == "add":
+            tokens = parse_pointer(op["path"])
+            if tokens and tokens[-1] == "-":
+                parent = resolve(current, tokens[:-1])
+                op["path"] = "".join("/" + escape(t) for t in tokens[:-1]) + "/" + str(len(parent))
+        current = apply_op(current, op)
+        out.append(op)
+    return out
+
+
+def check_touches(case):
+    keys = set(case)
+    problems = ["missing %r" % k for k in ("comment", "doc", "patch", "path", "touches") if k not in keys]
+    if keys - {"comment", "doc", "patch", "path", "touches"}:
+        problems.append("unknown keys %s" % sorted(keys - {"comment", "doc", "patch", "path", "touches"}))
+    if problems:
+        return problems
+    if not isinstance(case["touches"], bool):
+        return ["touches must be true or false"]
+    try:
+        apply_patch(case["doc"], case["patch"])
+        ops = resolved(case["doc"], case["patch"])
+        path = parse_pointer(case["path"])
+    except PatchError as e:
+        return ["the patch must apply to doc: %s" % e]
+    got = any(touches(op, path) for op in ops)
+    if got != case["touches"]:
+        return ["the reference says touches %s" % str(got).lower()]
+    return []
+
+
+SECTIONS = (("apply", check_apply), ("pointers", check_pointer), ("diffs", check_diff), ("touches", check_touches))
+
+
 def check(path=DEFAULT_FILE):
     """[(section, index, comment, problem)] for every failure; [] when the file is consistent."""
     try:
@@ -374,9 +437,9 @@ def check(path=DEFAULT_FILE):
     except (OSError, ValueError) as e:
         return [("file", 0, path, str(e))]
     failures = []
-    if not isinstance(data, dict) or set(data) != {"description", "apply", "pointers", "diffs"}:
-        return [("file", 0, path, "top level must be an object with description, apply, pointers, diffs")]
-    for section, checker in (("apply", check_apply), ("pointers", check_pointer), ("diffs", check_diff)):
+    if not isinstance(data, dict) or set(data) != {"description", "apply", "pointers", "diffs", "touches"}:
+        return [("file", 0, path, "top level must be an object with description, apply, pointers, diffs, touches")]
+    for section, checker in SECTIONS:
         cases = data[section]
         if not isinstance(cases, list):
             failures.append((section, 0, "", "must be an array"))
@@ -396,7 +459,7 @@ def check(path=DEFAULT_FILE):
 
 def cases(path=DEFAULT_FILE):
     data = load(path)
-    return [(s, i, c) for s in ("apply", "pointers", "diffs") for i, c in enumerate(data[s])]
+    return [(s, i, c) for s, _ in SECTIONS for i, c in enumerate(data[s])]
 
 
 def main(argv):

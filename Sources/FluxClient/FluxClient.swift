@@ -216,6 +216,11 @@ public final class FluxClient: Sendable {
         /// Whether fluxd has delta subscriptions (SPEC §16: `welcome.limits.deltaHistory`).
         var deltas: Bool { welcome?.limits.deltaHistory != nil }
         var reconnectTask: Task<Void, Never>?
+        /// When the current connection was welcomed, and how many connections in a row were lost soon after it
+        /// (`Reconnection.quickLoss`): the next reconnection continues their backoff instead of starting over, so
+        /// a connection fluxd closes at once (a refused registration) is not retried in a tight loop.
+        var welcomedAt: ContinuousClock.Instant?
+        var quickLosses = 0
     }
 
     static let helloKey = "#hello"
@@ -344,6 +349,7 @@ public final class FluxClient: Sendable {
         }
         state.withLock { s in
             s.welcome = welcome
+            s.welcomedAt = ContinuousClock().now
             if s.phase == .handshaking { s.phase = .ready }
         }
         logger.debug("connected to \(welcome.server) as peer \(welcome.peer)", metadata: ["name": "\(name)"])

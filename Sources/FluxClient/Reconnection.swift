@@ -34,6 +34,17 @@ public struct ReconnectPolicy: Sendable, Equatable {
         self.giveUpAfter = giveUpAfter
     }
 
+    /// A connection lost within this time of its welcome is a quick loss: the reconnection after it continues
+    /// the backoff of the quick losses before it (see `FluxClient`'s state).
+    public static let quickLoss: Duration = .seconds(5)
+
+    /// SPEC §16.6's wait after the `n`-th refusal in a row (n ≥ 1): a random time between d/2 and d,
+    /// d = min(30 s, 100 ms × 2^(n−1)).
+    public static func refusalDelay(after n: Int) -> Duration {
+        let d = min(30_000.0, 100.0 * pow(2.0, Double(max(0, min(n, 20) - 1))))
+        return .milliseconds(Double.random(in: (d / 2)...d))
+    }
+
     /// Reconnect with the default backoff (50 ms doubling up to 2 s, jitter 25 %), forever.
     public static let `default` = ReconnectPolicy()
     /// Never reconnect: a lost connection ends the client (the behaviour before fluxd 0.3).
@@ -140,9 +151,24 @@ extension FluxClient {
         }
         for sink in sinks { sink(.interrupted(reason)) }
         connectivity.yield(.disconnected(reason: reason))
+        // A connection lost soon after its welcome (fluxd refused what the client did first, say) continues the
+        // backoff of the losses before it; one that lasted starts over.
+        let skip = state.withLock { s -> Int in
+            if let at = s.welcomedAt, ContinuousClock().now - at < ReconnectPolicy.quickLoss {
+                s.quickLosses += 1
+            } else {
+                s.quickLosses = 0
+            }
+            s.welcomedAt = nil
+            // (One quick loss is a restart like any other; the second in a row is a pattern.)
+            return max(0, s.quickLosses - 1)
+        }
+        if skip > 0 {
+            logger.notice("connection to fluxd lost \(skip + 1) times in a row within \(ReconnectPolicy.quickLoss) of being welcomed; backing off")
+        }
         let task = Task { [weak self] in
             guard let self else { return }
-            await self.reconnectLoop(after: reason)
+            await self.reconnectLoop(after: reason, skipping: skip)
         }
         let keep = state.withLock { s -> Bool in
             guard s.phase == .reconnecting else { return false }
@@ -152,15 +178,21 @@ extension FluxClient {
         if !keep { task.cancel() }
     }
 
-    private func reconnectLoop(after reason: FluxError) async {
+    private func reconnectLoop(after reason: FluxError, skipping: Int) async {
         let policy = reconnect
         let clock = ContinuousClock()
         let start = clock.now
         var attempt = 0
+        // (The delays continue those of the quick losses before; the attempts are counted from 1 as usual.)
+        func delay(_ attempt: Int) -> Duration {
+            let usual = policy.delay(forAttempt: attempt + skipping)
+            guard skipping > 0 else { return usual }
+            return max(usual, ReconnectPolicy.refusalDelay(after: skipping + attempt - 1))
+        }
         var last = reason
         while state.withLock({ $0.phase == .reconnecting }) {
             attempt += 1
-            let delay = policy.delay(forAttempt: attempt)
+            let delay = delay(attempt)
             if let max = policy.maxAttempts, attempt > max {
                 return giveUp(after: attempt - 1, last)
             }
@@ -239,6 +271,7 @@ extension FluxClient {
             // A missing epoch is an older fluxd, which keeps nothing across restarts: a changed history.
             let changed = welcome.epoch == nil || before == nil || welcome.epoch != before
             s.welcome = welcome
+            s.welcomedAt = ContinuousClock().now
             s.phase = .ready
             if changed { s.era += 1 }
             var out: [UInt8] = []

@@ -114,6 +114,23 @@ extension Router {
         fail(peer, .memoryBudget, "\(what) for store \"\(store.name)\" does not fit fluxd's memory budget (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes; \(memory.used) of \(config.memory.total) in total)", &out, ref: store.name, fatal: true)
     }
 
+    /// A refused `register`: answered with its error, and logged (rate-limited: a store that keeps retrying is
+    /// seen in the log without flooding it).
+    func refuseRegistration(_ peer: Peer, _ name: String, _ code: ErrorCode, _ message: String, _ out: inout Output) {
+        logRefusedRegistration(peer, name, code.rawValue, &out)
+        fail(peer, code, message, &out)
+    }
+
+    func logRefusedRegistration(_ peer: Peer, _ name: String, _ code: String, _ out: inout Output) {
+        switch refusalLog.admit(now: now) {
+        case .log(let suppressed):
+            let more = suppressed > 0 ? " (\(suppressed) more refusals not logged in the last \(LogRateLimit.window / 1000) s)" : ""
+            out.log(.warning, "refused the registration of store \"\(name)\" by peer \(peer.id) (\(peer.name), uid \(peer.account.uid)): \(code)\(more)")
+        case .suppress:
+            break
+        }
+    }
+
     /// SPEC §16.2: a patch that does not apply closes the store's connection (it and fluxd disagree on its state).
     func failPatch(_ peer: Peer, _ store: StoreEntry, _ message: String, _ out: inout Output) {
         out.log(.warning, "store \"\(store.name)\": \(message); closing its connection")

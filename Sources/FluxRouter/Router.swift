@@ -65,6 +65,9 @@ public final class Router {
     /// The clock reading of the first event (monitor events carry time since then) and of the current one.
     @exclusivity(unchecked) var epoch: Millis?
     @exclusivity(unchecked) var now: Millis = 0
+    /// Log lines for refused registrations and oversized frames (peers that retry in a loop): at most a few per
+    /// window.
+    @exclusivity(unchecked) var refusalLog = LogRateLimit()
     /// Path subscriptions made so far (each one's `order`).
     @exclusivity(unchecked) var nextPathOrder: UInt64 = 0
     /// Tree nodes visited applying patches (`JSONTree.apply`'s steps), since start: the work the fuzz target and
@@ -195,6 +198,10 @@ public final class Router {
             }
         case .oversizedFrame(let id, let length):
             if let peer = peers[id], !peer.closing {
+                if case .log(let suppressed) = refusalLog.admit(now: now) {
+                    let more = suppressed > 0 ? " (\(suppressed) more refusals not logged in the last \(LogRateLimit.window / 1000) s)" : ""
+                    out.log(.warning, "peer \(peer.id) (\(peer.name), uid \(peer.account.uid)) sent a frame of \(length) bytes, over maxFrame \(config.maxFrame); closing it\(more)")
+                }
                 fail(peer, .tooLarge, "frame of \(length) bytes exceeds maxFrame \(config.maxFrame)", &out)
             }
         case .closed(let id):

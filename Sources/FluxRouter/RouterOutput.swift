@@ -84,3 +84,29 @@ public struct Traffic: Sendable {
         snapshots += t.snapshots
     }
 }
+
+/// At most `perWindow` log lines of one kind per `window` ms; the first line after a window with suppressed ones
+/// says how many were left out.
+struct LogRateLimit {
+    static let window: Millis = 10_000
+    static let perWindow = 5
+    enum Admission { case log(suppressed: Int), suppress }
+
+    private var windowStart: Millis = 0
+    private var logged = 0
+    private var suppressed = 0
+
+    mutating func admit(now: Millis) -> Admission {
+        if now >= windowStart + Self.window {
+            windowStart = now
+            logged = 0
+        }
+        guard logged < Self.perWindow else {
+            suppressed += 1
+            return .suppress
+        }
+        logged += 1
+        defer { suppressed = 0 }
+        return .log(suppressed: suppressed)
+    }
+}

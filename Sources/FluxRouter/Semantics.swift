@@ -7,21 +7,22 @@ extension Router {
     func register(_ peer: Peer, _ request: RegisterRequest, now: Millis, _ out: inout Output) {
         let name = request.store, handles = request.handles, waitFor = request.waitFor
         if waitFor.count > config.maxWaitFor {
-            return fail(peer, .limitExceeded, "\"waitFor\" names \(waitFor.count) stores (maxWaitFor \(config.maxWaitFor))", &out)
+            return refuseRegistration(peer, name, .limitExceeded, "\"waitFor\" names \(waitFor.count) stores (maxWaitFor \(config.maxWaitFor))", &out)
         }
         if !peer.owned.contains(name) && peer.owned.count >= config.maxStoresPerConnection {
-            return fail(peer, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out)
+            return refuseRegistration(peer, name, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out)
         }
         if !(stores[name]?.wasRegistered ?? false), let refusal = journal?.refusal {
+            logRefusedRegistration(peer, name, "journal", &out)
             return failJournal(peer, refusal, &out)  // a new name must be journaled; a known one resumes
         }
         let store = entry(name)
         if let owner = store.owner {
-            return fail(peer, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out)
+            return refuseRegistration(peer, name, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out)
         }
         if let path = cyclePath(from: name, waitFor: waitFor) {
             forgetIfUnused(store)  // a refused registration leaves no name behind
-            return fail(peer, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out)
+            return refuseRegistration(peer, name, .cycle, "waitFor would make a cycle: \(path.joined(separator: " -> "))", &out)
         }
         // A registered name is remembered for the whole run: it stays charged to the last connection that
         // registered it (and so to its user), which bounds how many names one user can make fluxd keep.
@@ -34,13 +35,13 @@ extension Router {
         if store.registeredBy === peer.account {
             guard memory.resize(peer.account, from: store.registrationCost, to: registrationCost + initialCost) else {
                 forgetIfUnused(store)
-                return fail(peer, .memoryBudget, noRoom, &out)
+                return refuseRegistration(peer, name, .memoryBudget, noRoom, &out)
             }
             memory.release(peer.account, initialCost)
         } else {
             guard memory.charge(peer.account, registrationCost + initialCost) else {
                 forgetIfUnused(store)
-                return fail(peer, .memoryBudget, noRoom, &out)
+                return refuseRegistration(peer, name, .memoryBudget, noRoom, &out)
             }
             memory.release(peer.account, initialCost)
             if let previous = store.registeredBy { memory.release(previous, store.registrationCost) }

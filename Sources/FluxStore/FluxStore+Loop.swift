@@ -36,6 +36,9 @@ extension FluxStore {
         /// The size of the state's JSON as last sent or adopted whole; nil once changes went as patches (the size
         /// is then not known; a state that grew past `wholeStateLimit` stays on patches).
         var wholeSize: Int?
+        /// The state's JSON left out of `register` because the frame would have been larger than fluxd's
+        /// `maxFrame` (SPEC §16.6): published in pieces if fluxd turns out to retain no state for the store.
+        var owed: [UInt8]?
         /// The store's name as a JSON string (written into every answer).
         let nameJSON: [UInt8]
         /// The handler found for the last action type (actions of one type tend to come in runs).
@@ -56,12 +59,20 @@ extension FluxStore {
             self.nameJSON = name
         }
 
-        /// Sends `register` on the client's current connection.
+        /// Sends `register` on the client's current connection: with the state, when the frame fits in fluxd's
+        /// `maxFrame`; without it otherwise (SPEC §16.6: fluxd's retained state is adopted, or, when it has none,
+        /// the state is published in pieces once registered).
         mutating func register() throws(FluxError) {
-            let (frame, size) = try store.registerFrame(state: generation == nil ? store.initial : state)
+            let json = try FluxJSON.encode(generation == nil ? store.initial : state)
+            var frame = store.registerFrame(stateJSON: json)
+            owed = nil
+            if let maxFrame = client.welcome.limits.maxFrame, frame.body.count > maxFrame {
+                frame = store.registerFrame(stateJSON: nil)
+                owed = json
+            }
             let current = client.generation
             try client.send(frame: frame, generation: current)
-            wholeSize = size
+            wholeSize = json.count
             generation = current
             phase = .registering
             patches = client.welcome.limits.deltaHistory != nil
@@ -127,8 +138,11 @@ extension FluxStore {
             case "registered":
                 adoptedSeq = env.fluxInt("seq") ?? 0
                 if (env.fluxInt("version") ?? 0) > 0 {
+                    owed = nil
                     phase = .awaitingSnapshot
                 } else {
+                    if let owed { publishInPieces(owed) }
+                    owed = nil
                     becomeReady()
                 }
             case "snapshot":
@@ -352,6 +366,42 @@ extension FluxStore {
             }
         }
 
+        /// SPEC §16.6: a state larger than a frame, when fluxd retains none: the root as an empty container (a
+        /// `state`, version 1), then patches that each fit in a frame (versions 2, 3, ...), sent before any answer
+        /// (frames to fluxd keep their order). Later changes are patches from this state.
+        mutating func publishInPieces(_ json: [UInt8]) {
+            let maxFrame = client.welcome.limits.maxFrame ?? (1 << 20)
+            do throws(FluxError) {
+                guard patches else {
+                    throw .invalidArgument("the state of \(store.name) (\(json.count) bytes) is larger than fluxd's maxFrame (\(maxFrame)), and this fluxd takes no patches (SPEC §16) to publish it in pieces")
+                }
+                let pieces: StatePieces
+                do { pieces = try JSONValue(parsing: json).pieces(maxPatchBytes: maxFrame - 128 - nameJSON.count) } catch {
+                    throw .invalidArgument("the state of \(store.name) cannot be published: \(error)")
+                }
+                var b = FrameBuilder(op: "state")
+                b.raw("store", nameJSON)
+                b.raw("state", pieces.root.compactBytes)
+                try client.send(frame: b.finish(), generation: generation)
+                var version = 1
+                for patch in pieces.patches {
+                    var p = FrameBuilder(op: "patch", capacity: 96 + nameJSON.count + maxFrame / 2)
+                    p.raw("store", nameJSON)
+                    p.int("base", version)
+                    p.raw("patch", patch.compactBytes)
+                    try client.send(frame: p.finish(), generation: generation)
+                    version += 1
+                }
+                store.logger.notice("store \(store.name): its state (\(json.count) bytes) is larger than a frame (\(maxFrame)); published in \(pieces.patches.count + 1) pieces (versions 1-\(version))")
+                delta.forgetBaseline()
+                try? delta.setBaseline(state)
+                base = delta.hasBaseline ? version : nil
+                wholeSize = nil
+            } catch {
+                store.report(error)
+            }
+        }
+
         /// After adopting the retained state (its bytes `raw`, at `version`): patches start from it. When the
         /// state encodes to other bytes than fluxd's (another member order, a field the model does not keep), the
         /// store publishes its own encoding first, so that fluxd and the store agree on the JSON patches apply to.
@@ -368,10 +418,31 @@ extension FluxStore {
                     base = version
                     return
                 }
-                var b = FrameBuilder(op: "state", capacity: 64 + mine.count)
-                b.string("store", store.name)
-                b.raw("state", mine)
-                try client.send(frame: b.finish(), generation: generation)
+                let maxFrame = client.welcome.limits.maxFrame ?? Int.max
+                if mine.count + 64 + nameJSON.count <= maxFrame {
+                    var b = FrameBuilder(op: "state", capacity: 64 + mine.count)
+                    b.string("store", store.name)
+                    b.raw("state", mine)
+                    try client.send(frame: b.finish(), generation: generation)
+                    base = version + 1
+                    return
+                }
+                // Larger than a frame (SPEC §16.6): what differs, as a patch from fluxd's state (member order
+                // aside, which patches do not depend on).
+                let patch = try JSONValue(parsing: raw).diffPatch(to: JSONValue(parsing: mine))
+                if patch.isEmpty {
+                    base = version
+                    return
+                }
+                let bytes = patch.compactBytes
+                guard bytes.count + 96 + nameJSON.count <= maxFrame else {
+                    throw FluxError.invalidArgument("the state of \(store.name) differs from fluxd's by more than a frame holds")
+                }
+                var p = FrameBuilder(op: "patch", capacity: 96 + nameJSON.count + bytes.count)
+                p.raw("store", nameJSON)
+                p.int("base", version)
+                p.raw("patch", bytes)
+                try client.send(frame: p.finish(), generation: generation)
                 base = version + 1
             } catch {
                 delta.forgetBaseline()

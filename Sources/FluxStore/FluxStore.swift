@@ -432,15 +432,15 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
     /// a reconnection, the state in memory (an ephemeral fluxd that restarted retains nothing: the store keeps what
     /// it had; a durable one sends its retained snapshot, which the store adopts).
     /// The `register` frame, and the size of the state's JSON in it.
-    func registerFrame(state: State) throws(FluxError) -> (frame: Frame, stateSize: Int) {
-        let initialJSON = try FluxJSON.encode(state)
-        var b = FrameBuilder(op: "register", capacity: 128 + initialJSON.count)
+    /// The `register` frame, with `stateJSON` as its initial state when given.
+    func registerFrame(stateJSON: [UInt8]?) -> Frame {
+        var b = FrameBuilder(op: "register", capacity: 128 + (stateJSON?.count ?? 0))
         b.string("store", name)
         b.strings("handles", handles)
         b.strings("waitFor", waitFor)
         b.bool("queryDeltas", true)  // query changes one by one, not the whole set each time (SPEC §8.6)
-        b.raw("state", initialJSON)
-        return (b.finish(), initialJSON.count)
+        if let stateJSON { b.raw("state", stateJSON) }
+        return b.finish()
     }
 
     func publishState(_ state: State) {

@@ -274,6 +274,31 @@ struct JSONTreeTests {
         #expect(Set([JSONPointer(tokens: [composed]), JSONPointer(tokens: [decomposed])]).count == 2)
     }
 
+    @Test("StatePieces (SPEC §16.6): every patch fits, applying them to the root gives the state back, member order kept")
+    func statePieces() throws {
+        var r = SplitMix(state: 66)
+        for round in 0..<300 {
+            let doc = Self.document(&r, width: round % 5 == 0 ? 60 : 10)
+            guard doc.arrayValue != nil || doc.objectValue != nil else { continue }
+            let limit = 120 + r.below(400)
+            let pieces: StatePieces
+            do { pieces = try doc.pieces(maxPatchBytes: limit) } catch {
+                // Only a scalar that alone does not fit may refuse.
+                #expect(error.size > limit)
+                continue
+            }
+            var rebuilt = pieces.root
+            for patch in pieces.patches {
+                #expect(patch.compactBytes.count <= limit)
+                try rebuilt.apply(patch)
+            }
+            #expect(rebuilt.compactBytes == doc.compactBytes)
+        }
+        #expect(throws: StatePiecesError.self) {
+            try JSONValue.object([("s", .string(String(repeating: "x", count: 500)))]).pieces(maxPatchBytes: 200)
+        }
+    }
+
     @Test("parsing: strings re-rendered as fluxd renders them, a repeated key keeps its last value")
     func parsing() throws {
         let tree = try JSONTree(parsing: Array(#"{"a":"\u00e9\/","b":[1, 2.50 ,{}],"a":3}"#.utf8))

@@ -52,6 +52,33 @@ struct ReconnectTests {
         #expect(!ReconnectPolicy.disabled.enabled)
     }
 
+    @Test("connections lost right after their welcome, again and again (a refused registration), back off (SPEC §16.6)")
+    func quickLossesBackOff() async throws {
+        let fluxd = ScriptedConnector()
+        let (client, first) = try await connectReconnecting(fluxd)
+        let events = Recorder(client.connectivityEvents())
+        first.drop("refused")
+        for index in 1...4 {
+            let connection = try await welcomeAgain(fluxd, index, session: client.session)
+            _ = try await events.wait { $0.filter { $0 == .reconnected(epochChanged: false) }.count == index }
+            connection.drop("refused")
+        }
+        _ = try await welcomeAgain(fluxd, 5, session: client.session)
+        let all = try await events.wait { $0.filter { $0 == .reconnected(epochChanged: false) }.count == 5 }
+        let delays = all.compactMap { event -> Duration? in
+            if case .reconnecting(_, let delay) = event { return delay } else { return nil }
+        }
+        #expect(delays.count == 5)
+        // The first loss is a restart like any other (the policy's 1 ms); from the second in a row, at least half
+        // of 100 ms doubling (SPEC §16.6), whatever the policy says.
+        #expect(delays.first == .milliseconds(1))
+        for (n, delay) in delays.dropFirst().enumerated() {
+            #expect(delay >= .milliseconds(50 << n), "reconnection \(n + 2) waited \(delay)")
+        }
+        await client.close()
+        _ = try await events.waitForEnd()
+    }
+
     @Test("a dropped connection is made again: events, same session, resubscribed, no version twice")
     func resubscribesWithoutRepeatingAVersion() async throws {
         let fluxd = ScriptedConnector()

@@ -734,8 +734,6 @@ class RegistrationCore:
         if self._awaiting_gen != generation or generation == 0:
             return
         self._awaiting_gen = 0
-        if self.registrations == 0:
-            return
         error = getattr(end, "error", None)
         self._refused(f"{error.code}: {error.message}" if error is not None else
                       f"the connection ended before the registration was complete ({end})")

@@ -11,6 +11,7 @@ export {
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
   NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, SlowConsumerError,
   LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, NotSentError, OutcomeUnknownError,
+  StateTooLargeError,
 } from './lib/errors.mjs';
 export type { ErrorFrame } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';

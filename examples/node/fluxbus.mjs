@@ -12,6 +12,7 @@ export {
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
   NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, SlowConsumerError,
   LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, NotSentError, OutcomeUnknownError,
+  StateTooLargeError,
 } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
 export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';

@@ -12,6 +12,11 @@ export function canonicalJSON(value) {
   return '{' + keys.map((k) => JSON.stringify(k) + ':' + canonicalJSON(value[k])).join(',') + '}';
 }
 
+/** An object's keys in the order `canonicalJSON` writes them (members whose value is undefined left out). @param {Record<string, any>} value @returns {string[]} */
+export function canonicalKeys(value) {
+  return Object.keys(value).filter((k) => value[k] !== undefined).sort(byCodePoint);
+}
+
 /** Orders strings by Unicode code point (= UTF-8 byte order), as SPEC §8.6's canonical encoding asks. */
 function byCodePoint(a, b) {
   const x = [...a]; const y = [...b];

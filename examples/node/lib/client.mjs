@@ -19,7 +19,7 @@ import { PendingReplies } from './pending.mjs';
 import { FrameWriter, DEFAULT_MAX_WRITE_QUEUE } from './writer.mjs';
 import { Subscription, QueryReceipt } from './subscription.mjs';
 import { reconnectPolicy, backoffDelay } from './reconnect.mjs';
-import { kAttach, kRelease, kDeliver, kEnd, kStatus, kFirst, kRebase, kLose } from './internal.mjs';
+import { kAttach, kRelease, kDeliver, kEnd, kStatus, kFirst, kRebase, kLose, kHold, kBarrier } from './internal.mjs';
 import { applyPatch, isValidPointer } from './patch.mjs';
 
 /** The key of a path subscription (store names have no space): its maps' key and its replies' key suffix. */
@@ -98,6 +98,7 @@ export class Client extends EventEmitter {
   #lostAt = 0;
   #connectedAt = 0;
   #lastAttempt = 0;
+  #holdUntil = 0; // performance.now() before which no reconnection is attempted (a refused registration, SPEC §16.6)
 
   /**
    * Use `Client.connect`.
@@ -433,6 +434,29 @@ export class Client extends EventEmitter {
   /** Ends the current connection as lost (the client reconnects if it may). @param {Error} reason @internal */
   [kLose](reason) { const conn = this.#conn; if (conn && this.connected) this.#ended(conn, reason); }
 
+  /**
+   * No reconnection before `until` (performance.now() ms): a store's registration was refused and it waits before
+   * registering again (SPEC §16.6). @param {number} until @internal
+   */
+  [kHold](until) { this.#holdUntil = Math.max(this.#holdUntil, until); }
+
+  /**
+   * Sends `ping` on the current connection and resolves true once its `pong` came (fluxd has handled every frame
+   * sent before it, SPEC §2), false when that connection is lost first (or there is none), or after `timeout` ms.
+   * @param {number|null} [timeout] @returns {Promise<boolean>} @internal
+   */
+  async [kBarrier](timeout) {
+    if (!this.connected || this.closedReason) return false;
+    const gen = this.#conn.gen;
+    const id = `r-${this.nextId++}`;
+    try {
+      const msg = await this.#call(id, JSON.stringify({ op: Ops.PING, id }), this.#deadline(timeout), "waiting for fluxd's pong", { kind: 'release' });
+      return msg?.op === Ops.PONG && this.connected && this.#conn.gen === gen;
+    } catch {
+      return false;
+    }
+  }
+
   /** @returns {boolean} whether `sub` was attached */
   #detach(sub) {
     const [map, key] = sub.path === undefined ? [this.subscriptions, sub.store] : [this.pathSubscriptions, pathKey(sub.store, sub.path)];
@@ -656,6 +680,7 @@ export class Client extends EventEmitter {
       return;
     }
     let delay = backoffDelay(policy, attempt);
+    delay = Math.max(delay, Math.ceil(this.#holdUntil - performance.now())); // a refused registration waits longer
     if (policy.giveUpAfter !== null) delay = Math.max(0, Math.min(delay, policy.giveUpAfter - elapsed));
     this.emit('reconnecting', { attempt, delay, error: lastError });
     if (this.closedReason) return;

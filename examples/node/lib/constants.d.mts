@@ -69,11 +69,11 @@ export declare const ErrorCodes: {
 
 /** Codes of this library's own failures. */
 export type LocalErrorCode = 'disconnected' | 'wrong-server-uid' | 'no-fluxd' | 'timeout' | 'write-queue-full' | 'not-sent'
-  | 'outcome-unknown';
+  | 'outcome-unknown' | 'state-too-large';
 export declare const LocalErrorCodes: {
   readonly DISCONNECTED: 'disconnected'; readonly WRONG_SERVER_UID: 'wrong-server-uid'; readonly NO_FLUXD: 'no-fluxd';
   readonly TIMEOUT: 'timeout'; readonly WRITE_QUEUE_FULL: 'write-queue-full'; readonly NOT_SENT: 'not-sent';
-  readonly OUTCOME_UNKNOWN: 'outcome-unknown';
+  readonly OUTCOME_UNKNOWN: 'outcome-unknown'; readonly STATE_TOO_LARGE: 'state-too-large';
 };
 
 /** Codes the Store class puts in its rejections. */

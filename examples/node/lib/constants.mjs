@@ -84,6 +84,8 @@ export const LocalErrorCodes = Object.freeze({
   NOT_SENT: 'not-sent',
   /** a dispatch was sent, its connection was lost and fluxd cannot say what became of it (no `recover`, new epoch) */
   OUTCOME_UNKNOWN: 'outcome-unknown',
+  /** a store's state cannot be published in frames of `maxFrame` bytes (a string or number larger than a frame; SPEC §16.6) */
+  STATE_TOO_LARGE: 'state-too-large',
 });
 
 /** Codes the Store class puts in its rejections (the same in the Swift and Python store libraries). */

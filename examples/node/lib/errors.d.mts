@@ -137,6 +137,14 @@ export declare class NotSentError extends FluxError {
   /** The dispatch's id. */
   id: string;
 }
+/** A store's state cannot be published in frames of `maxFrame` bytes (SPEC §16.6); the store does not retry. */
+export declare class StateTooLargeError extends FluxError {
+  constructor(store: string, detail: string, path?: string);
+  code: 'state-too-large';
+  store: string;
+  /** The JSON Pointer of the value too large for a frame (undefined: the root). */
+  path: string | undefined;
+}
 /** A dispatch sent before the connection was lost whose outcome fluxd cannot tell (new epoch, no `recover`, closed). */
 export declare class OutcomeUnknownError extends FluxError {
   constructor(id: string, detail: string, cause?: Error);

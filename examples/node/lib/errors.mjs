@@ -205,6 +205,21 @@ export class NotSentError extends FluxError {
 }
 
 /**
+ * A store's state cannot be published within fluxd's `welcome.limits.maxFrame` (SPEC §16.6): its root is a string
+ * or number larger than a frame, one string or number in it (`path`) does not fit in a frame even alone, or the
+ * fluxd takes no patches (older than 0.4.0) and the state is larger than a frame. Nothing was sent for it and the
+ * store does not retry. `ref` / `store` is the store.
+ */
+export class StateTooLargeError extends FluxError {
+  /** @param {string} store @param {string} detail @param {string} [path] */
+  constructor(store, detail, path = undefined) {
+    super(LocalErrorCodes.STATE_TOO_LARGE, detail, false, store);
+    /** @type {string} */ this.store = store;
+    /** @type {string|undefined} */ this.path = path;
+  }
+}
+
+/**
  * A dispatch was sent, the connection was lost before its settlement, and fluxd cannot say what became of it: the
  * fluxd reached after reconnecting is a new history (another `welcome.epoch`, or none: an ephemeral or older
  * fluxd), it refused `recover` (`unknown-op` from a fluxd older than 0.3.0), or the client closed for good. The

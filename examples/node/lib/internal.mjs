@@ -7,3 +7,5 @@ export const kStatus = Symbol('fluxbus.status');
 export const kFirst = Symbol('fluxbus.first');
 export const kRebase = Symbol('fluxbus.rebase');
 export const kLose = Symbol('fluxbus.lose');
+export const kHold = Symbol('fluxbus.hold');
+export const kBarrier = Symbol('fluxbus.barrier');

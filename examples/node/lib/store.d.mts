@@ -33,7 +33,14 @@ export interface ActionContext {
 /** Returns the new state (or undefined / the same state for no change); may be async. */
 export type Handler<S, P = any> = (this: Store<S>, state: S, payload: P, ctx: ActionContext) => S | undefined | void | Promise<S | undefined | void>;
 
-export interface ErrorContext { store: string; type?: string; seq?: number }
+export interface ErrorContext {
+  store: string;
+  type?: string;
+  seq?: number;
+  /** A refused registration (SPEC §16.6): refusals in a row, and the ms the store waits before registering again. */
+  refusals?: number;
+  retryIn?: number;
+}
 
 /** A payload field's type in a shape: `?` at the end = the field may be absent. */
 export type PayloadFieldType = `${'string' | 'number' | 'integer' | 'boolean' | 'object' | 'array' | 'any'}${'' | '?'}`;
@@ -94,6 +101,8 @@ export declare class Store<S = any> {
   readonly adoptedSeq: number;
   /** Whether the store is registered on a live connection (false while its client reconnects). */
   readonly registered: boolean;
+  /** Refused registrations in a row (SPEC §16.6); 0 again once a registration succeeds. */
+  readonly refusals: number;
   on<P = any>(pattern: string, handler: Handler<S, P>, options?: HandlerOptions): this;
   onQueries(queries: ActiveQuery[]): void;
   onError(error: unknown, context: ErrorContext): void;

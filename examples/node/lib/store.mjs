@@ -1,18 +1,42 @@
 // Store workers: handlers for actions (answered in order, one at a time), rejections written for the person who
 // dispatched, the active query set, publishing state.
 import { Roles, StoreErrorCodes } from './constants.mjs';
-import { DisconnectedError, TimeoutError, errorFromFrame } from './errors.mjs';
+import { DisconnectedError, StateTooLargeError, TimeoutError, errorFromFrame } from './errors.mjs';
 import { canonicalJSON } from './canonical.mjs';
 import { isValidPattern, isValidStoreName, patternMatches } from './names.mjs';
 import { Client, DEFAULT_CONNECT_TIMEOUT } from './client.mjs';
 import { Deadline } from './deadline.mjs';
 import { QuerySet } from './query-set.mjs';
-import { kLose } from './internal.mjs';
-import { diff } from './patch.mjs';
+import { kLose, kHold, kBarrier } from './internal.mjs';
+import { diff, jsonEqual } from './patch.mjs';
 import { produce } from './draft.mjs';
+import { fits as fitsFrame, patchFrame, refusalDelay, splitState, stateFrameLength } from './pieces.mjs';
 
 /** Codes of a failed registration after a reconnection that trying again later cannot cure: the store stops. */
 const REGISTRATION_FINAL = new Set(['cycle', 'bad-message', 'forbidden']);
+
+/**
+ * A state a store publishes after registering because fluxd retains none for it (SPEC §16.6): whole in one `state`
+ * if that fits in a frame, else in pieces (`splitState`): the empty root, then patches.
+ */
+class Publication {
+  /** @param {any} target */
+  constructor(target) {
+    this.target = target;
+    /** @type {import('./pieces.mjs').Pieces|undefined} */ this.pieces = undefined;
+    this.firstVersion = 0; // the version the pieces' root made (0: not sent yet)
+    this.sent = 0; // patches sent after the root
+    /** @type {string|undefined} */ this.epoch = undefined; // the epoch the root was sent in
+    this.done = false; // sent whole
+  }
+
+  /** Whether the snapshot after `registered` is what these pieces made, up to one of them, in this epoch. */
+  resumes(msg, epoch) {
+    if (!this.pieces || !this.firstVersion || epoch === undefined || epoch !== this.epoch) return false;
+    const made = Number.isInteger(msg.version) ? msg.version - this.firstVersion : -1;
+    return made >= 0 && made <= this.pieces.patches.length && jsonEqual(msg.state, this.pieces.stateAfter(made));
+  }
+}
 
 /** What a store does with an action its patterns match but no handler takes (`new Store({unhandled})`). */
 export const Unhandled = Object.freeze({ REJECT: 'reject', IGNORE: 'ignore' });
@@ -108,7 +132,7 @@ function payloadCheck(spec) {
  * @typedef {{seq: number, type: string, origin: number, cause?: number, redelivered: boolean,
  *            dispatch: (type: string, payload?: any) => void}} ActionContext
  * @typedef {(state: any, payload: any, ctx: ActionContext) => any} Handler
- * @typedef {{store: string, type?: string, seq?: number}} ErrorContext
+ * @typedef {{store: string, type?: string, seq?: number, refusals?: number, retryIn?: number}} ErrorContext
  */
 
 /**
@@ -150,6 +174,10 @@ export class Store {
   #resumed = false;
   /** @type {{resolve: (r: {resumed: boolean}) => void, reject: (err: unknown) => void}|null} start() waiting */ #starting = null;
   /** @type {{state: any}|undefined} a state published while not registered, sent once registered again */ #unpublished = undefined;
+  #refusals = 0; // refused registrations in a row (SPEC §16.6)
+  #awaiting = false; // a register went out and the registration is not complete (confirmed) yet
+  /** @type {Publication|undefined} the state to publish once this registration is complete (fluxd retains none) */ #toPublish = undefined;
+  /** @type {Publication|undefined} the one whose pieces were sent, kept until fluxd confirmed them all */ #publication = undefined;
   /**
    * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
    * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
@@ -198,6 +226,9 @@ export class Store {
   /** Whether the store is registered on a live connection (false while its client reconnects). */
   get registered() { return this.#phase === 'running'; }
 
+  /** Refused registrations in a row (SPEC §16.6): 0 again once a registration succeeds. */
+  get refusals() { return this.#refusals; }
+
   /**
    * Adds a handler for an action type or `prefix*` pattern. `payload` checks the payload before the handler runs
    * and rejects it with `store/bad-payload` naming the field and what was expected: a shape
@@ -217,10 +248,16 @@ export class Store {
   onQueries(_queries) {}
 
   /**
-   * The store's log: a handler that failed with something other than `Reject`, or a failure while answering.
-   * The default writes it to stderr. @param {unknown} error @param {ErrorContext} context
+   * The store's log: a handler that failed with something other than `Reject`, a failure while answering, or a
+   * refused registration (SPEC §16.6: `context.refusals` in a row, and `context.retryIn`, the ms before the store
+   * registers again). The default writes it to stderr. @param {unknown} error @param {ErrorContext} context
    */
   onError(error, context) {
+    if (context.retryIn !== undefined) { // a refused registration (SPEC §16.6)
+      const { code = 'error', detail = String(error) } = /** @type {any} */ (error);
+      console.error(`fluxbus: store '${context.store}': registration refused (${code}: ${detail}); registering again in ${context.retryIn} ms (refusal ${context.refusals} in a row)`);
+      return;
+    }
     const where = context.type ? ` while handling ${context.type} (seq ${context.seq})` : '';
     console.error(`fluxbus: store '${context.store}' failed${where}:`, error);
   }
@@ -270,7 +307,10 @@ export class Store {
     }
   }
 
-  /** Sends `register`: first, and after each reconnection (before anything else goes on the new connection). */
+  /**
+   * Sends `register`: first, and after each reconnection (before anything else goes on the new connection). The
+   * state goes in it only if the frame fits in `maxFrame` (SPEC §16.6); else the store publishes it once registered.
+   */
   #register(epochChanged) {
     this.#gen++;
     this.#phase = 'registering';
@@ -278,16 +318,26 @@ export class Store {
     const register = { op: 'register', store: this.name, handles: this.handles, waitFor: this.waitFor };
     if (this.queryDeltas) register.queryDeltas = true;
     // fluxd uses `state` only when it retains no snapshot for the name. A fluxd of another epoch (restarted without
-    // its history) retains none: the state this process holds then carries on, rather than the initial one.
-    const state = epochChanged && this.state !== undefined ? this.state : this.initialState;
+    // its history) retains none: the state this process holds then carries on, rather than the initial one; so
+    // does a state it was publishing when the connection was lost.
+    const pending = this.#publication ?? this.#toPublish;
+    const state = pending ? pending.target : epochChanged && this.state !== undefined ? this.state : this.initialState;
     if (state !== undefined) register.state = state;
-    this.client.send(register);
+    let body = JSON.stringify(register);
+    if (state !== undefined && !fitsFrame(Buffer.byteLength(body), this.client.welcome?.limits?.maxFrame)) {
+      delete register.state; // too large for one frame: published in pieces if fluxd retains nothing
+      body = JSON.stringify(register);
+    }
+    this.#awaiting = true;
+    this.client.sendRaw(body, { force: true });
   }
 
   /** Everything the client routes to this store, and the connection's ups and downs. */
   #receive(msg) {
     switch (msg.op) {
-      case 'disconnected': this.#gen++; this.#phase = 'down'; return; // the answer to an action in hand is dropped
+      case 'disconnected': // the answer to an action in hand is dropped
+        if (this.#awaiting) this.#refused(msg.reason); // before the registration was complete
+        this.#gen++; this.#phase = 'down'; return;
       case 'reconnected': this.#register(msg.epochChanged === true); return;
       case 'closed': {
         this.#gen++; this.#phase = 'closed';
@@ -307,27 +357,84 @@ export class Store {
     this.chain = this.chain.then(() => this.#handle(msg, gen)).catch((err) => this.#report(err, {}));
   }
 
+  /**
+   * A refused registration (SPEC §16.6): counted, reported (`onError`, with `refusals` and `retryIn`), and no
+   * reconnection before the wait (100 ms doubling up to 30 s, at random between half and all of it) is over.
+   * @param {Error} error fluxd's error, or why the connection ended (its `cause`: fluxd's fatal error, if any)
+   */
+  #refused(error) {
+    this.#awaiting = false;
+    this.#refusals++;
+    const delay = Math.round(refusalDelay(this.#refusals));
+    this.client[kHold](performance.now() + delay);
+    const reported = error instanceof DisconnectedError && error.cause instanceof Error ? error.cause : error;
+    this.#report(reported, { refusals: this.#refusals, retryIn: delay });
+  }
+
+  /** The registration succeeded (and fluxd took what the store published on registering): the backoff starts over. */
+  #confirm() { this.#awaiting = false; this.#refusals = 0; }
+
   /** registered, the retained snapshot, then queries (SPEC §8.2); or an error refusing the registration. */
   #registration(msg) {
     if (msg.op === 'error') {
       const error = errorFromFrame(msg);
       const starting = this.#starting; this.#starting = null;
-      if (starting) { starting.reject(error); return; } // start() rejects (and closes)
-      this.#report(error, {});
-      if (REGISTRATION_FINAL.has(error.code)) { this.client.close().catch(() => {}); return; }
-      // e.g. name-taken while fluxd has not yet seen the old connection go: connect again later, with backoff
+      if (starting) { this.#awaiting = false; starting.reject(error); return; } // start() rejects (and closes)
+      if (REGISTRATION_FINAL.has(error.code)) { this.#awaiting = false; this.#report(error, {}); this.client.close().catch(() => {}); return; }
+      // e.g. name-taken while fluxd has not yet seen the old connection go: connect again after the wait
+      this.#refused(error);
       this.client[kLose](new DisconnectedError(`store '${this.name}' could not register again: ${error.message}`, error));
       return;
     }
     if (msg.op === 'registered') {
       this.#resumed = msg.resumed === true;
       this.#adoptedSeq = Number.isInteger(msg.seq) ? msg.seq : 0;
-      if (!msg.version) { this.state = undefined; this.version = 0; } // fluxd retains no state: neither does the store
+      this.#toPublish = undefined;
+      if (!msg.version) { // fluxd retains no state: the store publishes the one it holds (or starts with), if any
+        const publishing = this.#publication;
+        const target = publishing ? publishing.target : this.state !== undefined ? this.state : this.initialState;
+        this.#publication = undefined;
+        this.version = 0;
+        this.state = target === undefined ? undefined : this.#own(target);
+        if (target !== undefined) this.#toPublish = new Publication(this.state);
+      }
     } else if (msg.op === 'snapshot') {
+      const publication = this.#publication;
+      if (publication?.resumes(msg, this.client.welcome?.epoch)) { // SPEC §16.6: go on with the next piece
+        publication.sent = msg.version - publication.firstVersion;
+        this.#toPublish = publication;
+        this.version = msg.version;
+        if (Number.isInteger(msg.seq) && msg.seq > this.#adoptedSeq) this.#adoptedSeq = msg.seq;
+        return;
+      }
+      this.#publication = undefined;
       // SPEC §15.3 rule 1: this is the store's state now, even if it held a newer one (never recorded by fluxd)
       this.state = this.#own(msg.state); this.version = msg.version;
       if (Number.isInteger(msg.seq) && msg.seq > this.#adoptedSeq) this.#adoptedSeq = msg.seq;
     } else if (msg.op === 'queries' || msg.op === 'queries-changed') {
+      const publication = this.#toPublish; this.#toPublish = undefined;
+      if (publication) {
+        try {
+          this.#publish(publication);
+        } catch (err) {
+          if (!(err instanceof StateTooLargeError)) throw err;
+          this.#publication = undefined;
+          const starting = this.#starting; this.#starting = null;
+          if (starting) { starting.reject(err); return; } // start() rejects (and closes)
+          this.#report(err, {}); // fluxd keeps no state for the store; it is not tried again
+          this.#confirm();
+        }
+        if (this.#awaiting) { // confirmed once fluxd answers a ping sent after the last piece
+          const gen = this.#gen;
+          this.client[kBarrier]().then((taken) => {
+            if (!taken || gen !== this.#gen) return; // lost first: the next registration goes on from what fluxd took
+            this.#confirm();
+            if (this.#publication === publication) this.#publication = undefined;
+          }, () => {});
+        }
+      } else {
+        this.#confirm();
+      }
       this.#phase = 'running';
       const unpublished = this.#unpublished; this.#unpublished = undefined;
       if (unpublished) { try { this.publish(unpublished.state); } catch (err) { this.#report(err, {}); } }
@@ -336,6 +443,42 @@ export class Store {
       this.client.emit('store-registered', this.name, { resumed, version: this.version, seq: this.#adoptedSeq });
       const starting = this.#starting; this.#starting = null;
       starting?.resolve({ resumed });
+    }
+  }
+
+  /**
+   * Publishes the state fluxd does not retain (SPEC §16.6), before any action is answered: whole when one `state`
+   * frame holds it, else the empty root and then the patches (from where a publication cut short stopped).
+   * Throws StateTooLargeError when it cannot be published. @param {Publication} publication
+   */
+  #publish(publication) {
+    const store = JSON.stringify(this.name);
+    const maxFrame = this.client.welcome?.limits?.maxFrame;
+    this.state = this.#own(publication.target); // (a state published meanwhile follows, as a change from it)
+    if (!publication.pieces) {
+      const encoded = canonicalJSON(publication.target);
+      if (fitsFrame(stateFrameLength(this.name, encoded), maxFrame)) {
+        this.client.sendRaw(`{"op":"state","store":${store},"state":${encoded}}`, { force: true });
+        publication.done = true;
+        this.version = 1; this.sent.states++;
+        return;
+      }
+      if (this.client.welcome?.limits?.deltaHistory === undefined) {
+        throw new StateTooLargeError(this.name, `store '${this.name}': its state (${Buffer.byteLength(encoded)} bytes) is larger than fluxd's maxFrame (${maxFrame} bytes) and this fluxd takes no patches (0.4.0 or newer does), so it cannot be published`);
+      }
+      publication.pieces = splitState(publication.target, this.name, maxFrame);
+    }
+    const { pieces } = publication;
+    if (!publication.firstVersion) {
+      this.client.sendRaw(`{"op":"state","store":${store},"state":${pieces.root}}`, { force: true });
+      publication.firstVersion = 1; publication.epoch = this.client.welcome?.epoch;
+      this.#publication = publication;
+      this.version = 1; this.sent.states++;
+    }
+    for (; publication.sent < pieces.patches.length; publication.sent++) {
+      const base = publication.firstVersion + publication.sent;
+      this.client.sendRaw(patchFrame(this.name, pieces.patches[publication.sent], base), { force: true });
+      this.version = base + 1; this.sent.patches++;
     }
   }
 

@@ -35,7 +35,7 @@ class FakePeer {
         this.send(welcome);
         this.welcomed = true;
       }
-    } else if (msg.op === 'ping') {
+    } else if (msg.op === 'ping' && this.fake.autoPong !== false) { // (`fake.autoPong = false`: pings go unanswered)
       this.send(typeof msg.id === 'string' ? { op: 'pong', id: msg.id } : { op: 'pong' });
     } else if (msg.op === 'bye') this.socket.end();
     this.messages.push(msg);

@@ -5,7 +5,7 @@
 import {
   Client, Store, Reject, FluxError, NoHandlerError, StoreRejectedError, TimeoutError, NoFluxdError, DisconnectedError,
   LimitExceededError, ErrorCodes, StoreStatus, StoreErrorCodes, Unhandled, errorFromFrame, NotSentError,
-  OutcomeUnknownError, DEFAULT_RECONNECT, reconnectPolicy, backoffDelay,
+  OutcomeUnknownError, DEFAULT_RECONNECT, reconnectPolicy, backoffDelay, StateTooLargeError, LocalErrorCodes,
 } from 'fluxbus';
 import type { Settlement, Snapshot, Subscription, ActiveQuery } from 'fluxbus';
 
@@ -17,7 +17,10 @@ export async function counterExample(socketPath?: string): Promise<string[]> {
   const log: string[] = [];
   const counter = new Store<Counter>({
     name: 'counter', handles: ['counter/*'], initialState: { value: 0 }, unhandled: Unhandled.REJECT,
-    onError: (error, context) => { log.push(`${context.store} ${context.type ?? ''}: ${String(error)}`); },
+    onError: (error, context) => {
+      if (context.retryIn !== undefined) log.push(`registration refused ${context.refusals ?? 0} times: again in ${context.retryIn} ms`);
+      else log.push(`${context.store} ${context.type ?? ''}: ${String(error)}`);
+    },
   });
   counter.on<AddPayload>('counter/add', (state, { by }, ctx) => {
     if (by <= 0) throw new Reject('counter/bad-step', 'step must be positive', { field: 'by' });
@@ -28,8 +31,14 @@ export async function counterExample(socketPath?: string): Promise<string[]> {
   counter.on<{ to: number }>('counter/set', (_state, { to }) => ({ value: to }), { payload: { to: 'integer', note: 'string?' } });
   counter.on('counter/double', (state) => ({ value: state.value * 2 }), { payload: (p) => (p === null ? undefined : 'takes no payload') });
   counter.onQueries = (queries: ActiveQuery[]) => { counter.publish({ value: queries.length }); };
-  const { resumed } = await counter.start({ socketPath, timeout: 5000 });
-  log.push(`registered, resumed: ${resumed}`);
+  let resumed = false;
+  try {
+    ({ resumed } = await counter.start({ socketPath, timeout: 5000 }));
+  } catch (error) {
+    if (error instanceof StateTooLargeError) { const code: 'state-too-large' = error.code; log.push(`${code} at ${error.path ?? 'the root'} of ${error.store}`); }
+    throw error;
+  }
+  log.push(`registered, resumed: ${resumed}, refusals ${counter.refusals}, ${LocalErrorCodes.STATE_TOO_LARGE}`);
 
   const client = await Client.connect({ socketPath, name: 'typed-example', requestTimeout: 5000, maxWriteQueue: 1 << 20 });
   client.on('error-frame', (error) => { log.push(`${error.code}: ${error.detail}`); });
@@ -156,6 +165,8 @@ export function wrongReconnects(client: Client, store: Store<Counter>): void {
   client.on('reconnected', (info: { attempt: string }) => { void info; });
   // @ts-expect-error skipped is read-only
   store.skipped = 0;
+  // @ts-expect-error refusals is read-only
+  store.refusals = 0;
   // @ts-expect-error the state is one of four
   const state: 'open' = client.state;
   void state;

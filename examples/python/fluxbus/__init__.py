@@ -11,6 +11,8 @@ Standard library only, Python 3.9+.
 - ``fluxbus.protocol``: the wire vocabulary (ops, roles, statuses, error codes), checked against ``protocol/``.
 - ``fluxbus.wire``: frames, the strict envelope check, message types.
 - ``fluxbus.patch``: JSON Patch (RFC 6902) and JSON Pointer (RFC 6901): apply, diff, pointers (SPEC §16).
+- ``fluxbus.pieces``: a state larger than one frame, published in pieces; the wait after a refused registration
+  (SPEC §16.6).
 - ``fluxbus.draft``: the change-recording drafts store handlers get.
 """
 from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
@@ -19,7 +21,8 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
                      Disconnected, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, FluxConnectionError, FluxError, FluxTimeoutError, ForbiddenError,
                      FrameTooLargeError, HandshakeRequiredError, HandshakeTimeoutError, LimitExceededError,
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
-                     OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StoreUnavailableError,
+                     OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StateTooLargeError,
+                     StoreUnavailableError,
                      TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError,
                      UnresponsiveError, UnsupportedVersionError, WrongServerUIDError, error_class)
 from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
@@ -42,7 +45,7 @@ __all__ = [
     "Disconnected", "DiskFullError", "JournalFailedError", "NotRetainedError", "PatchFailedError", "FluxConnectionError", "FluxError", "FluxTimeoutError", "ForbiddenError", "FrameTooLargeError",
     "HandshakeRequiredError", "HandshakeTimeoutError", "LimitExceededError", "MemoryBudgetError", "NameTakenError",
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
-    "ShuttingDownError", "SlowConsumerError",
+    "ShuttingDownError", "SlowConsumerError", "StateTooLargeError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
     "UnknownWorkerError", "ReloadRefusedError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
     # patches (SPEC §16)

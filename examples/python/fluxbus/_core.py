@@ -15,6 +15,7 @@ from .errors import (BadJSONError, Disconnected, FluxError, FluxTimeoutError, No
 from .protocol import BYE_RESTART, Op, RecoverStatus, StoreStatus
 from .reconnect import ConnectionCallback, ConnectionEvent, Reconnect, ReconnectOption, reconnect_policy
 from .patch import PatchError, apply as apply_patch, parse_pointer
+from .pieces import REFUSAL_FIRST_DELAY, REFUSAL_MAX_DELAY, fits, refusal_delay
 from .wire import (PROTOCOL_VERSION, Snapshot, SubscriptionEvent, Subtree, Welcome, default_socket_path, dumps,
                    encode_frame, is_valid_action_type, is_valid_store_name, loads, route_key, subscription_key)
 
@@ -22,11 +23,20 @@ Message = Dict[str, Any]
 log = logging.getLogger("fluxbus")
 #: Ids one ``recover`` may carry (SPEC §8.12).
 MAX_RECOVER_IDS = 4096
+#: Codes of a refused registration that registering again cannot cure: not retried (SPEC §16.6).
+FINAL_REFUSALS = frozenset({"bad-message", "forbidden", "cycle"})
 
 
 def format_seconds(seconds: float) -> str:
     """``1`` for 1.0, ``0.25`` for 0.25: seconds as people write them."""
     return f"{seconds:g}"
+
+
+def _max_frame(welcome: Any) -> Optional[int]:
+    """``welcome.limits.maxFrame`` of a ``welcome`` (a message or a :class:`Welcome`), or ``None``."""
+    limits = welcome.get("limits") if isinstance(welcome, dict) else getattr(welcome, "limits", None)
+    value = limits.get("maxFrame") if isinstance(limits, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 class Deadline:
@@ -260,15 +270,20 @@ class ClientCore:
         (an epoch missing on either side counts as changed: an older fluxd does not keep seqs across runs)."""
         return epoch is None or self.epoch is None or epoch != self.epoch
 
-    def _replay_frames(self, epoch_changed: bool) -> Tuple[List[bytes], List[str]]:
-        """What a new connection sends right after ``welcome``, before anything else (SPEC §15.5): ``subscribe``
-        for every subscription, the live queries again, ``register`` for every store, then (same epoch)
+    def _replay_frames(self, epoch_changed: bool, welcome: Optional[Message] = None,
+                       generation: int = 0) -> Tuple[List[bytes], List[str]]:
+        """What a new connection (``generation``, whose ``welcome`` it is) sends right after ``welcome``, before
+        anything else (SPEC §15.5): ``subscribe`` for every subscription, the live queries again, ``register`` for
+        every store (with its state only if the frame fits in ``maxFrame``, SPEC §16.6), then (same epoch)
         ``recover`` for the settle dispatches sent and not settled. Returns the frames and, when the epoch
         changed, the ids that cannot be recovered."""
         frames = [sub._subscribe_frame(resume=not epoch_changed) for sub in list(self._subscriptions.values())]
         frames += list(self._live_queries.values())
-        frames += [registration._register_frame() for registration in list(self._stores.values())
-                   if registration._sent]
+        max_frame = _max_frame(welcome)
+        for registration in list(self._stores.values()):
+            if registration._sent:
+                frames.append(registration._register_frame(max_frame))
+                registration._register_sent(generation)
         ids = list(self._unsettled)
         if epoch_changed:
             return frames, ids
@@ -278,6 +293,35 @@ class ClientCore:
             self._recovering[key] = chunk
             frames.append(self._frame({"op": Op.RECOVER, "id": key, "ids": chunk}))
         return frames, []
+
+    def _registration_hold(self) -> float:
+        """Seconds to wait, at least, before reconnecting: the longest wait a refused registration asks for."""
+        latest = max((registration.retry_at for registration in list(self._stores.values())), default=0.0)
+        return max(0.0, latest - time.monotonic())
+
+    def _store_frame_read(self, msg: Any, generation: int) -> Optional[str]:
+        """Where frames are read, before they are routed: ``registered`` confirms a registration, an ``error``
+        naming a store whose registration is awaited refuses it (SPEC §16.6). Returns why the connection must be
+        ended to register again after the wait (a refusal the connection survived), else ``None``."""
+        if not isinstance(msg, dict) or not self._stores:
+            return None
+        op = msg.get("op")
+        if op == Op.REGISTERED:
+            registration = self._stores.get(msg.get("store"))  # type: ignore[arg-type]
+            if registration is not None:
+                registration._seen_registered(generation)
+        elif op == Op.ERROR and isinstance(msg.get("ref"), str):
+            registration = self._stores.get(msg["ref"])
+            if registration is not None:
+                return registration._seen_error(msg, generation)
+        return None
+
+    def _registrations_ended(self, generation: int, end: Any) -> None:
+        """Connection ``generation`` ended: registrations awaited on it were refused (SPEC §16.6)."""
+        if self._closing:
+            return  # closed by the user: nothing is registered again
+        for registration in list(self._stores.values()):
+            registration._connection_ended(generation, end)
 
     @staticmethod
     def _lost_dispatch_error(ident: str, lost: Optional[Disconnected], why: str) -> FluxError:
@@ -566,7 +610,20 @@ class RegistrationCore:
     :attr:`registrations` counts them (1, then one more after each reconnection).
 
     Answers (``done``, ``reject``) belong to the connection that delivered the action: one delivered on a lost
-    connection is not answered on the next (fluxd delivers it again, marked ``redelivered``)."""
+    connection is not answered on the next (fluxd delivers it again, marked ``redelivered``).
+
+    **Refusals** (SPEC §16.6). A registration made again after a lost connection is refused when fluxd answers
+    ``register`` with an ``error`` (``name-taken``, ``memory-budget``, ``too-large``, ...) or closes the connection
+    before the registration is confirmed: at ``registered``, or, with ``confirm=False`` given to ``register``, when
+    :meth:`confirm` is called (:class:`fluxbus.Store` confirms once fluxd has taken the state it publishes after
+    registering). Each refusal is logged with its code; the client then waits :attr:`retry_delay` (100 ms doubling
+    up to 30 s, with jitter) before it connects and registers again, and :attr:`refusals` counts them until a
+    registration is confirmed. A refusal no retry can cure (``bad-message``, ``forbidden``, ``cycle``) is not
+    retried: the store gets the error."""
+
+    #: The first wait after a refused registration and the longest, in seconds (SPEC §16.6).
+    REFUSAL_FIRST_DELAY = REFUSAL_FIRST_DELAY
+    REFUSAL_MAX_DELAY = REFUSAL_MAX_DELAY
 
     def __init__(self, client: Any, store: str):
         self.client = client
@@ -579,13 +636,29 @@ class RegistrationCore:
         #: Returns the state to offer as ``register.state`` when registering again after a lost connection
         #: (``None``: the one given to ``register``). fluxd uses it only when it retains no snapshot of the
         #: store, e.g. after an ephemeral fluxd restarted. :class:`fluxbus.Store` offers its current state.
+        #: A state whose ``register`` frame would be larger than ``welcome.limits.maxFrame`` is left out
+        #: (:attr:`state_omitted`; SPEC §16.6).
         self.offer_state: Optional[Callable[[], Any]] = None
+        #: Whether the last ``register`` sent left out the state offered because the frame would have been larger
+        #: than ``maxFrame`` (SPEC §16.6): when fluxd then retains nothing (``version`` 0), publish it (in pieces:
+        #: :class:`fluxbus.Store` does).
+        self.state_omitted = False
+        #: Whether ``registered`` confirms the registration (else :meth:`confirm` does).
+        self.confirm_on_registered = True
+        #: Refused registrations in a row (SPEC §16.6), and the wait chosen after the last one (s).
+        self.refusals = 0
+        self.retry_delay = 0.0
+        #: When (``time.monotonic()``) the store may be registered again after a refusal (0: at once).
+        self.retry_at = 0.0
+        self._awaiting_gen = 0  # the connection a register went out on, until the registration is confirmed
         self._fields: Message = {}
         self._sent = False  # the first register went out: a new connection registers the store again
         self._generation = 0  # the connection (generation) the store is registered on; 0: none yet
         self._action_gens: Dict[int, int] = {}  # seq of an action handed out -> the connection it came on
 
-    def _register_frame(self) -> bytes:
+    def _register_frame(self, max_frame: Optional[int] = None) -> bytes:
+        """The ``register`` frame sent on a new connection: with the state offered only when the frame fits in
+        ``max_frame`` (SPEC §16.6)."""
         fields = dict(self._fields)
         if self.offer_state is not None:
             try:
@@ -598,7 +671,18 @@ class RegistrationCore:
                     fields.pop("state", None)
                 else:
                     fields["state"] = state
-        return ClientCore._frame(fields)
+        frame, self.state_omitted = self._fitting_frame(fields, max_frame)
+        return frame
+
+    @staticmethod
+    def _fitting_frame(fields: Message, max_frame: Optional[int]) -> Tuple[bytes, bool]:
+        """The ``register`` frame of ``fields``, without ``state`` if the frame would not fit in ``max_frame``
+        (SPEC §16.6); and whether the state was left out."""
+        frame = ClientCore._frame(fields)
+        if "state" in fields and not fits(len(frame) - 4, max_frame):
+            fields = {key: value for key, value in fields.items() if key != "state"}
+            return ClientCore._frame(fields), True
+        return frame, False
 
     def _registered(self, msg: Message, generation: int) -> None:
         self.version = msg.get("version", 0)
@@ -606,6 +690,61 @@ class RegistrationCore:
         self.resumed = msg.get("resumed") is True
         self._generation = generation
         self.registrations += 1
+
+    # -- refusals (SPEC §16.6); called where the client reads frames, before it reconnects ----------------------
+
+    def _register_sent(self, generation: int) -> None:
+        """A ``register`` goes out on connection ``generation``: it is awaited until confirmed."""
+        self._awaiting_gen = generation
+
+    def _seen_registered(self, generation: int) -> None:
+        if self.confirm_on_registered and self._awaiting_gen == generation:
+            self.confirm()
+
+    def confirm(self) -> None:
+        """The registration succeeded: the refusal backoff starts over. Called at ``registered``, or, for a
+        registration made with ``confirm=False``, by its owner once fluxd has taken what it publishes after
+        registering (SPEC §16.6)."""
+        self._awaiting_gen = 0
+        self.refusals = 0
+        self.retry_delay = 0.0
+        self.retry_at = 0.0
+
+    def _seen_error(self, msg: Message, generation: int) -> Optional[str]:
+        """An ``error`` naming this store on connection ``generation``. While the registration is awaited, it is a
+        refusal: counted, logged, and (for a registration made again, with a code a retry may cure) the reason to
+        end the connection and register again after the wait; else ``None``."""
+        if self._awaiting_gen != generation or generation == 0:
+            return None
+        code = str(msg.get("code", ""))
+        self._awaiting_gen = 0
+        if self.registrations == 0:
+            return None  # the first registration: register() raises it
+        if code in FINAL_REFUSALS:
+            log.error("fluxbus: store %s: registering again was refused (%s: %s); not retrying: no retry can "
+                      "cure it", self.store, code, msg.get("message", ""))
+            return None
+        self._refused(f"{code}: {msg.get('message', '')}")
+        if msg.get("fatal") is True:
+            return None  # fluxd closes the connection itself
+        return f"store {self.store!r} was refused ({code}): registering again later"
+
+    def _connection_ended(self, generation: int, end: Any) -> None:
+        """Connection ``generation`` ended: a registration still awaited on it was refused."""
+        if self._awaiting_gen != generation or generation == 0:
+            return
+        self._awaiting_gen = 0
+        error = getattr(end, "error", None)
+        self._refused(f"{error.code}: {error.message}" if error is not None else
+                      f"the connection ended before the registration was complete ({end})")
+
+    def _refused(self, why: str) -> None:
+        self.refusals += 1
+        self.retry_delay = refusal_delay(self.refusals, first=self.REFUSAL_FIRST_DELAY,
+                                         longest=self.REFUSAL_MAX_DELAY)
+        self.retry_at = time.monotonic() + self.retry_delay
+        log.warning("fluxbus: store %s: registration refused (%s); registering again in %.2f s (refusal %d in a "
+                    "row)", self.store, why, self.retry_delay, self.refusals)
 
     def _handed_out(self, msg: Any) -> None:
         """Remembers which connection an action handed to the store came on."""

@@ -10,7 +10,7 @@ from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, Lis
                     Union)
 
 from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
-                    describe, format_seconds, resolve_socket_path)
+                    _max_frame, describe, format_seconds, resolve_socket_path)
 from .errors import Disconnected, FluxError, FluxTimeoutError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
 from .reconnect import ConnectionCallback, ConnectionEvent, ReconnectOption
@@ -331,21 +331,28 @@ class AsyncClient(ClientCore):
                              f"waiting for fluxd to withdraw query {ident}", on_lost="done")
 
     async def register(self, store: str, handles: Iterable[str], wait_for: Iterable[str] = (), state: Any = None,
-                       query_deltas: bool = False, timeout: Optional[float] = None) -> "AsyncStoreRegistration":
+                       query_deltas: bool = False, timeout: Optional[float] = None, *,
+                       confirm: bool = True) -> "AsyncStoreRegistration":
         """Registers a store on this (``store``-role) connection and waits for ``registered``; returns the
         :class:`AsyncStoreRegistration` the store reads and answers through (:class:`fluxbus.AsyncStore` does
         all of this for you). Raises e.g. :class:`~fluxbus.errors.NameTakenError`. The client registers the
-        store again on every new connection."""
+        store again on every new connection. ``state`` is sent only if the frame fits in ``maxFrame``, and
+        ``confirm`` is as in :meth:`fluxbus.Client.register` (SPEC §16.6)."""
         self._check_store(store)
         if store in self._stores:
             raise NameTakenError(f"this connection has already registered {store!r}", ref=store)
         registration = AsyncStoreRegistration(self, store)
+        registration.confirm_on_registered = confirm
         registration._fields = self._register_fields(store, list(handles), list(wait_for), state, query_deltas)
-        frame = self._frame(registration._fields)
+        frame, registration.state_omitted = registration._fitting_frame(registration._fields,
+                                                                        _max_frame(self.welcome))
+        if registration.state_omitted:
+            registration._fields.pop("state", None)
         self._stores[store] = registration
 
         def sent(gen: int) -> None:
             registration._sent = True  # from now on a new connection registers it again
+            registration._register_sent(gen)
 
         async def exchange() -> Any:
             await self._write(frame, on_sent=sent)
@@ -361,6 +368,27 @@ class AsyncClient(ClientCore):
                 del self._stores[store]
             raise
         return registration
+
+    async def _barrier(self, generation: int, timeout: Optional[float] = None) -> bool:
+        """Sends ``ping`` on connection ``generation`` only and awaits its ``pong``: ``True`` once it came (fluxd
+        has handled every frame sent before it on that connection), ``False`` when that connection is gone."""
+        ident = self._next_id("r")
+        frame = self._frame({"op": Op.PING, "id": ident})
+        future = self._expect(ident, "done")
+        try:
+            if not await self._write(frame, only_gen=generation):
+                return False
+            try:
+                msg = await _timed(asyncio.shield(future), self._deadline(timeout), "waiting for fluxd's pong")
+            except _ConnectionLost:
+                return False
+            return isinstance(msg, dict) and msg.get("op") == Op.PONG
+        finally:
+            if self._pending.get(ident) is future:
+                del self._pending[ident]
+            self._lost_policy.pop(ident, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved
 
     async def info(self, timeout: Optional[float] = None) -> Message:
         """fluxd's introspection data (SPEC §8.7)."""
@@ -511,6 +539,7 @@ class AsyncClient(ClientCore):
         leftovers: List[bytes] = []
         while True:
             end = await self._read_connection(decoder, leftovers)
+            self._registrations_ended(self._conn_gen, end)
             if not self._reconnects():
                 self._ended_for_good(self._closed or end)
                 self._finish(end)
@@ -582,6 +611,7 @@ class AsyncClient(ClientCore):
                 return self._give_up(lost, last, f"after {attempt - 1} attempt(s)")
             if policy.give_up_after is not None and time.monotonic() - started + delay > policy.give_up_after:
                 return self._give_up(lost, last, f"after {format_seconds(policy.give_up_after)} s")
+            delay = max(delay, self._registration_hold())  # a refused registration waits longer (SPEC §16.6)
             self._emit(ConnectionEvent(ConnectionEvent.RECONNECTING, reason=describe(last), attempt=attempt, delay=delay))
             try:
                 await asyncio.wait_for(self._stop.wait(), delay)
@@ -642,7 +672,7 @@ class AsyncClient(ClientCore):
             return None
         epoch = msg.get("epoch") if isinstance(msg.get("epoch"), str) else None
         changed = self._epoch_changed(epoch)
-        frames, unresolved = self._replay_frames(changed)
+        frames, unresolved = self._replay_frames(changed, msg, self._conn_gen + 1)
         self._reader, self._writer = reader, writer
         self._conn_gen += 1
         self.welcome = self._welcome_from(msg)
@@ -667,6 +697,14 @@ class AsyncClient(ClientCore):
 
     def _keep_error(self, error: FluxError) -> None:
         self.errors.put_nowait(error)
+
+    def _route_message(self, msg: Any) -> None:
+        if isinstance(msg, dict) and msg.get("op") in (Op.REGISTERED, Op.ERROR):
+            gen = self._conn_gen
+            refused = self._store_frame_read(msg, gen)
+            if refused is not None:  # register again after the wait, on a new connection (SPEC §16.6)
+                self._drop(gen, refused)
+        super()._route_message(msg)
 
     def _on_welcome(self, msg: Message) -> None:
         if not self._welcome.done():
@@ -944,6 +982,11 @@ class AsyncStoreRegistration(RegistrationCore):
         frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
         return bool(await _timed(self.client._write(frame, only_gen=self._answer_generation(seq) or None),
                                  self.client._deadline(timeout), "sending to fluxd (it is not reading)"))
+
+    async def barrier(self, timeout: Optional[float] = None) -> bool:
+        """As :meth:`fluxbus.client.StoreRegistration.barrier`: ``True`` once fluxd answered a ``ping`` sent on the
+        connection the store is registered on, ``False`` when that connection is gone."""
+        return await self.client._barrier(self._generation, timeout) if self._generation else False
 
     async def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``)."""

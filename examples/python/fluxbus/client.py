@@ -9,7 +9,7 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
-                    describe, format_seconds, resolve_socket_path)
+                    _max_frame, describe, format_seconds, resolve_socket_path)
 from .errors import BadJSONError, Disconnected, FluxError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
 from .reconnect import ConnectionCallback, ConnectionEvent, ReconnectOption
@@ -366,25 +366,38 @@ class Client(ClientCore):
     # -- stores -------------------------------------------------------------------------------------------------
 
     def register(self, store: str, handles: Iterable[str], wait_for: Iterable[str] = (), state: Any = None,
-                 query_deltas: bool = False, timeout: Optional[float] = None) -> "StoreRegistration":
+                 query_deltas: bool = False, timeout: Optional[float] = None, *,
+                 confirm: bool = True) -> "StoreRegistration":
         """Registers a store on this (``store``-role) connection (SPEC §8.2) and waits for ``registered``.
         Returns the :class:`StoreRegistration` through which the store takes what fluxd sends it and answers.
         Raises e.g. :class:`~fluxbus.errors.NameTakenError` or :class:`~fluxbus.errors.CycleError`.
         The client registers the store again on every new connection (the registration then gets
         ``registered``, the retained snapshot and ``queries`` again, see :meth:`StoreRegistration.next`).
-        :class:`fluxbus.Store` does all of this for you."""
+        :class:`fluxbus.Store` does all of this for you.
+
+        ``state`` goes in the ``register`` frame only if that frame fits in ``welcome.limits.maxFrame``
+        (SPEC §16.6); otherwise it is left out (``registration.state_omitted``) and, when fluxd retains nothing
+        (``registration.version`` 0), it is yours to publish (in pieces: :class:`fluxbus.Store` does).
+        ``confirm=False``: the registration counts as succeeded, for the backoff after refused registrations, only
+        once :meth:`StoreRegistration.confirm` is called (after what the store publishes on registering)."""
         self._check_store(store)
         if store in self._stores:
             raise NameTakenError(f"this connection has already registered {store!r}", ref=store)
         deadline = self._deadline(timeout)
         registration = StoreRegistration(self, store)
+        registration.confirm_on_registered = confirm
         registration._fields = self._register_fields(store, list(handles), list(wait_for), state, query_deltas)
-        frame = self._frame(registration._fields)
+        frame, registration.state_omitted = registration._fitting_frame(registration._fields,
+                                                                        _max_frame(self.welcome))
+        if registration.state_omitted:  # on later connections too, unless it is offered again
+            registration._fields.pop("state", None)
         self._stores[store] = registration
 
         def sent(gen: int) -> None:
             registration._sent = True  # from now on a new connection registers it again
         try:
+            with self._link:
+                registration._register_sent(self._conn_gen)  # before fluxd can answer
             self._send_raw(frame, deadline, on_sent=sent)
             inbox = registration._inbox
             msg = self._wait(lambda: inbox.popleft() if inbox else None, deadline,
@@ -396,6 +409,29 @@ class Client(ClientCore):
                 del self._stores[store]
             raise
         return registration
+
+    def _barrier(self, generation: int, timeout: Optional[float] = None) -> bool:
+        """Sends ``ping`` on connection ``generation`` only and waits for its ``pong``: ``True`` once it came
+        (fluxd has handled every frame sent before it on that connection, SPEC §2), ``False`` when that
+        connection is gone (or was never current)."""
+        ident = self._next_id("r")
+        frame = self._frame({"op": Op.PING, "id": ident})
+        deadline = self._deadline(timeout)
+        self._awaited.add(ident)
+        try:
+            if not self._send_raw(frame, deadline, only_gen=generation):
+                return False
+
+            def ready() -> Any:
+                reply = self._replies.pop(ident, None)
+                if reply is None and self._lost_gen >= generation:
+                    return _LOST
+                return reply
+            msg = self._wait(ready, deadline, "waiting for fluxd's pong")
+            return msg is not _LOST and msg.get("op") == Op.PONG
+        finally:
+            self._awaited.discard(ident)
+            self._replies.pop(ident, None)
 
     # -- introspection ------------------------------------------------------------------------------------------
 
@@ -663,7 +699,8 @@ class Client(ClientCore):
         gen = 1
         while True:
             assert sock is not None
-            end = self._read_connection(sock, decoder, leftovers)
+            end = self._read_connection(sock, decoder, leftovers, gen)
+            self._registrations_ended(gen, end)
             if not self._reconnects():
                 self._ended_for_good(end)
                 self._push(end)
@@ -689,8 +726,9 @@ class Client(ClientCore):
 
     _gave_up: Optional[Disconnected] = None
 
-    def _read_connection(self, sock: socket.socket, decoder: FrameDecoder, leftovers: List[bytes]) -> Disconnected:
-        """Reads one connection until it ends; returns why it ended."""
+    def _read_connection(self, sock: socket.socket, decoder: FrameDecoder, leftovers: List[bytes],
+                         gen: int = 1) -> Disconnected:
+        """Reads connection ``gen`` until it ends; returns why it ended."""
         end = Disconnected("fluxd closed the connection")
         ending: Optional[Disconnected] = None  # fluxd's bye or fatal error, when it sent one
         try:
@@ -712,6 +750,10 @@ class Client(ClientCore):
                         elif op == Op.ERROR and item.get("fatal") is True:
                             error = FluxError.from_frame(item)
                             ending = Disconnected(f"fluxd closed the connection: {error}", error)
+                        if op in (Op.REGISTERED, Op.ERROR):
+                            refused = self._store_frame_read(item, gen)
+                            if refused is not None:  # register again after the wait, on a new connection
+                                self._drop(gen, refused)
                     with self._cond:
                         self._incoming.append(item)
                         self._incoming_bytes += len(body)
@@ -743,6 +785,7 @@ class Client(ClientCore):
                 return self._give_up(lost, last, f"after {attempt - 1} attempt(s)")
             if policy.give_up_after is not None and time.monotonic() - started + delay > policy.give_up_after:
                 return self._give_up(lost, last, f"after {format_seconds(policy.give_up_after)} s")
+            delay = max(delay, self._registration_hold())  # a refused registration waits longer (SPEC §16.6)
             self._emit(ConnectionEvent(ConnectionEvent.RECONNECTING, reason=describe(last), attempt=attempt, delay=delay))
             if self._stop.wait(delay):
                 return None
@@ -820,7 +863,7 @@ class Client(ClientCore):
                 return None
             changed = self._epoch_changed(epoch)
             gen = self._conn_gen + 1
-            frames, unresolved = self._replay_frames(changed)
+            frames, unresolved = self._replay_frames(changed, msg, gen)
             self._sock = sock
             self._conn_gen = gen
             self._push(_Reconnected(gen, msg, changed, unresolved, lost))
@@ -1090,6 +1133,12 @@ class StoreRegistration(RegistrationCore):
         frame = self.client._change_frame({"op": Op.DONE, "store": self.store, "seq": seq}, state, patch, base)
         return bool(self.client._send_raw(frame, self.client._deadline(timeout),
                                           only_gen=self._answer_generation(seq) or None))
+
+    def barrier(self, timeout: Optional[float] = None) -> bool:
+        """Sends ``ping`` on the connection the store is registered on and waits for the ``pong``: returns
+        ``True`` once it came (fluxd has handled every frame sent before it on that connection, SPEC §2), ``False``
+        when that connection is gone (a new one registers the store again)."""
+        return self.client._barrier(self._generation, timeout) if self._generation else False
 
     def reject(self, seq: int, error: Mapping[str, Any], timeout: Optional[float] = None) -> bool:
         """Answers the action ``seq`` as rejected with ``error`` (``{"code": ..., "message": ..., ...}``);

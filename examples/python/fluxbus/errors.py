@@ -12,6 +12,8 @@ Every exception is a :class:`FluxError` (``.code``, ``.message``, ``.fatal``, ``
     │   ├── NotSentError          a dispatch lost with the connection never reached fluxd (``not-sent``)
     │   └── OutcomeUnknownError   a dispatch lost with the connection may or may not have been accepted
     │                             (``outcome-unknown``)
+    ├── StateTooLargeError        a store's state cannot be published in frames of ``maxFrame`` bytes
+    │                             (``state-too-large``, SPEC §16.6)
     └── FluxTimeoutError          a call's time ran out; also a builtin ``TimeoutError`` (code ``timed-out``)
 
 An error fluxd sends becomes the class of its code (:func:`error_class`); a code this library does not know
@@ -33,6 +35,7 @@ TIMED_OUT = "timed-out"
 WRONG_SERVER_UID = "wrong-server-uid"
 NOT_SENT = "not-sent"
 OUTCOME_UNKNOWN = "outcome-unknown"
+STATE_TOO_LARGE = "state-too-large"
 
 _DESCRIPTIONS = {
     ErrorCode.LIMIT_EXCEEDED: "a per-connection limit of fluxd was reached (live queries, query bytes, "
@@ -159,6 +162,15 @@ class OutcomeUnknownError(FluxConnectionError):
     def __init__(self, message: str = "", fatal: bool = False, ref: Optional[str] = None,
                  code: Optional[str] = None):
         super().__init__(message, fatal, ref, code)
+
+
+class StateTooLargeError(_CodedError, ValueError):
+    """A store's state cannot be published within fluxd's ``welcome.limits.maxFrame`` (SPEC §16.6): a root that is
+    a string or number, or one string or number (or member name) whose ``add`` alone does not fit in a frame, or
+    a fluxd that does not take patches (older than 0.4.0) for a state larger than one frame. Nothing was sent for
+    it; the store does not retry. Code ``state-too-large``; ``ref`` is the store. Also a :class:`ValueError`."""
+    default_code = STATE_TOO_LARGE
+    _code_in_text = True
 
 
 class FluxTimeoutError(_CodedError, TimeoutError):

@@ -10,13 +10,15 @@ import logging
 import threading
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
+from ._core import FINAL_REFUSALS, _max_frame
 from .aio import AsyncClient, AsyncStoreRegistration
 from .client import Client, StoreRegistration
-from .errors import Disconnected, FluxError
-from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode, Op
+from .errors import Disconnected, FluxError, NotSentError, StateTooLargeError
+from .protocol import STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, Op
 from .reconnect import ConnectionEvent, ReconnectOption
 from .draft import draft, finish
-from .patch import MAX_DEPTH, _depth, plain
+from .patch import MAX_DEPTH, _depth, json_equal, plain
+from .pieces import Pieces, fits, split_state, state_frame_length
 from .wire import ActiveQuery, QuerySet, dumps, is_valid_action_type, pattern_matches
 
 Handler = Callable[..., Any]
@@ -112,6 +114,30 @@ def failure_error(action_type: str, error: BaseException, payload: Any) -> Dict[
     return result
 
 
+class _Publication:
+    """A state a store publishes after registering, because fluxd retains nothing for it (SPEC §16.6): whole in
+    one ``state`` if that fits in a frame, else in pieces (:class:`fluxbus.pieces.Pieces`)."""
+
+    def __init__(self, target: Any):
+        self.target = target
+        self.pieces: Optional[Pieces] = None
+        self.first_version = 0  # the version the pieces' root state made (0: not sent yet)
+        self.sent = 0  # patches sent after the root
+        self.epoch: Optional[str] = None  # the epoch the root was sent in
+        self.done = False  # sent whole
+
+    def resumes(self, msg: Dict[str, Any], epoch: Optional[str]) -> bool:
+        """Whether the snapshot ``msg`` (after ``registered``) is what this publication's pieces made, up to one of
+        them, in this epoch: then the store goes on with the next piece instead of adopting it (SPEC §16.6)."""
+        version = msg.get("version")
+        if self.pieces is None or not self.first_version or epoch is None or epoch != self.epoch:
+            return False
+        made = version - self.first_version if isinstance(version, int) else -1
+        if not 0 <= made <= len(self.pieces.patches):
+            return False
+        return json_equal(msg.get("state"), self.pieces.state_after(made))
+
+
 class StoreBase:
     """What :class:`Store` and :class:`AsyncStore` share: the class attributes, handler lookup, the answer to an
     action, and the store's state, version and active queries."""
@@ -178,7 +204,12 @@ class StoreBase:
         self._registering = False
         self._adopt_next = False
         self._resumed = False
-        self._name_taken_retries = 0
+        self._starting = False  # connect() runs: a state that cannot be published is raised, not only logged
+        self._has_state = False  # self.state is the store's (adopted or published), not the initial state yet
+        #: SPEC §16.6: the state to publish once this registration is complete (fluxd retains nothing), and the
+        #: one whose pieces are being sent (kept until fluxd confirmed them all, to go on after a lost connection).
+        self._to_publish: Optional[_Publication] = None
+        self._publication: Optional[_Publication] = None
         self._handlers: List[Tuple[str, Handler]] = []
         for attribute in dir(type(self)):
             function = getattr(type(self), attribute, None)
@@ -240,6 +271,7 @@ class StoreBase:
                 change["base"] = self.version
             self.state = final
             self._state_json = None
+            self._has_state = True
             self.version += 1
             self.patches_sent += 1
             return change
@@ -255,6 +287,7 @@ class StoreBase:
             self._base_known = False
         self.state = final
         self._state_json = encoded
+        self._has_state = True
         self.states_sent += 1
         return {"state": encoded}
 
@@ -271,11 +304,12 @@ class StoreBase:
                                           f"({error})"})
 
     def _saved(self) -> Tuple[Any, ...]:
-        return (self.state, self._state_json, self.version, self._base_known, self.patches_sent, self.states_sent)
+        return (self.state, self._state_json, self.version, self._base_known, self.patches_sent, self.states_sent,
+                self._has_state)
 
     def _restore(self, saved: Tuple[Any, ...]) -> None:
         (self.state, self._state_json, self.version, self._base_known, self.patches_sent,
-         self.states_sent) = saved
+         self.states_sent, self._has_state) = saved
 
     def _published_change(self, state: Any) -> Optional[Dict[str, Any]]:
         """The change :meth:`publish` sends (see :meth:`_change`). A state that is the store's own object,
@@ -297,33 +331,129 @@ class StoreBase:
     def _adopt(self, msg: Dict[str, Any]) -> None:
         """A snapshot of the store: the one that follows ``registered`` is adopted whatever it holds (SPEC §15.3
         rule 1: after fluxd restarted, a store that stayed alive rewinds to the retained snapshot; the actions it
-        applied since are delivered again); later ones only when newer."""
+        applied since are delivered again), unless it is what the pieces of a publication cut short made (SPEC
+        §16.6: the store goes on with the next piece); later ones only when newer."""
         if self._adopt_next:
             self._adopt_next = False
+            publication = self._publication
+            if publication is not None and publication.resumes(msg, self._epoch()):
+                log.info("store %s: fluxd holds version %d of the state it was publishing in pieces (%d of %d "
+                         "sent): sending the rest", self.name, msg["version"], msg["version"] -
+                         publication.first_version, len(publication.pieces.patches))  # type: ignore[union-attr]
+                publication.sent = msg["version"] - publication.first_version
+                self._to_publish = publication
+                self.version, self._base_known = msg["version"], True
+                self.state, self._state_json, self._has_state = publication.target, None, True
+                self.adopted_seq = msg["seq"]
+                return
+            self._publication = None
             if self.version and msg["version"] < self.version:
                 log.info("store %s: rewinding from version %d to fluxd's retained version %d (seq %d)", self.name,
                          self.version, msg["version"], msg["seq"])
             self.version = msg["version"]
             self.state = msg.get("state")
             self._state_json = None
+            self._has_state = True
             self._base_known = True
             self.adopted_seq = msg["seq"]
         elif msg["version"] >= self.version:
             self.version = msg["version"]
             self.state = msg.get("state")
             self._state_json = None
+            self._has_state = True
             self._base_known = True
 
+    def _epoch(self) -> Optional[str]:
+        client = getattr(self, "client", None)
+        return getattr(client, "epoch", None)
+
     def _begin_registration(self, msg: Dict[str, Any]) -> None:
-        """fluxd answered ``registered``: the retained snapshot (if any) follows, then ``queries``."""
+        """fluxd answered ``registered``: the retained snapshot (if any) follows, then ``queries``. When fluxd
+        retains nothing, the store publishes its state (or the initial one) once registered (SPEC §16.6)."""
         self._registering = True
         self._resumed = msg.get("resumed") is True
         self._adopt_next = msg.get("version", 0) > 0
-        if not self._adopt_next:  # fluxd retains nothing: the next change is a whole state (version 1)
+        self._to_publish = None
+        if not self._adopt_next:  # fluxd retains nothing: the store's state is published, whole or in pieces
+            target = self._state_to_offer()
+            self._publication = None
             self.version, self._base_known = 0, True
+            if target is not None:
+                self._to_publish = _Publication(target)
+                self.state, self._state_json, self._has_state = target, None, True
         self.adopted_seq = msg.get("seq", 0)  # replaced by the snapshot's seq when one follows
         self.registrations += 1
-        self._name_taken_retries = 0
+
+    def _next_piece(self, publication: _Publication) -> Optional[Tuple[str, bytes, Optional[int]]]:
+        """The next frame that publishes ``publication`` (SPEC §16.6): ``("state", state, None)`` or ``("patch",
+        patch, base)``, or ``None`` once all is sent. Raises :class:`StateTooLargeError` when it cannot be."""
+        if publication.done:
+            return None
+        client = self.client  # type: ignore[attr-defined]
+        if publication.pieces is None:
+            encoded = dumps(publication.target)
+            max_frame = _max_frame(client.welcome)
+            if fits(state_frame_length(self.name, encoded), max_frame):
+                return ("state", encoded, None)
+            assert max_frame is not None
+            if not client.speaks_deltas():
+                raise StateTooLargeError(
+                    f"store {self.name!r}: its state ({len(encoded)} bytes) is larger than fluxd's maxFrame "
+                    f"({max_frame} bytes) and this fluxd takes no patches (0.4.0 or newer does), so it cannot be "
+                    f"published", ref=self.name)
+            publication.pieces = split_state(publication.target, self.name, max_frame)
+        if not publication.first_version:
+            return ("state", publication.pieces.root, None)
+        sent = publication.sent
+        if sent < len(publication.pieces.patches):
+            return ("patch", publication.pieces.patches[sent], publication.first_version + sent)
+        return None
+
+    def _piece_sent(self, publication: _Publication, piece: Tuple[str, bytes, Optional[int]]) -> None:
+        kind, body, base = piece
+        if kind == "state":  # fluxd retained nothing: this is version 1
+            self.version, self._base_known = 1, True
+            self.states_sent += 1
+            self.state, self._has_state = publication.target, True
+            if publication.pieces is None:
+                publication.done = True
+                self._state_json = body
+            else:
+                publication.first_version, publication.epoch = 1, self._epoch()
+                self._publication = publication
+                self._state_json = None
+        else:
+            assert base is not None
+            publication.sent += 1
+            self.version = base + 1
+            self.patches_sent += 1
+            if publication.pieces is not None and publication.sent == len(publication.pieces.patches):
+                log.info("store %s: published its state in %d pieces (fluxd retained none and it does not fit in "
+                         "one frame)", self.name, publication.sent + 1)
+
+    def _pending_publication(self, state: Any) -> bool:
+        """:meth:`publish` while the store registers and fluxd retains no state: the state published becomes the
+        one published on registering (SPEC §16.6). Returns whether it was taken so."""
+        publication = self._to_publish
+        if publication is None or publication.pieces is not None or publication.done:
+            return False
+        dumps(state)  # not JSON: raises here
+        publication.target = plain(state) if self.handler_state == "draft" else state
+        self.state, self._state_json, self._has_state = publication.target, None, True
+        return True
+
+    def _unpublishable(self, error: StateTooLargeError) -> None:
+        """The state cannot be published (SPEC §16.6): raised from ``connect``; later logged and kept in the
+        client's errors. The store stays registered (fluxd holds no state for it) and does not retry."""
+        self._to_publish = self._publication = None
+        if self._starting:
+            raise error
+        log.error("store %s: %s", self.name, error)
+        self._keep_error(error)
+        self.registration.confirm()  # type: ignore[attr-defined]
+
+    def _keep_error(self, error: FluxError) -> None:
+        raise NotImplementedError
 
     def _already_applied(self, ctx: "ActionContext") -> bool:
         """SPEC §15.3 rule 2: an action whose seq is at most the adopted snapshot's is already in the state."""
@@ -334,27 +464,23 @@ class StoreBase:
                  "running the handler", self.name, ctx.seq, ctx.type, self.adopted_seq)
         return True
 
-    #: How many times in a row a registration refused ``name-taken`` after reconnecting is tried again.
-    NAME_TAKEN_RETRIES = 5
-
     def _retry_registration(self, error: FluxError) -> bool:
-        """A registration made again after reconnecting was refused ``name-taken``: fluxd may not have seen the
-        end of the old connection yet. Reconnects (with backoff) to register again, a few times in a row."""
+        """A registration made again after reconnecting was refused (``name-taken``: fluxd may not have seen the
+        end of the old connection yet; ``memory-budget``, ...): the client logged it and registers again after a
+        wait that grows with each refusal in a row (SPEC §16.6). Codes no retry can cure are reported instead."""
         registration = self.registration
-        if error.code != ErrorCode.NAME_TAKEN or registration is None or registration.live:
+        if registration is None or registration.live or registration.registrations == 0:
             return False
-        if registration.registrations == 0 or self._name_taken_retries >= self.NAME_TAKEN_RETRIES:
-            return False
-        self._name_taken_retries += 1
-        log.warning("store %s: registering again was refused (%s); reconnecting to try again (%d/%d)", self.name,
-                    error, self._name_taken_retries, self.NAME_TAKEN_RETRIES)
-        registration.client.drop_connection(f"store {self.name!r} was still registered: trying again")
-        return True
+        return error.code not in FINAL_REFUSALS
 
     def _state_to_offer(self) -> Any:
-        """The ``register.state`` offered when registering again after a lost connection: the current state
-        (fluxd uses it only if it retains no snapshot, e.g. an ephemeral fluxd that restarted)."""
-        return self.state if self.version else self.initial_state
+        """The ``register.state`` offered when registering again after a lost connection: the current state (or
+        the one being published), else the initial one. fluxd uses it only if it retains no snapshot, e.g. an
+        ephemeral fluxd that restarted, and only if the frame fits in ``maxFrame``; otherwise the store publishes
+        it after registering, in pieces if need be (SPEC §16.6)."""
+        if self._publication is not None:
+            return self._publication.target
+        return self.state if self._has_state else self.initial_state
 
     def on_connection_event(self, event: ConnectionEvent) -> Any:
         """Called with each :class:`fluxbus.ConnectionEvent` of the store's connection (``disconnected``,
@@ -412,7 +538,9 @@ class Store(StoreBase):
 
     **Reconnecting** (:attr:`reconnect`, on by default). When the connection is lost (fluxd restarted, the
     socket dropped) the store keeps running: its client reconnects with backoff and registers the store again,
-    offering its current state (used by fluxd only if it retains none). The store then adopts the snapshot
+    offering its current state (used by fluxd only if it retains none, and sent only if the frame fits in
+    ``maxFrame``: otherwise the store publishes it after registering, in pieces, SPEC §16.6; a refused
+    registration is tried again after a wait that doubles up to 30 s). The store then adopts the snapshot
     fluxd sends after ``registered``, even one older than its state in memory (SPEC §15.3 rule 1), and answers
     ``done`` without running the handler to an action whose seq is at most that snapshot's seq
     (:attr:`adopted_seq`; rule 2), so each action takes effect on the state exactly once. :meth:`on_registered`
@@ -447,9 +575,10 @@ class Store(StoreBase):
         client = Client.connect(self.socket_path, self.client_name, role="store", heartbeat=self.heartbeat,
                                 expected_server_uid=self.expected_server_uid, reconnect=self.reconnect,
                                 on_connection_event=self.on_connection_event)
+        self._starting = True
         try:
             registration = client.register(self.name, self.handles, self.wait_for, self.initial_state,
-                                           self.query_deltas)
+                                           self.query_deltas, confirm=False)
             registration.offer_state = self._state_to_offer
             self.client, self.registration = client, registration
             self._begin_registration({"version": registration.version, "seq": registration.seq,
@@ -465,6 +594,8 @@ class Store(StoreBase):
             self.client = self.registration = None
             client.close()
             raise
+        finally:
+            self._starting = False
         return client
 
     def run(self) -> None:
@@ -514,6 +645,8 @@ class Store(StoreBase):
         with self._lock:
             if self.registration is None:
                 raise self._not_connected()
+            if self._pending_publication(state):
+                return
             registration = self.registration
             saved = self._saved()
             change = self._published_change(state)
@@ -540,8 +673,11 @@ class Store(StoreBase):
         if op == Op.ACTION:
             self._handle_action(msg)
         elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
+            completing = self._registering and op == Op.QUERIES
+            if completing:
+                self._finish_registration()
             self._queries(msg)
-            if self._registering and op == Op.QUERIES:
+            if completing:
                 self._registering = False
                 self.on_registered(self._resumed)
                 self.ready.set()
@@ -590,6 +726,39 @@ class Store(StoreBase):
 
     def _queries(self, msg: Dict[str, Any]) -> None:
         self.on_queries(self._apply_queries(msg))
+
+    def _finish_registration(self) -> None:
+        """Registration is complete (``queries`` came): publishes the state when fluxd retains none, before any
+        action is answered (SPEC §16.6), then confirms the registration once fluxd has taken it (a ``ping``
+        answered after the last piece), which resets the backoff after refused registrations."""
+        registration = self.registration
+        assert registration is not None
+        with self._lock:
+            publication, self._to_publish = self._to_publish, None
+            if publication is None:
+                registration.confirm()
+                return
+            try:
+                while (piece := self._next_piece(publication)) is not None:
+                    kind, body, base = piece
+                    if kind == "state":
+                        registration.publish(body)
+                    else:
+                        registration.publish_patch(body, base)
+                    self._piece_sent(publication, piece)
+            except StateTooLargeError as error:
+                self._unpublishable(error)
+                return
+            except NotSentError:
+                return  # the connection is gone: the next registration goes on (SPEC §16.6)
+        if registration.barrier():
+            registration.confirm()
+            if self._publication is publication:
+                self._publication = None
+
+    def _keep_error(self, error: FluxError) -> None:
+        assert self.client is not None
+        self.client.errors.append(error)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -652,9 +821,10 @@ class AsyncStore(StoreBase):
         client = await AsyncClient.connect(self.socket_path, self.client_name, role="store",
                                            heartbeat=self.heartbeat, expected_server_uid=self.expected_server_uid,
                                            reconnect=self.reconnect, on_connection_event=self.on_connection_event)
+        self._starting = True
         try:
             registration = await client.register(self.name, self.handles, self.wait_for, self.initial_state,
-                                                 self.query_deltas)
+                                                 self.query_deltas, confirm=False)
             registration.offer_state = self._state_to_offer
             self.client, self.registration = client, registration
             self._begin_registration({"version": registration.version, "seq": registration.seq,
@@ -670,6 +840,8 @@ class AsyncStore(StoreBase):
             self.client = self.registration = None
             await client.close()
             raise
+        finally:
+            self._starting = False
         return client
 
     async def run(self) -> None:
@@ -716,6 +888,8 @@ class AsyncStore(StoreBase):
         async with self._locked():
             if self.registration is None:
                 raise self._not_connected()
+            if self._pending_publication(state):
+                return
             registration = self.registration
             saved = self._saved()
             change = self._published_change(state)
@@ -742,8 +916,11 @@ class AsyncStore(StoreBase):
         if op == Op.ACTION:
             await self._handle_action(msg)
         elif op in (Op.QUERIES, Op.QUERIES_CHANGED):
+            completing = self._registering and op == Op.QUERIES
+            if completing:
+                await self._finish_registration()
             await self._queries(msg)
-            if self._registering and op == Op.QUERIES:
+            if completing:
                 self._registering = False
                 await _maybe_await(self.on_registered(self._resumed))
                 self.ready.set()
@@ -805,3 +982,35 @@ class AsyncStore(StoreBase):
 
     async def _queries(self, msg: Dict[str, Any]) -> None:
         await _maybe_await(self.on_queries(self._apply_queries(msg)))
+
+    async def _finish_registration(self) -> None:
+        """As :meth:`Store._finish_registration`: publishes the state when fluxd retains none (SPEC §16.6), then
+        confirms the registration once fluxd has taken it."""
+        registration = self.registration
+        assert registration is not None
+        async with self._locked():
+            publication, self._to_publish = self._to_publish, None
+            if publication is None:
+                registration.confirm()
+                return
+            try:
+                while (piece := self._next_piece(publication)) is not None:
+                    kind, body, base = piece
+                    if kind == "state":
+                        await registration.publish(body)
+                    else:
+                        await registration.publish_patch(body, base)
+                    self._piece_sent(publication, piece)
+            except StateTooLargeError as error:
+                self._unpublishable(error)
+                return
+            except NotSentError:
+                return  # the connection is gone: the next registration goes on (SPEC §16.6)
+        if await registration.barrier():
+            registration.confirm()
+            if self._publication is publication:
+                self._publication = None
+
+    def _keep_error(self, error: FluxError) -> None:
+        assert self.client is not None
+        self.client.errors.put_nowait(error)

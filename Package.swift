@@ -41,6 +41,7 @@ let package = Package(
         // For the fuzz targets (Fuzz/Package.swift depends on this package by path).
         .library(name: "FluxCore", targets: ["FluxCore"]),
         .library(name: "FluxRouter", targets: ["FluxRouter"]),
+        .library(name: "FluxJournal", targets: ["FluxJournal"]),
     ],
     traits: [
         .trait(name: "Tools", description: "fluxd, fluxctl and the examples: their dependencies (TOMLKit, swift-argument-parser, hdrhistogram-swift, swift-prometheus) are only resolved with it. On by default; a project that uses only the libraries turns it off with `traits: []` on its .package line."),

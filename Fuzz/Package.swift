@@ -30,6 +30,7 @@ let package = Package(
                 .product(name: "FluxCore", package: rootIdentity),
                 .product(name: "FluxRouter", package: rootIdentity),
                 .product(name: "FluxJSONValue", package: rootIdentity),
+                .product(name: "FluxJournal", package: rootIdentity),
             ],
             swiftSettings: swiftSettings
         ),

@@ -298,6 +298,7 @@ extension Router {
     /// state, kept).
     func notifyPaths(_ store: StoreEntry, operations: [JSONPatchOperation]?, _ out: inout Output) {
         let subs = operations.map { store.pathSubscribers.touched(by: $0) } ?? store.pathSubscribers.all
+        if operations != nil { pathSteps &+= UInt64(store.pathSubscribers.lastSteps) }
         guard !subs.isEmpty else { return }
         let tree = parsedTree(store)
         for sub in subs {

@@ -197,7 +197,9 @@ extension Router {
         store.version = snap.version
         for p in s.patches {
             // (Each patch costs O(its operations · log n): restoring is linear in the journal.)
-            guard let patch = try? JSONPatch(parsing: p.patch), (try? tree.apply(patch)) != nil else {
+            var steps = 0
+            defer { patchSteps &+= UInt64(steps) }
+            guard let patch = try? JSONPatch(parsing: p.patch), (try? tree.apply(patch, steps: &steps)) != nil else {
                 restoreProblems.append("store \"\(store.name)\": the journaled patch making version \(p.version) does not apply; its state stays at version \(store.version)")
                 break
             }

@@ -115,6 +115,13 @@ extension Router {
         return (account.uid, store.retainedCost)
     }
 
+    /// The retained state of the store `name` as fluxd would send it (rendered from its tree if a patch made it),
+    /// and its version; nil when none is retained (for tests and the fuzz target's restart check).
+    public func retainedState(of name: String) -> (version: UInt64, state: [UInt8])? {
+        guard let store = stores[name], let frame = retainedSnapshot(store) else { return nil }
+        return (store.version, withExtendedLifetime(frame) { Array(frame.bytes[store.stateRange]) })
+    }
+
     /// The charge of the patches kept for resuming subscribers of the store `name` (SPEC §16.5): whose, how many
     /// bytes in all, and how many patches of how many bytes; nil when it keeps none.
     public func historyCharge(of name: String) -> (uid: UInt32, bytes: Int, patches: Int, patchBytes: Int)? {

@@ -73,6 +73,8 @@ public final class Router {
     /// Tree nodes visited applying patches (`JSONTree.apply`'s steps), since start: the work the fuzz target and
     /// the tests hold to O(operations · log n).
     public internal(set) var patchSteps: UInt64 = 0
+    /// Path index nodes visited matching patches against path subscriptions (`PathIndex.touched`), since start.
+    public internal(set) var pathSteps: UInt64 = 0
     /// Retained states parsed into trees (`keptTree`, `parsedTree`), since start: a whole state is parsed once
     /// however many path subscriptions it serves.
     public internal(set) var statesParsed: UInt64 = 0

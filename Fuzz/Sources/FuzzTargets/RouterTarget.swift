@@ -578,6 +578,7 @@ final class RouterHarness {
         // The end: each store's state read back (and every held frame received), shutdown, every connection
         // closed, nothing pending.
         endBatch()
+        checkRestart()
         if !shutDown { finalGets() }
         endBatch()
         if !shutDown { feed(.shutdown, "shutdown (end)") }
@@ -607,10 +608,16 @@ final class RouterHarness {
     func checkFinalMemory() {
         var byUser: [UInt32: Int] = [:]
         for (_, c) in registrationCharges { byUser[c.uid, default: 0] += c.cost }
-        for (name, m) in models where m.isTree {
-            // A patched state's charge moves when fluxd renders it (a full subscriber, a get, a checkpoint): the
-            // router's figure, bounded after every patch (checkPatchOutcome).
-            if let charge = router.retainedCharge(of: name) { m.cost = charge.bytes }
+        for (name, m) in models where m.version > 0 {
+            // A retained state is charged as its bytes, or, once kept as a tree (patched, or parsed for path
+            // subscribers, SPEC §16.5), as eight times the size it renders to: exactly one of the two.
+            guard let charge = router.retainedCharge(of: name), let current = m.current else { continue }
+            let base = 96 + quoted(name).utf8.count
+            let asBytes = base + current.bytes.count, asTree = base + Self.treeOverhead * current.value.compactBytes.count
+            fuzzCheck(charge.bytes == asTree || (!m.isTree && charge.bytes == asBytes),
+                      "memory: \(name)'s retained state is charged \(charge.bytes) bytes, neither \(asBytes) (bytes) nor \(asTree) (tree)")
+            m.cost = charge.bytes
+            m.uid = charge.uid  // (moved to its owner's account when fluxd kept the tree for a path subscriber)
         }
         for (_, m) in models where m.version > 0 { byUser[m.uid, default: 0] += m.cost }
         // The patches kept for resuming (SPEC §16.5): charged to the retained state's user, their bytes plus a
@@ -828,6 +835,17 @@ final class RouterHarness {
         eventStalled.removeAll(keepingCapacity: true)
         eventPinged.removeAll(keepingCapacity: true)
         currentEvent = event
+        let stepsBefore = router.patchSteps &+ router.pathSteps
+        defer {
+            // Work per event (issue 24): patch operations and path matching cost what the frame holds (a few node
+            // visits per byte at most) plus the path subscriptions it may touch, never more.
+            let steps = Int(router.patchSteps &+ router.pathSteps &- stepsBefore)
+            var bytes = 0
+            if case .frame(_, let body) = event { bytes = body.count }
+            let subscriptions = peers.values.reduce(0) { $0 + $1.pathSubs.count }
+            fuzzCheck(steps <= 4 * bytes + 8 * subscriptions + 64,
+                      "work: \(steps) steps for an event of \(bytes) bytes with \(subscriptions) path subscriptions (\(description))")
+        }
         let effects: [RouterEffect]
         if useSink {
             sink.effects.removeAll(keepingCapacity: true)

@@ -93,6 +93,9 @@ extension Router {
             l.field("storeNames", self.stores.count)
             l.field("longestLoopHoldMicros", longestLoopHold)
             l.field("maxCycleCheckSteps", maxCycleCheckSteps)
+            l.field("patchSteps", Int(clamping: patchSteps))
+            l.field("pathMatchSteps", Int(clamping: pathSteps))
+            l.field("statesParsed", Int(clamping: statesParsed))
             l.object("acceptErrors") { a in
                 for name in acceptErrors.keys.sorted() { a.field(named: name, acceptErrors[name]!) }
             }

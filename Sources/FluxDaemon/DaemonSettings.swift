@@ -25,7 +25,7 @@ public enum DaemonSettings {
         for key in ["socket_mode", "durability", "metrics"] { keys[key] = Key(type: .string, live: false) }
         for key in ["log_level", "log_format"] { keys[key] = Key(type: .string, live: true) }
         for key in ["ephemeral", "replay", "close_stalled_stores"] { keys[key] = Key(type: .bool, live: false) }
-        for key in ["max_frame", "queue_limit", "queue_timeout", "sync_interval", "segment_bytes", "retain_actions",
+        for key in ["max_frame", "queue_limit", "queue_timeout", "sync_interval", "segment_bytes", "checkpoint_bytes", "retain_actions",
                     "retain_hours", "store_window", "handshake_timeout", "max_backlog", "delta_history", "fair_pending",
                     "max_queries", "max_query_bytes", "max_subscriptions", "max_wait_for", "max_connections",
                     "max_connections_per_user", "max_handshakes", "max_handshakes_per_user", "max_stores_per_connection",

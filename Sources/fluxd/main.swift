@@ -66,6 +66,8 @@ struct Fluxd: ParsableCommand {
     var repair = false
     @Option(name: .long, help: ArgumentHelp("A journal segment is closed (and a checkpoint written) once it holds this many bytes.", valueName: "bytes"))
     var segmentBytes: Int = 64 << 20
+    @Option(name: .long, help: ArgumentHelp("A checkpoint (and a new segment) comes earlier, once the segment holds this many bytes and at least as many as the last checkpoint took.", valueName: "bytes"))
+    var checkpointBytes: Int = 8 << 20
     @Option(name: .long, help: ArgumentHelp("History kept: at least the newest this many actions (older segments behind a checkpoint are deleted).", valueName: "n"))
     var retainActions: UInt64 = 1_000_000
     @Option(name: .long, help: ArgumentHelp("History kept: actions younger than this many hours.", valueName: "hours"))
@@ -365,6 +367,7 @@ struct Fluxd: ParsableCommand {
             options.syncInterval = syncInterval
             options.repair = repair
             options.segmentBytes = max(4096, segmentBytes)
+            options.checkpointMinBytes = max(4096, checkpointBytes)
             options.retainActions = retainActions
             options.retainAge = retainHours * 3600 * 1000
             options.outcomes = OutcomeLog(capacity: config.router.maxOutcomes, window: config.router.outcomeWindow)

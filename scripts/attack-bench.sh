@@ -12,7 +12,7 @@
 #
 # Run as root, the attacks of issue 24 connect as other uids (4242, 4343, 4444) than the well-behaved client; as
 # another user they all share its uid. They stop waiting for a fluxd that does not answer after --freeze-timeout
-# (20 s), stop repeating patches after --attack-cap (90 s), give a restarted fluxd --restart-timeout (30 s), and
+# (20 s), stop repeating patches after --attack-cap (150 s), give a restarted fluxd --restart-timeout (30 s), and
 # kill a fluxd whose RSS passes --rss-cap-mib (4096).
 #
 # Builds fluxd, flux-bench-store and todo-store in release with their own scratch folder (.build-bench, shared

@@ -750,9 +750,14 @@ def register_store(peer, store, state_json=None, timeout=20.0):
     frame = b'{"op":"register","store":"%s","handles":[]' % store.encode()
     if state_json is not None:
         frame += b',"state":' + state_json
-    peer.s.settimeout(timeout)
-    peer.send(enc(frame + b"}"))
-    body = peer.until(lambda b: op_of(b) in ("registered", "error"), timeout, f"registered {store}")
+    try:
+        peer.s.settimeout(timeout)
+        peer.send(enc(frame + b"}"))
+        body = peer.until(lambda b: op_of(b) in ("registered", "error"), timeout, f"registered {store}")
+    except socket.timeout:
+        return "no answer"
+    except (EOFError, OSError) as e:
+        return f"closed ({type(e).__name__})"
     return None if op_of(body) == "registered" else code_of(body)
 
 
@@ -1544,7 +1549,8 @@ class Bench:
         out = {}
         code, took = bus.stop_fluxd(sig, stop_wait)
         out["stop_signal"] = signal.Signals(sig).name
-        out["stop_result"] = signal_name(code) if code is not None else f"still running after {stop_wait:g} s: SIGKILLed"
+        out["stop_result"] = (signal_name(code) if code is not None
+                              else f"still running after {stop_wait:g} s: SIGKILLed")
         out["stop_seconds"] = round(took, 3)
         out["stop_log"] = fatal_lines(bus.fluxd_log)
         secs, why = bus.restart_timed(restart_timeout)
@@ -1732,6 +1738,34 @@ class Bench:
         return d
 
     # 8b ---------------------------------------------------------------------------------------------------
+    @staticmethod
+    def subscribe_paths(p, first, end, replies):
+        """Path subscriptions /s/p<first>../s/p<end-1> on one connection, 1,000 per pipelined batch; returns when
+        the last was answered."""
+        for start in range(first, end, 1000):
+            stop = min(start + 1000, end)
+            p.send(b"".join(enc(b'{"op":"subscribe","store":"paths","path":"/s/p%d"}' % i) for i in range(start, stop)))
+            got = 0
+            while got < stop - start:
+                body = p.frame(60.0)
+                if body is None:
+                    tally(replies, "closed")
+                    return now()
+                op = op_of(body)
+                tally(replies, op if op != "error" else "error " + code_of(body))
+                if op in ("subscribed", "error"):
+                    got += 1
+        answered = now()
+        try:
+            while True:  # the subtree that follows the last subscribed
+                body = p.frame(0.2)
+                if body is None:
+                    break
+                tally(replies, op_of(body))
+        except socket.timeout:
+            pass
+        return answered
+
     def attack_many_path_subscriptions(self, bus):
         """10,000 path subscriptions (3 connections: maxSubscriptions is 4,096 per connection) on a patching store;
         a small patch and a 2,000-op patch touching none of their paths, timed without and with them."""
@@ -1768,7 +1802,7 @@ class Bench:
                 if outcome != "answered" or codes:
                     return None, outcome_text(outcome, codes)
                 vals.append(max(0.0, secs - rtt) / k * 1000)
-            return round(sorted(vals)[len(vals) // 2], 4), "answered"
+            return round(sorted(vals)[len(vals) // 2], 6), "answered"
 
         # a first patch, so that fluxd keeps the state as a tree (as for a store that publishes patches)
         exchange(store, small(0), 10.0, "first")
@@ -1778,36 +1812,30 @@ class Bench:
         conns = []
         replies = {}
         per_conn = 4000
-        t0 = now()
+        spent = 0.0  # seconds spent subscribing, up to each connection's last answer (not the quiet after it)
         cpu0 = proc_cpu_seconds(bus.fluxd.pid)
         for c in range(0, subs_total, per_conn):
-            p = ready_peer(bus.sock, name=f"path-subscriber-{len(conns)}", uid=u["other"])
+            t_conn = now()
+            try:
+                p = ready_peer(bus.sock, name=f"path-subscriber-{len(conns)}", uid=u["other"])
+            except Refused as e:
+                tally(replies, f"connection refused {e.code}")
+                continue
+            except OSError as e:
+                tally(replies, f"connect failed {type(e).__name__}")
+                continue
             conns.append(p)
             p.s.settimeout(60.0)
-            for start in range(c, min(c + per_conn, subs_total), 1000):
-                end = min(start + 1000, c + per_conn, subs_total)
-                p.send(b"".join(enc(b'{"op":"subscribe","store":"paths","path":"/s/p%d"}' % i)
-                                for i in range(start, end)))
-                got = 0
-                while got < end - start:
-                    body = p.frame(60.0)
-                    if body is None:
-                        tally(replies, "closed")
-                        break
-                    op = op_of(body)
-                    tally(replies, op if op != "error" else "error " + code_of(body))
-                    if op in ("subscribed", "error"):
-                        got += 1
-                try:
-                    while True:  # the subtree that follows the last subscribed
-                        body = p.frame(0.2)
-                        if body is None:
-                            break
-                        tally(replies, op_of(body))
-                except socket.timeout:
-                    pass
+            try:
+                spent += self.subscribe_paths(p, c, min(c + per_conn, subs_total), replies) - t_conn
+            except socket.timeout:
+                tally(replies, "no answer")
+                spent += now() - t_conn
+            except (EOFError, OSError) as e:
+                tally(replies, f"closed ({type(e).__name__})")
+                spent += now() - t_conn
         cpu1 = proc_cpu_seconds(bus.fluxd.pid)
-        d["subscribe_seconds"] = round(now() - t0, 3)
+        d["subscribe_seconds"] = round(spent, 3)
         d["subscribe_fluxd_cpu_s"] = round(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None else None
         d["connections"] = len(conns)
         d["replies"] = replies
@@ -1837,7 +1865,12 @@ class Bench:
     def journal_patches(self, sock, n, uid):
         """A store registers `jrnl` (a small state) and sends `n` small patches, 1,000 per pipelined batch with a
         ping after each: (seconds, outcome)."""
-        p = ready_peer(sock, role="store", name="journaler", uid=uid)
+        try:
+            p = ready_peer(sock, role="store", name="journaler", uid=uid)
+        except Refused as e:
+            return None, f"refused {e.code}"
+        except OSError as e:
+            return None, f"connect failed ({type(e).__name__})"
         try:
             err = register_store(p, "jrnl", b'{"n":0,"name":"journal me"}')
             if err:
@@ -1880,7 +1913,11 @@ class Bench:
             argv = [self.args.fluxd, "--socket", sock, "--data-dir", os.path.join(folder, "data"),
                     "--socket-mode", "0666"]
             run = {}
-            f = Proc(argv, "fluxd ready on", os.path.join(folder, "fluxd.log"))
+            try:
+                f = Proc(argv, "fluxd ready on", os.path.join(folder, "fluxd.log"))
+            except RuntimeError as e:
+                d["runs"][str(c)] = {"restart_result": f"fluxd did not start: {e}"}
+                continue
             try:
                 secs, outcome = self.journal_patches(sock, c, u["attacker"])
                 run["journal_seconds"] = round(secs, 2) if secs is not None else None
@@ -1983,7 +2020,8 @@ class Bench:
         d["connections_accepted"] = i1.get("counters", {}).get("connections", 0) - conns0
         d["connections_per_s"] = round(d["connections_accepted"] / window_s, 1)
         d["errors_sent_in_window"] = diff_counts(errors_of(i1), err0)
-        d["store_cpu_percent"] = round((cpu1 - cpu0) / window_s * 100, 1) if cpu0 is not None and cpu1 is not None else None
+        d["store_cpu_percent"] = (round((cpu1 - cpu0) / window_s * 100, 1)
+                                  if cpu0 is not None and cpu1 is not None else None)
         d["store_alive"] = todo.alive()
         lines = log_lines(bus.fluxd_log, log_start, 100000)
         d["fluxd_log_lines_in_window"] = len(lines)
@@ -2130,6 +2168,10 @@ def fmt_counts(d):
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])) if d else "none"
 
 
+def g4(v):
+    return "?" if v is None else f"{v:.4g}"
+
+
 def hold_ms(r):
     """The attack's longest loop hold in ms: fluxd's figure, else the time it was seen frozen (a lower bound)."""
     hold = r.get("loop_hold_after_us")
@@ -2256,10 +2298,11 @@ def attacker_summary(r):
                 f"{d['answered_seconds'] if d.get('answered_seconds') is not None else '?'} s "
                 f"({fmt_counts(d['replies'])}); fluxd CPU {d['fluxd_cpu_during_subscribes_s']} s")
     if k == "8b":
-        return (f"{d['subscriptions']:,} path subscriptions ({d['connections']} connections; "
-                f"{fmt_counts(d['replies'])}): small patch {d['small_before_ms']} -> {d['small_with_ms']} ms "
-                f"({d['small_ratio']}x), 2,000-op patch {d['big_before_ms']} -> {d['big_with_ms']} ms "
-                f"({d['big_ratio']}x)")
+        return (f"{d['subscriptions']:,} path subscriptions ({d['connections']} connection"
+                f"{'s' if d['connections'] != 1 else ''}; "
+                f"{fmt_counts(d['replies'])}): small patch {g4(d['small_before_ms'])} -> {g4(d['small_with_ms'])} ms "
+                f"({g4(d['small_ratio'])}x), 2,000-op patch {g4(d['big_before_ms'])} -> {g4(d['big_with_ms'])} ms "
+                f"({g4(d['big_ratio'])}x)")
     if k == "9":
         parts = []
         for c in d["counts"]:
@@ -2418,7 +2461,8 @@ def par_quadratic(r, d):
             else "`add` operations at `/a/0` (each inserts before the first element of the array `a`)")
     s = (users_text(d) + f"A store sent patches of {d['ops_per_patch']:,} {what}, {size(d.get('frame_bytes'))} each "
          f"(under maxFrame), one after another ({d['patches_planned']} planned; "
-         + (f"none sent after {d['stopped']}" if d.get("stopped") else "all sent") + "). Each was timed from sending it to fluxd's `pong` for "
+         + (f"none sent after {d['stopped']}" if d.get("stopped") else "all sent")
+         + "). Each was timed from sending it to fluxd's `pong` for "
          f"a `ping` sent after it on the same connection: "
          f"{', '.join(f'{t:g}' for t in ts)} s (first {ts[0] if ts else '?'} s, last {ts[-1] if ts else '?'} s, "
          f"{d['elements_after']:,} {'keys' if kind == 'keys' else 'elements'} then). ")
@@ -2443,11 +2487,16 @@ def par_many_paths(r, d):
             f"per patch (a batch of pipelined patches and a ping, minus a lone ping's round trip, median of several "
             f"batches): a one-op patch of `/x/n` and a 2,000-op patch of `/x/a/*`, none touching a subscribed path. "
             f"Then another user made {d['subscriptions']:,} path subscriptions to `/s/pN` over {d['connections']} "
-            f"connection{'s' if d['connections'] != 1 else ''} (at most 4,000 each; maxSubscriptions is 4,096) in {d['subscribe_seconds']} s "
+            f"connection{'s' if d['connections'] != 1 else ''} (at most 4,000 each; maxSubscriptions is 4,096) in "
+            f"{d['subscribe_seconds']} s "
             f"({fmt_counts(d['replies'])}; fluxd CPU {d['subscribe_fluxd_cpu_s']} s), and the same patches were "
-            f"timed again: the small patch {d['small_before_ms']} ms without path subscriptions, "
-            f"{d['small_with_ms']} ms with them ({d['small_ratio']}x); the 2,000-op patch {d['big_before_ms']} ms, "
-            f"then {d['big_with_ms']} ms ({d['big_ratio']}x). Target: within 2x. The subscribers were sent "
+            f"timed again: the small patch {g4(d['small_before_ms'])} ms without path subscriptions, "
+            f"{g4(d['small_with_ms'])} ms with them ({g4(d['small_ratio'])}x); the 2,000-op patch "
+            f"{g4(d['big_before_ms'])} ms, "
+            f"then {g4(d['big_with_ms'])} ms ({g4(d['big_ratio'])}x). Target: within 2x. "
+            + "".join(f"The {x.replace('_', ' ')} timing stopped: {d[x]}. " for x in
+                      ("small_before", "big_before", "small_with", "big_with") if d.get(x) != "answered")
+            + f"The subscribers were sent "
             f"{fmt_counts(d['subscribers_sent_during_patches'])} for these patches.")
 
 
@@ -2495,7 +2544,8 @@ def par_equivalent(r, d):
                     + f"; fluxd {c['fluxd']}{' (cut with patch-failed)' if c['cut_patch_failed'] else ''}, retained "
                       f"`{json.dumps(c['retained']) if not isinstance(c['retained'], str) else c['retained']}`: "
                       f"**{'agree' if c['agree'] else 'disagree'}**")
-    return (users_text(d) + "For each case a store registered its own store with the state `{\"\\u00e9\":1}` (é as one "
+    return (users_text(d) + "For each case a store registered its own store with the state "
+            "`{\"\\u00e9\":1}` (é as one "
             "code point) and sent one patch naming `/e\\u0301` (e and a combining acute accent: canonically "
             "equivalent, but another key for JSON and JSON Pointer), with the JSON text escaped (`\\u00e9`) or as "
             "raw UTF-8. Expected: the state the patch makes, computed here with keys compared as code points (never "

@@ -8,6 +8,10 @@ import Testing
 /// `statesParsed`), never as time. Timings are in Benchmarks/ATTACKS.md (`scripts/attack-bench.sh`).
 @Suite("Attacks on the store-side surfaces: patches, path subscriptions, restarts", .serialized)
 struct StoreSideAttackTests {
+    /// Under AddressSanitizer (FLUXBUS_ASAN) the counts are cut by this factor (fluxd is ~10x slower there and the
+    /// suite runs beside tests that wait for processes); the bounds are per operation either way.
+    static let cut = ProcessInfo.processInfo.environment["FLUXBUS_ASAN"] == nil ? 1 : 5
+
     /// A durable fluxd in a temp directory, restartable on the same socket and data directory.
     final class DurableBus {
         let directory: TempDirectory
@@ -108,7 +112,7 @@ struct StoreSideAttackTests {
         try withDurableBus { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "big")
             try store.register("s", handles: [], state: #"{"o":{},"a":[]}"#)
-            let batches = 6, perBatch = 5_000
+            let batches = 6, perBatch = 5_000 / Self.cut
             for b in 0..<batches {
                 let ops = (0..<perBatch).map { #"{"op":"add","path":"/o/key-\#(b)-\#($0)","value":\#($0)}"# }
                 try store.send(frame: #"{"op":"patch","store":"s","patch":[\#(ops.joined(separator: ","))]}"#)
@@ -170,10 +174,10 @@ struct StoreSideAttackTests {
         try withDurableBus { bus in
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "patcher")
             try store.register("r", handles: [], state: #"{"n":0,"list":[]}"#)
-            let patches = 10_000
+            let patches = 10_000 / Self.cut
             for i in 1...patches {
                 try store.send(frame: #"{"op":"patch","store":"r","patch":[{"op":"replace","path":"/n","value":\#(i)},{"op":"add","path":"/list/0","value":\#(i % 10)}]}"#)
-                if i % 2_000 == 0 { _ = try store.barrier("p\(i)") }
+                if i % 500 == 0 { _ = try store.barrier("p\(i)") }
             }
             try bus.restart(kill: true)  // (a crash: the patches are in the journal, not in a checkpoint)
             let got = try Self.state(bus.socketPath, "r")

@@ -6,7 +6,7 @@ import Testing
 /// Issue 24's attacks on the store-side surfaces, each against a real durable fluxd: what each must not achieve,
 /// asserted as behaviour and as work counted by fluxd itself (`info.load.patchSteps`, `pathMatchSteps`,
 /// `statesParsed`), never as time. Timings are in Benchmarks/ATTACKS.md (`scripts/attack-bench.sh`).
-@Suite("Attacks on the store-side surfaces: patches, path subscriptions, restarts", .serialized)
+@Suite("Attacks on the store-side surfaces: patches, path subscriptions, restarts", .serialized, .onDedicatedThreads)
 struct StoreSideAttackTests {
     /// Under AddressSanitizer (FLUXBUS_ASAN) the counts are cut by this factor (fluxd is ~10x slower there and the
     /// suite runs beside tests that wait for processes); the bounds are per operation either way.

@@ -39,6 +39,9 @@ extension FluxStore {
         /// The state's JSON left out of `register` because the frame would have been larger than fluxd's
         /// `maxFrame` (SPEC §16.6): published in pieces if fluxd turns out to retain no state for the store.
         var owed: [UInt8]?
+        /// The last state published in pieces, kept until a registration shows fluxd took every piece: a
+        /// publication cut short goes on from the piece fluxd took last (SPEC §16.6).
+        var piecesSent: StatePieces?
         /// The store's name as a JSON string (written into every answer).
         let nameJSON: [UInt8]
         /// The handler found for the last action type (actions of one type tend to come in runs).
@@ -147,6 +150,12 @@ extension FluxStore {
                 }
             case "snapshot":
                 guard phase == .awaitingSnapshot, let raw = env.raw("state") else { return }
+                if let piecesSent, resumePublication(piecesSent, raw: raw, version: env.fluxInt("version") ?? 0) {
+                    adoptedSeq = env.fluxInt("seq") ?? adoptedSeq
+                    becomeReady()
+                    return
+                }
+                piecesSent = nil
                 // Adopted even when the state in memory is newer (rule 1): after a fluxd restart, the actions
                 // whose answers fluxd did not record come again.
                 do {
@@ -379,26 +388,57 @@ extension FluxStore {
                 do { pieces = try JSONValue(parsing: json).pieces(maxPatchBytes: maxFrame - 128 - nameJSON.count) } catch {
                     throw .invalidArgument("the state of \(store.name) cannot be published: \(error)")
                 }
+                piecesSent = pieces
+                let version = try sendPieces(pieces, after: 0)
+                store.logger.notice("store \(store.name): its state (\(json.count) bytes) is larger than a frame (\(maxFrame)); published in \(pieces.patches.count + 1) pieces (versions 1-\(version))")
+            } catch {
+                store.report(error)
+            }
+        }
+
+        /// Sends the pieces after the one that made `version` (0: all of them, the root first); later changes are
+        /// patches from the whole state. Returns the version the last piece makes.
+        mutating func sendPieces(_ pieces: StatePieces, after version: Int) throws(FluxError) -> Int {
+            if version == 0 {
                 var b = FrameBuilder(op: "state")
                 b.raw("store", nameJSON)
                 b.raw("state", pieces.root.compactBytes)
                 try client.send(frame: b.finish(), generation: generation)
-                var version = 1
-                for patch in pieces.patches {
-                    var p = FrameBuilder(op: "patch", capacity: 96 + nameJSON.count + maxFrame / 2)
-                    p.raw("store", nameJSON)
-                    p.int("base", version)
-                    p.raw("patch", patch.compactBytes)
-                    try client.send(frame: p.finish(), generation: generation)
-                    version += 1
-                }
-                store.logger.notice("store \(store.name): its state (\(json.count) bytes) is larger than a frame (\(maxFrame)); published in \(pieces.patches.count + 1) pieces (versions 1-\(version))")
-                delta.forgetBaseline()
-                try? delta.setBaseline(state)
-                base = delta.hasBaseline ? version : nil
-                wholeSize = nil
+            }
+            var version = max(version, 1)
+            for patch in pieces.patches[(version - 1)...] {
+                let bytes = patch.compactBytes
+                var p = FrameBuilder(op: "patch", capacity: 96 + nameJSON.count + bytes.count)
+                p.raw("store", nameJSON)
+                p.int("base", version)
+                p.raw("patch", bytes)
+                try client.send(frame: p.finish(), generation: generation)
+                version += 1
+            }
+            delta.forgetBaseline()
+            try? delta.setBaseline(state)
+            base = delta.hasBaseline ? version : nil
+            wholeSize = nil
+            return version
+        }
+
+        /// SPEC §16.6, a publication cut short: when fluxd's retained state (`raw`, at `version`) is what the
+        /// pieces up to `version` made, the store keeps its own state and sends the pieces after it (true); else
+        /// it adopts fluxd's state as usual (false).
+        mutating func resumePublication(_ pieces: StatePieces, raw: ArraySlice<UInt8>, version: Int) -> Bool {
+            guard version >= 1, version <= pieces.patches.count else { return false }
+            var partial = pieces.root
+            for patch in pieces.patches[..<(version - 1)] {
+                guard (try? partial.apply(patch)) != nil else { return false }
+            }
+            guard partial.compactBytes.elementsEqual(raw) else { return false }
+            do {
+                let last = try sendPieces(pieces, after: version)
+                store.logger.notice("store \(store.name): fluxd took its state's pieces up to version \(version); sent the rest (versions \(version + 1)-\(last))")
+                return true
             } catch {
                 store.report(error)
+                return false
             }
         }
 

@@ -245,3 +245,63 @@ func welcomeAgain16(_ fluxd: ScriptedConnector, _ index: Int, session: String) a
     connection.reply(welcome16(peer: 8 + index))
     return connection
 }
+
+/// A state of 60 todos, each with a long title: ~5 KB of JSON, over twice the 2,048-byte frames of `welcomeSmall`.
+struct BigTodos: Codable, Equatable, Sendable {
+    var items: [String] = (0..<60).map { "todo number \($0) with a title long enough to take room" }
+}
+
+func welcomeSmall(peer: Int = 7) -> String {
+    #"{"op":"welcome","protocol":1,"server":"fake/0.4","peer":\#(peer),"limits":{"maxFrame":2048,"deltaHistory":1048576},"epoch":"e1","durability":"batch"}"#
+}
+
+@Suite("SPEC §16.6: a store whose state is larger than a frame (scripted fluxd)")
+struct LargeStateStoreTests {
+    @Test("registers without state, publishes it in pieces when fluxd has none, and goes on from the piece fluxd took last after a cut")
+    func piecesAndResume() async throws {
+        let fluxd = ScriptedConnector()
+        let store = FluxStore<BigTodos>(name: "big", initial: BigTodos(), handles: ["big/*"])
+        store.on("big/noop") { _, _ in }
+        let task = Task { try await store.run(peerName: "big-store", reconnect: fastReconnect, connector: fluxd.connector) }
+        defer { task.cancel() }
+        let first = try await fluxd.connection(0)
+        let hello = try await first.nextSent(op: "hello")
+        let session = try #require(hello.str("session"))
+        first.reply(welcomeSmall())
+        let register = try await first.nextSent(op: "register")
+        #expect(register.raw("state") == nil, "a register frame with the state would be over maxFrame")
+        first.reply(#"{"op":"registered","store":"big","version":0,"seq":0,"resumed":false}"#)
+        // The root, then patches, each frame within maxFrame, base 1, 2, ...
+        let root = try await first.nextSent(op: "state")
+        #expect(root.rawText("state") == "{}")
+        var rebuilt = try JSONValue(parsing: "{}")
+        var patches: [JSONPatch] = []
+        while rebuilt != (try JSONValueEncoder().encode(BigTodos())) {
+            let piece = try await first.nextSent(op: "patch")
+            #expect(piece.body.count <= 2048)
+            #expect(piece.num("base") == patches.count + 1)
+            let patch = try JSONPatch(parsing: try #require(piece.raw("patch")))
+            try rebuilt.apply(patch)
+            patches.append(patch)
+        }
+        #expect(patches.count >= 2)
+        first.reply(#"{"op":"queries","store":"big","queries":[]}"#)
+        try await withTimeout(.seconds(5), "ready") { try await store.ready() }
+
+        // Cut after fluxd took the root and the first patch (version 2): the store goes on from there.
+        first.drop()
+        let second = try await fluxd.connection(1)
+        #expect(try await second.nextSent(op: "hello").str("session") == session)
+        second.reply(welcomeSmall(peer: 9))
+        _ = try await second.nextSent(op: "register")
+        var partial = try JSONValue(parsing: "{}")
+        try partial.apply(patches[0])
+        second.reply(#"{"op":"registered","store":"big","version":2,"seq":0,"resumed":true}"#)
+        second.reply(#"{"op":"snapshot","store":"big","version":2,"seq":0,"state":\#(partial.compact)}"#)
+        let next = try await second.nextSent(op: "patch")
+        #expect(next.num("base") == 2, "the piece after the one fluxd took last")
+        #expect((try JSONPatch(parsing: try #require(next.raw("patch")))) == patches[1])
+        #expect(store.state == BigTodos(), "the store kept its own state (not fluxd's partial one)")
+        withExtendedLifetime(task) {}
+    }
+}

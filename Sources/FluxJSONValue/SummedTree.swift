@@ -148,11 +148,7 @@ public struct SummedTree<Item: SummedItem>: @unchecked Sendable {
         var node = root
         var i = position
         while !node.isLeaf {
-            var c = 0
-            while i >= node.children[c].summary.count {
-                i -= node.children[c].summary.count
-                c += 1
-            }
+            let c = Self.child(node, containing: &i)
             node = node.children[c]
         }
         return node.items[i]
@@ -214,13 +210,20 @@ public struct SummedTree<Item: SummedItem>: @unchecked Sendable {
         defer { node.recount() }
         if node.isLeaf { return try body(&node.items[position]) }
         var i = position
-        var c = 0
-        while i >= node.children[c].summary.count {
-            i -= node.children[c].summary.count
-            c += 1
-        }
+        let c = child(node, containing: &i)
         if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = node.children[c].copy() }
         return try update(node.children[c], i, body)
+    }
+
+    /// The child of inner `node` that holds `position` (0 ..< its count); `position` becomes the offset in it.
+    @inline(__always)
+    static func child(_ node: SummedNode<Item>, containing position: inout Int) -> Int {
+        var c = 0
+        while position >= node.children[c].summary.count {
+            position -= node.children[c].summary.count
+            c += 1
+        }
+        return c
     }
 
     /// Inserts `item` at `position` (0 ... count).
@@ -291,11 +294,7 @@ public struct SummedTree<Item: SummedItem>: @unchecked Sendable {
             return item
         }
         var i = position
-        var c = 0
-        while i >= node.children[c].summary.count {
-            i -= node.children[c].summary.count
-            c += 1
-        }
+        let c = child(node, containing: &i)
         if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = node.children[c].copy() }
         let item = remove(at: i, from: node.children[c])
         if node.children[c].summary.count == 0 {

@@ -25,8 +25,9 @@ struct Top: AsyncParsableCommand {
         (about three frames per action, snapshot states included). A monitor never slows routing: when top cannot \
         keep up, fluxd drops events for it and the header says how many were missed (rates are then too low).
 
-        --once prints one sample (two info samples --interval apart) and exits; with --json it prints one JSON \
-        object (docs/fluxctl.md); --json without --once prints one such object per interval.
+        --once prints one sample (two info samples --interval apart) and exits; Ctrl-C (SIGINT or SIGTERM) during \
+        it ends the sample early and prints what it measured. With --json it prints one JSON object \
+        (docs/fluxctl.md); --json without --once prints one such object per interval.
         """)
 
     @OptionGroup var options: GlobalOptions
@@ -43,6 +44,14 @@ struct Top: AsyncParsableCommand {
         let screen = live ? TopScreen() : nil
         defer { screen?.restore() }
         do {
+            if once {
+                // Watched from before the first connection, so a signal at any time ends the sample as soon as it
+                // starts; the default action comes back once the sample is printed.
+                let end = SampleEnd()
+                defer { end.stop() }
+                try await Top.loop(options, interval: interval, once: true, screen: nil, end: end)
+                return
+            }
             try await runInterruptible {
                 try await withTimeout(once ? nil : options.timeout, "watching fluxd") {
                     try await Top.loop(options, interval: interval, once: once, screen: screen)
@@ -56,7 +65,7 @@ struct Top: AsyncParsableCommand {
         }
     }
 
-    static func loop(_ options: GlobalOptions, interval: Double, once: Bool, screen: TopScreen?) async throws {
+    static func loop(_ options: GlobalOptions, interval: Double, once: Bool, screen: TopScreen?, end: SampleEnd? = nil) async throws {
         let monitor = try await options.connect(role: .monitor)
         defer { monitor.abort() }
         let tally = TopTally()
@@ -73,7 +82,13 @@ struct Top: AsyncParsableCommand {
         var previous = (info: try await fetchInfo(monitor, options), at: ContinuousClock.now)
         var n = 0
         while true {
-            if let screen { try await screen.sleep(interval) } else { try await Task.sleep(for: .seconds(interval)) }
+            if let end {
+                await end.sleep(interval)
+            } else if let screen {
+                try await screen.sleep(interval)
+            } else {
+                try await Task.sleep(for: .seconds(interval))
+            }
             let info = try await fetchInfo(monitor, options)
             let now = ContinuousClock.now
             let counts = tally.take()
@@ -382,6 +397,45 @@ struct TopSample: Sendable, Equatable {
             return o.value
         }))
         return line.value
+    }
+}
+
+/// `top --once`: SIGINT or SIGTERM ends the sample early and the sample so far is printed (as `ping` prints its
+/// summary on Ctrl-C). Signals are watched from `init` (one that comes before the sample starts ends it at once)
+/// until `stop()`, which gives them back their default action. `@unchecked Sendable`: its stored properties are set
+/// once in `init`; the dispatch sources are only cancelled.
+final class SampleEnd: @unchecked Sendable {
+    private let signals: AsyncStream<Void>
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        let (signals, continuation) = AsyncStream<Void>.makeStream()
+        self.signals = signals
+        sources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield() }
+            source.resume()
+            return source
+        }
+    }
+
+    /// Returns after `seconds`, or as soon as a signal came (also one that came before the call).
+    func sleep(_ seconds: Double) async {
+        let signals = self.signals
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: .seconds(seconds)) }
+            group.addTask { for await _ in signals { return } }
+            _ = await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Stops watching: SIGINT and SIGTERM end the process again.
+    func stop() {
+        for source in sources { source.cancel() }
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
     }
 }
 

@@ -80,6 +80,9 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
     @exclusivity(unchecked) public private(set) var core: DaemonCore!
     private let loop: EventLoop
+    /// Work done off the loop (the router's preparations) and the metrics endpoint's refresh requests, taken at the
+    /// loop's wake-up.
+    private let wakes: WakeReasons
     private var router: Router { core.router }
     @exclusivity(unchecked) private var logger: Logger
     @exclusivity(unchecked) private var listener: PipeListener?
@@ -112,6 +115,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// journal recovered, and every record it stages is written before the frames that reveal it.
     public init(loop: EventLoop, config: DaemonConfig, logger: Logger, journal: Journal? = nil) {
         self.loop = loop
+        self.wakes = WakeReasons(remote: loop.remote)
         self.config = config
         self.logger = logger
         self.journal = journal
@@ -291,9 +295,9 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         }
         if let metrics, let address = config.metricsAddress {
             do {
-                let remote = loop.remote
+                let wakes = self.wakes
                 metricsServer = try MetricsServer(address: address) { [metrics] in
-                    metrics.refreshAndWait { remote.wake() }
+                    metrics.refreshAndWait { wakes.requestMetrics() }
                     return metrics.exposition()
                 }
             } catch {
@@ -301,10 +305,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
                 throw .metrics(error)
             }
             refreshMetrics()
-            loop.onWake = { [unowned self] in self.refreshMetrics() }
             metricsServer?.start()
             logger.info("metrics on http://\(metricsServer!.address)/metrics")
         }
+        loop.onWake = { [unowned self] in self.woken() }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
         if config.listenDescriptor != nil {
@@ -448,6 +452,11 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     public func requestEndOfBatch() { loop.requestBeforeFlush() }
 
+    public func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool {
+        wakes.start(preparation, for: peer)
+        return true
+    }
+
 
     /// The open connection of `peer` (through `connectionCache`).
     @inline(__always)
@@ -510,6 +519,14 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     }
 
     /// Copies the router's gauges and counters into the metrics (loop thread).
+    /// The loop's wake-up: preparations done off the loop are fed to the core, the metrics refreshed if the
+    /// endpoint asked.
+    private func woken() {
+        let taken = wakes.take()
+        for (peer, result) in taken.prepared { feed(.prepared(peer, result)) }
+        if taken.metricsWanted { refreshMetrics() }
+    }
+
     private func refreshMetrics() {
         metrics?.refresh(router.metricsSample(), journal: journal, workerRestarts: workerRestarts?() ?? [:])
     }

@@ -26,6 +26,14 @@ public protocol DaemonTransport: AnyObject {
     func close(_ peer: PeerID, cutOffAfter: Millis?)
     /// Asks the adapter to feed `.endOfBatch` before it writes what this batch of reads produced.
     func requestEndOfBatch()
+    /// Runs `preparation` off the loop thread and feeds `.prepared(peer, preparation.run())` once it is done
+    /// (after the current event); false when the adapter has no other thread (the core then runs it itself,
+    /// right after the event). Default: false.
+    func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool
+}
+
+extension DaemonTransport {
+    public func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool { false }
 }
 
 /// How a `DaemonCore` treats its peers beyond the router's own limits.
@@ -98,8 +106,10 @@ public final class DaemonCore: RouterEffectSink {
         var stalls: [(String, Int32?, Bool)] = []
         var overLimit: [(PeerID, RouterEvent)] = []
         var toAccount: [PeerID] = []
+        var preparations: [(PeerID, Preparation)] = []
         var isEmpty: Bool {
             hostRequests.isEmpty && storeChanges.isEmpty && stalls.isEmpty && overLimit.isEmpty && toAccount.isEmpty
+                && preparations.isEmpty
         }
     }
 
@@ -164,6 +174,9 @@ public final class DaemonCore: RouterEffectSink {
                 case .error(let code, let message): handle(.hostError(peer, code, message: message, ref: request.id), now: now)
                 }
             }
+            for (peer, preparation) in work.preparations where !transport.startPreparation(preparation, for: peer) {
+                handle(.prepared(peer, preparation.run()), now: now)
+            }
             for change in work.storeChanges { onStoreChange?(change) }
             for (store, pid, closing) in work.stalls { onStoreStalled?(store, pid, closing) }
         }
@@ -218,6 +231,8 @@ public final class DaemonCore: RouterEffectSink {
             later.storeChanges.append(change)
         case .deferred:
             transport.requestEndOfBatch()
+        case .prepare(let peer, let preparation):
+            later.preparations.append((peer, preparation))
         }
     }
 

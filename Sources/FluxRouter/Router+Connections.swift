@@ -69,6 +69,7 @@ extension Router {
         guard let peer = peers.remove(id) else { return }
         peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
         endHandshake(peer)
+        if peer.preparing != nil || !peer.held.isEmpty { dropHeld(peer) }
         monitors.removeAll { $0 == id }
         if peer.heartbeat { heartbeatPeers.remove(id) }
         let uid = peer.account.uid

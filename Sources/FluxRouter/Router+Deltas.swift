@@ -72,7 +72,8 @@ extension Router {
     func keptTree(_ store: StoreEntry) -> JSONTree? {
         if let tree = store.tree { return tree }
         guard let snapshot = store.snapshot else { return nil }
-        let tree = JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
+        let tree = preparedParse(store, bytes: store.stateRange.count)
+            ?? JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
         statesParsed += 1
         guard chargeRetained(store, treeCost(store, bytes: tree.byteCount)) else { return nil }
         store.tree = tree
@@ -85,6 +86,7 @@ extension Router {
         if let tree = keptTree(store) { return tree }
         guard let snapshot = store.snapshot else { return nil }
         statesParsed += 1
+        if let tree = preparedParse(store, bytes: store.stateRange.count) { return tree }
         return JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
     }
 
@@ -100,10 +102,9 @@ extension Router {
         if let base, base != store.version {
             return .failed("the patch applies to version \(base), the retained state of \"\(store.name)\" is version \(store.version)")
         }
-        let operations: JSONPatch
-        // (A field of a frame fluxd scanned whole: read straight from the bytes.)
-        do { operations = try JSONPatch(scanned: patch) } catch { return .failed("patch for \"\(store.name)\": \(error)") }
-        if operations.isEmpty { return .empty }
+        guard let limit = patchLimit(store) else {
+            return .overBudget("the parsed state of \(store.stateRange.count) bytes")
+        }
         // As it is now: a patch that fails or does not fit leaves the store as it was, its charge included.
         let hadTree = store.tree != nil
         let before = (account: store.retainedBy, cost: store.retainedCost)
@@ -111,32 +112,47 @@ extension Router {
             store.tree = hadTree ? old : nil
             restoreCharge(store, before)
         }
-        guard let old = keptTree(store), let account = store.ownerPeer?.account ?? store.retainedBy else {
-            putBack(nil)
-            return .overBudget("the parsed state of \(store.stateRange.count) bytes")
-        }
-        // The largest state the account may hold: its room, plus what this state holds now if it is the same one.
-        let credit = account === store.retainedBy ? store.retainedCost : 0
-        let room = memory.headroom(account) + credit - 96 - store.nameJSON.count
-        let limit = min(max(0, room / Router.treeOverhead), Router.maxTreeBytes)
-        var tree = old
-        store.tree = nil  // (the old root is kept in `old`; the patch copies only the nodes on its paths)
+        let tree: JSONTree
         let applied: [JSONPatchOperation]
-        var steps = 0
-        do {
-            applied = try tree.apply(operations, limits: TreePatchLimits(maxBytes: limit), steps: &steps)
-        } catch {
-            putBack(old)  // as it was: a patch applies whole or not at all, and nothing of it is kept (SPEC §16.2)
-            if error.kind == .tooLarge {
-                return .overBudget("patch operation \(error.operation ?? 0) would make a state of more than \(limit) bytes, so")
+        switch store.ownerPeer.flatMap({ preparedFor($0, store) }) {
+        // Applied off the loop (`Router+Preparation.swift`) to this very state:
+        case .patched(let result, let operations, let steps, let parsedState):
+            if parsedState { statesParsed += 1 }
+            patchSteps &+= UInt64(steps)
+            (tree, applied) = (result, operations)
+        case .patchFailed(let error, let parsedState):
+            if parsedState { statesParsed += 1 }
+            return patchRefusal(store, error, limit: limit)
+        case .invalidPatch(let error):
+            return .failed("patch for \"\(store.name)\": \(error)")
+        case .empty:
+            return .empty
+        default:
+            let operations: JSONPatch
+            // (A field of a frame fluxd scanned whole: read straight from the bytes.)
+            do { operations = try JSONPatch(scanned: patch) } catch { return .failed("patch for \"\(store.name)\": \(error)") }
+            if operations.isEmpty { return .empty }
+            guard let old = keptTree(store) else {
+                putBack(nil)
+                return .overBudget("the parsed state of \(store.stateRange.count) bytes")
             }
-            return .failed("patch for \"\(store.name)\" does not apply to version \(store.version): \(error)")
+            var changed = old
+            store.tree = nil  // (the old root is kept in `old`; the patch copies only the nodes on its paths)
+            var steps = 0
+            do {
+                applied = try changed.apply(operations, limits: TreePatchLimits(maxBytes: limit), steps: &steps)
+            } catch {
+                putBack(old)  // as it was: a patch applies whole or not at all, and nothing of it is kept (SPEC §16.2)
+                return patchRefusal(store, error, limit: limit)
+            }
+            patchSteps &+= UInt64(steps)
+            store.tree = old
+            tree = changed
         }
         guard chargeRetained(store, treeCost(store, bytes: tree.byteCount)) else {
-            putBack(old)
+            putBack(store.tree)
             return .overBudget("a state of \(tree.byteCount) bytes")
         }
-        patchSteps &+= UInt64(steps)
         store.tree = tree
         store.snapshot = nil
         store.version += 1
@@ -147,6 +163,47 @@ extension Router {
         broadcast(store, seq: seq, patch: patch, operations: applied, &out)
         observeDelta(store, seq: seq, patch: patch, &out)
         return .applied
+    }
+
+    /// The largest state (rendered bytes) a patch may make of `store`'s: what its account may still hold, plus
+    /// what this state holds now if it is charged to the same account, within `maxTreeBytes`. Nil when no
+    /// account can hold it.
+    func patchLimit(_ store: StoreEntry) -> Int? {
+        guard let account = store.ownerPeer?.account ?? store.retainedBy else { return nil }
+        let credit = account === store.retainedBy ? store.retainedCost : 0
+        let room = memory.headroom(account) + credit - 96 - store.nameJSON.count
+        return min(max(0, room / Router.treeOverhead), Router.maxTreeBytes)
+    }
+
+    /// A patch that does not apply, or would make a state larger than `limit`.
+    func patchRefusal(_ store: StoreEntry, _ error: JSONPatchError, limit: Int) -> PatchOutcome {
+        if error.kind == .tooLarge {
+            return .overBudget("patch operation \(error.operation ?? 0) would make a state of more than \(limit) bytes, so")
+        }
+        return .failed("patch for \"\(store.name)\" does not apply to version \(store.version): \(error)")
+    }
+
+    /// Starts applying a patch of `body` off the loop when it is large (`preparationBytes`) and was not prepared
+    /// for this state yet; true when it did (the frame is held). Small patches, and patches that fail the cheap
+    /// checks (no state, another base), are taken inline.
+    func preparesPatch(_ peer: Peer, _ store: StoreEntry, _ body: [UInt8], _ patch: Range<Int>, base: UInt64?,
+                       _ out: inout Output) -> Bool {
+        guard patch.count >= config.preparationBytes, preparedFor(peer, store) == nil, store.hasRetained,
+              base == nil || base == store.version, let limit = patchLimit(store) else { return false }
+        let state = store.tree == nil ? retainedStateBytes(store) : nil
+        prepare(peer, store: store, .patch(base: store.tree, state: state, body: body, patch: patch, maxBytes: limit),
+                holding: body, &out)
+        return true
+    }
+
+    /// Starts parsing a state off the loop when it is large and a path subscription needs it parsed (an
+    /// incoming state that path subscribers will be matched against, or the retained one a new path subscription
+    /// reads). True when it did (the frame, `body`, is held).
+    func preparesParse(_ peer: Peer, _ store: StoreEntry, _ state: Preparation.StateBytes, body: [UInt8],
+                       _ out: inout Output) -> Bool {
+        guard state.count >= config.preparationBytes, preparedParse(store, bytes: state.count) == nil else { return false }
+        prepare(peer, store: store, .parse(state), holding: body, &out)
+        return true
     }
 
     /// Puts a retained state's charge back where it was (account and size).

@@ -96,6 +96,7 @@ extension Router {
             l.field("patchSteps", Int(clamping: patchSteps))
             l.field("pathMatchSteps", Int(clamping: pathSteps))
             l.field("statesParsed", Int(clamping: statesParsed))
+            l.field("preparations", Int(clamping: preparationsStarted))
             l.object("acceptErrors") { a in
                 for name in acceptErrors.keys.sorted() { a.field(named: name, acceptErrors[name]!) }
             }

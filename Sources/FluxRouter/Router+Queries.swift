@@ -39,6 +39,9 @@ extension Router {
     private func subscribePath(_ peer: Peer, _ request: StoreRequest, _ out: inout Output) {
         let name = request.store, path = request.path!
         let store = entry(name)
+        // The retained state parsed once and kept (SPEC §16.5); a large one is parsed off the loop first.
+        if store.tree == nil, let state = retainedStateBytes(store), let body = currentBody,
+           preparesParse(peer, store, state, body: body, &out) { return }
         let sub: PathSubscription
         let key = Peer.PathKey(store: name, path: path)
         if let existing = peer.pathSubscriptions[key] {

@@ -78,6 +78,12 @@ public final class Router {
     /// Retained states parsed into trees (`keptTree`, `parsedTree`), since start: a whole state is parsed once
     /// however many path subscriptions it serves.
     public internal(set) var statesParsed: UInt64 = 0
+    /// Preparations handed to the host to run off the loop (large patches and parses; not the turns of held
+    /// frames), since start.
+    public internal(set) var preparationsStarted: UInt64 = 0
+    /// The last preparation's number, and the result in hand while the frame it was made for is taken again.
+    @exclusivity(unchecked) var nextPreparation: UInt64 = 0
+    @exclusivity(unchecked) var preparedWork: PreparedWork?
     /// What `restore` found wrong and worked around (for the host to log).
     public internal(set) var restoreProblems: [String] = []
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
@@ -186,7 +192,11 @@ public final class Router {
                 peer.lastHeard = now
                 out.traffic.framesIn += 1
                 out.traffic.bytesIn += UInt64(body.count + 4)
-                receive(peer, body, now: now, &out)
+                if peer.preparing != nil {
+                    hold(peer, body, &out)  // behind its frame whose work runs off the loop, in order
+                } else {
+                    receive(peer, body, now: now, &out)
+                }
             }
         case .emptyFrame(let id):
             if let peer = peers[id], !peer.closing {
@@ -227,6 +237,8 @@ public final class Router {
             draining = true
         case .shutdown:
             shutdown(&out)
+        case .prepared(let id, let result):
+            prepared(id, result, now: now, &out)
         case .hostReply(let id, let frame):
             if let peer = peers[id], !peer.closing { out.send(peer, frame) }
         case .hostError(let id, let code, let message, let ref):

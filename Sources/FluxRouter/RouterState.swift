@@ -48,6 +48,11 @@ final class Peer {
     @exclusivity(unchecked) var lastHeard: Millis = 0
     @exclusivity(unchecked) var lastPingAt: Millis = 0
     @exclusivity(unchecked) var pingsOut = 0
+    /// The preparation off the loop its frame waits for (`Router+Preparation.swift`), and the frames held
+    /// meanwhile, in order, with their bytes (charged to `account`).
+    @exclusivity(unchecked) var preparing: PendingPreparation?
+    @exclusivity(unchecked) var held = Deque<[UInt8]>()
+    @exclusivity(unchecked) var heldBytes = 0
 
     init(id: PeerID, creds: PeerCredentials, connectedAt: Millis, account: MemoryBudget.Account) {
         self.id = id

@@ -96,6 +96,10 @@ public struct RouterConfig: Sendable {
     public var maxOutcomes = 100_000
     /// Bytes of recent patches kept per store for subscribers that resume with `from` (SPEC §16.3; announced).
     public var deltaHistory = 1 << 20
+    /// Patches and states of at least this many bytes are applied and parsed off the loop thread (a
+    /// `Preparation`, `Router+Preparation.swift`) while the peer's frames wait; smaller ones inline (32 KiB:
+    /// ~500 patch operations or a 32 KB parse, well under a millisecond). The fuzz target and tests lower it.
+    public var preparationBytes = 32 * 1024
     /// Whether `dispatch.seq` is accepted (`fluxd --replay`, for `fluxctl replay`; SPEC §8.3).
     public var replay = false
     /// Who may send the privileged operations (SPEC §8.11: `restart-worker`, `stop-worker`; §8.12: `history`,
@@ -141,6 +145,8 @@ public enum RouterEvent: Sendable {
     case drain
     /// fluxd is shutting down: settle what is left as `shutting-down`, say goodbye to every peer and close.
     case shutdown
+    /// The host ran the `Preparation` of a `.prepare` effect (off the loop): the peer's held frames are taken.
+    case prepared(PeerID, PreparationResult)
     /// The host's answer to a `.host` request: sent to the peer like any reply (counted in `info`).
     case hostReply(PeerID, Frame)
     /// The host refused a `.host` request: the peer gets `error` with `code` and `ref` (counted, and a monitor
@@ -211,6 +217,9 @@ public enum RouterEffect: Sendable {
     /// `.hostReply` or `.hostError`. (Indirect: every effect in the hot path's arrays would otherwise be copied at
     /// its size.)
     indirect case host(PeerID, HostRequest)
+    /// Run `Preparation.run()` (off the loop thread if the host has one) and feed `.prepared(peer, result)`:
+    /// the peer's frames wait until then (`Router+Preparation.swift`).
+    indirect case prepare(PeerID, Preparation)
     /// A store came up or went down (`StoreChange`).
     indirect case storeChanged(StoreChange)
     /// Close a peer's connection after writing what was sent to it before. A `closed` event follows.

@@ -304,6 +304,8 @@ extension Router {
             if let span = request.state {
                 // R4/R5: the new state is published before the result is recorded, so every subscriber has the
                 // snapshot queued before the dispatcher's settlement.
+                if !store.pathSubscribers.isEmpty,
+                   preparesParse(peer, store, .body(body, span.range), body: body, &out) { return }
                 let patch = request.patch.map { body[$0.range] }
                 guard publish(store, state: body[span.range], seq: seq, patch: patch, &out) else {
                     // The action stays unanswered: redelivered when the store comes back (SPEC §10).
@@ -312,6 +314,7 @@ extension Router {
             } else if let span = request.patch {
                 // SPEC §16.2: the change as a patch. One that does not apply closes the store's connection; the
                 // action stays unanswered and is delivered again after it registered again.
+                if preparesPatch(peer, store, body, span.range, base: request.base, &out) { return }
                 switch publishPatch(store, patch: body[span.range], base: request.base, seq: seq, &out) {
                 case .applied, .empty: break
                 case .failed(let message): return failPatch(peer, store, message, &out)
@@ -418,6 +421,7 @@ extension Router {
         guard let store = ownedStore(peer, request.store) else {
             return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
         }
+        if preparesPatch(peer, store, request.body, request.patch.range, base: request.base, &out) { return }
         switch publishPatch(store, patch: request.body[request.patch.range], base: request.base, seq: store.seq, &out) {
         case .applied, .empty: break
         case .failed(let message): failPatch(peer, store, message, &out)
@@ -429,6 +433,8 @@ extension Router {
         guard let store = ownedStore(peer, request.store) else {
             return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
         }
+        if !store.pathSubscribers.isEmpty,
+           preparesParse(peer, store, .body(request.body, request.state.range), body: request.body, &out) { return }
         let state = request.body[request.state.range]
         if !publish(store, state: state, seq: store.seq, &out) {
             failStateOverBudget(peer, store, state.count, &out)

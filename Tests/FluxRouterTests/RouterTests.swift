@@ -856,6 +856,7 @@ struct EffectSinkTests {
         case .log(let level, let message): return "log \(level) \(message)"
         case .stalled(let store, let pid, let closing): return "stalled \(store) \(pid.map { "\($0)" } ?? "-") \(closing)"
         case .deferred: return "deferred"
+        case .prepare(let peer, let preparation): return "prepare \(peer) #\(preparation.number) \(preparation.inputBytes) bytes"
         }
     }
 

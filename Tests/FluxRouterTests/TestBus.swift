@@ -72,6 +72,24 @@ final class TestBus: DaemonTransport {
     func close(_ peer: PeerID, cutOffAfter: Millis?) { toClose.append(peer) }
     func requestEndOfBatch() {}  // the batch ends after this event (or `batch`)
 
+    /// Whether preparations wait in `preparations` until `runPreparations()` (as fluxd's run on another thread
+    /// while the loop serves other peers); by default the core runs them right after the event.
+    var deferPreparations = false
+    private(set) var preparations: [(PeerID, Preparation)] = []
+    func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool {
+        guard deferPreparations else { return false }
+        preparations.append((peer, preparation))
+        return true
+    }
+
+    /// Runs the waiting preparations, in order, and feeds their results (`.prepared`).
+    func runPreparations() {
+        while !preparations.isEmpty {
+            let (peer, preparation) = preparations.removeFirst()
+            feed(.prepared(peer, preparation.run()))
+        }
+    }
+
     func connect(_ id: PeerID) { feed(.connected(id, PeerCredentials(pid: Int32(id), uid: 1000))) }
 
     func send(_ id: PeerID, _ json: String) { feed(.frame(id, Array(json.utf8))) }

@@ -123,6 +123,8 @@ struct StoreSideAttackTests {
             let load = try Self.load(bus.socketPath)
             let operations = 2 * batches * perBatch
             #expect((load["patchSteps"] as? Int ?? .max) <= operations * 10, "\(load["patchSteps"] ?? "?") steps for \(operations) operations")
+            // Each patch of 32 KiB or more was applied away from the loop while only this store's frames waited.
+            #expect(load["preparations"] as? Int == 2 * batches, "\(load)")
             let got = try Self.state(bus.socketPath, "s")
             let state = try #require(got["state"] as? [String: Any])
             #expect((state["o"] as? [String: Any])?.count == batches * perBatch)
@@ -136,13 +138,17 @@ struct StoreSideAttackTests {
             let store = try RawPeer.ready(bus.socketPath, role: "store", name: "whole")
             let todos = (0..<3_000).map { #"{"id":\#($0),"title":"todo \#($0)"}"# }.joined(separator: ",")
             try store.register("w", handles: [], state: #"{"todos":[\#(todos)]}"#)
-            let parsedBefore = try Self.load(bus.socketPath)["statesParsed"] as? Int ?? -1
+            let loadBefore = try Self.load(bus.socketPath)
+            let parsedBefore = loadBefore["statesParsed"] as? Int ?? -1
             let client = try RawPeer.ready(bus.socketPath, name: "subscriber")
             for i in 0..<2_000 {
                 try client.send(frame: #"{"op":"subscribe","store":"w","path":"/todos/\#(i % 100)/title"}"#)
             }
             _ = try client.barrier()
-            #expect(try Self.load(bus.socketPath)["statesParsed"] as? Int == parsedBefore + 1)
+            let loadAfter = try Self.load(bus.socketPath)
+            #expect(loadAfter["statesParsed"] as? Int == parsedBefore + 1)
+            // The ~100 KB state was parsed away from the loop, once.
+            #expect(loadAfter["preparations"] as? Int == (loadBefore["preparations"] as? Int ?? -1) + 1, "\(loadAfter)")
 
             // 10,000 path subscriptions on a patching store, over three connections (4,096 each at most).
             try store.register("p", handles: [], state: #"{"todos":[\#(todos)],"other":{}}"#)

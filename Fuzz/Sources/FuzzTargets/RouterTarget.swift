@@ -297,6 +297,10 @@ final class RouterHarness {
         config.maxPending = Self.maxPendings[Int(b1 >> 2) % 3]
         config.maxFrame = 4096
         config.hostOps = [.workers]
+        // Large patches and parses are prepared off the loop (`.prepare`, run by the harness at once, as
+        // DaemonCore does without threads): with a low threshold most of them are, and must do exactly what inline
+        // work does.
+        config.preparationBytes = Self.preparationBytesTable[(b5 >> 5) & 3]
         useSink = b0 & 0x80 != 0
         abandon = b1 & 0xF0 == 0xF0
         router = Router(config: config)
@@ -304,6 +308,12 @@ final class RouterHarness {
     }
 
     // MARK: - Names the templates draw from
+
+    static let preparationBytesTable = [32 * 1024, 0, 48, 200]
+    /// The bytes of the event that started each preparation (the work of its `.prepared` event is bounded by them).
+    var preparationInput: [UInt64: Int] = [:]
+    /// `.prepare` effects of the event being fed, run once it is checked.
+    var preparations: [(PeerID, Preparation)] = []
 
     static let stores = ["todos", "stats", "a", "b.c"]
     static let badStores = ["", "bad name", "x*", "é"]
@@ -842,6 +852,7 @@ final class RouterHarness {
             let steps = Int(router.patchSteps &+ router.pathSteps &- stepsBefore)
             var bytes = 0
             if case .frame(_, let body) = event { bytes = body.count }
+            if case .prepared(_, let result) = event { bytes = preparationInput.removeValue(forKey: result.number) ?? 0 }
             let subscriptions = peers.values.reduce(0) { $0 + $1.pathSubs.count }
             fuzzCheck(steps <= 4 * bytes + 8 * subscriptions + 64,
                       "work: \(steps) steps for an event of \(bytes) bytes with \(subscriptions) path subscriptions (\(description))")
@@ -865,6 +876,7 @@ final class RouterHarness {
                 case .storeChanged(let change): print("    store changed \(change)")
                 case .stalled(let store, let pid, let closing): print("    stalled \(store) pid \(pid.map { "\($0)" } ?? "nil") closing \(closing)")
                 case .deferred: print("    deferred")
+                case .prepare(let id, let p): print("    prepare #\(p.number) for \(id) (\(p.inputBytes) bytes)")
                 case .log: break
                 }
             }
@@ -910,12 +922,25 @@ final class RouterHarness {
                 deferredSeen = true
             case .log:
                 break
+            case .prepare(let id, let preparation):
+                guard let peer = peers[id] else { fuzzFail("prepare for unknown peer \(id)") }
+                fuzzCheck(!peer.closedEvent && !peer.closeEffect, "prepare for peer \(id) that is closing (\(eventDescription))")
+                var bytes = 0
+                if case .frame(_, let body) = event { bytes = body.count }
+                if case .prepared(_, let result) = event { bytes = preparationInput[result.number] ?? 0 }
+                preparationInput[preparation.number] = bytes
+                preparations.append((id, preparation))
             }
         }
         fuzzCheck(fatalPending.isEmpty, "fatal error to \(fatalPending.sorted()) without a close (\(eventDescription))")
         fuzzCheck(router.pendingActionCount >= 0, "pendingActionCount \(router.pendingActionCount) (\(eventDescription))")
         fuzzCheck(router.hasDeferredWork == deferredSeen, "hasDeferredWork \(router.hasDeferredWork), but .deferred \(deferredSeen ? "came" : "did not come") since the last .endOfBatch (\(eventDescription))")
         checkMemory()
+        // The work prepared off the loop is done at once: the held frame is taken again before anything else.
+        while !preparations.isEmpty {
+            let (id, preparation) = preparations.removeFirst()
+            feed(.prepared(id, preparation.run()), "prepared #\(preparation.number) for \(id)")
+        }
         // Liveness work is scheduled while it can have any: the host ticks every `sweepInterval` while
         // `needsSweep` says so, so the next sweep must be due within one interval.
         if !inSend { deliverPending() }

@@ -119,6 +119,9 @@ struct PendingPreparation {
     let number: UInt64
     let store: StoreEntry?
     let version: UInt64
+    /// The frame that needs it, taken again first once it is done (nil for a turn). Not charged: like the frame
+    /// being handled, one per connection at most and within maxFrame (the frames behind it are).
+    let frame: [UInt8]?
     /// The bytes of state parsed (a `.parse`), by which `preparedParse` knows its state.
     var stateBytes = 0
 }
@@ -152,17 +155,13 @@ extension Router {
         return tree
     }
 
-    /// Starts `work` for `peer` off the loop and holds `body` (the frame that needs it) as the first of its held
-    /// frames: nothing of the frame has been done yet, and it is taken again once the work is done.
+    /// Starts `work` for `peer` off the loop and keeps `body`, the frame that needs it: nothing of the frame has
+    /// been done yet, and it is taken again, before the frames held behind it, once the work is done.
     func prepare(_ peer: Peer, store: StoreEntry?, _ work: Preparation.Work, holding body: [UInt8], _ out: inout Output) {
         nextPreparation &+= 1
-        peer.preparing = PendingPreparation(number: nextPreparation, store: store, version: store?.version ?? 0)
+        peer.preparing = PendingPreparation(number: nextPreparation, store: store, version: store?.version ?? 0, frame: body)
         if case .parse(let state) = work { peer.preparing!.stateBytes = state.count }
         preparationsStarted &+= 1
-        // (Charged like every held frame; the frame was charged as transport bytes until now.)
-        memory.force(peer.account, body.count)
-        peer.heldBytes += body.count
-        peer.held.prepend(body)
         out.append(.prepare(peer.id, Preparation(number: nextPreparation, work: work)))
     }
 
@@ -185,12 +184,16 @@ extension Router {
             preparedWork = PreparedWork(peer: peer, store: pending.store, version: pending.version,
                                         stateBytes: pending.stateBytes, outcome: result.outcome)
         }
+        if let frame = pending.frame {
+            receive(peer, frame, now: now, &out)
+            preparedWork = nil
+        }
         var taken = 0
         while peer.preparing == nil, !peer.closing, let body = peer.held.popFirst() {
             if taken == Router.heldPerTurn {
                 peer.held.prepend(body)
                 nextPreparation &+= 1
-                peer.preparing = PendingPreparation(number: nextPreparation, store: nil, version: 0)
+                peer.preparing = PendingPreparation(number: nextPreparation, store: nil, version: 0, frame: nil)
                 out.append(.prepare(peer.id, Preparation(number: nextPreparation, work: .turn)))
                 break
             }

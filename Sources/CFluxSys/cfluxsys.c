@@ -155,3 +155,10 @@ size_t cfluxsys_heap_in_use(void) {
     return 0;
 #endif
 }
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+int cfluxsys_nice_thread(int nice) {
+    return setpriority(PRIO_PROCESS, (id_t)gettid(), nice);
+}

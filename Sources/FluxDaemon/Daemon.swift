@@ -538,6 +538,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         listener?.close()
         listener = nil
         loop.onWake = nil
+        wakes.stop()
         metricsServer?.stop()
         metricsServer = nil
         for signal in signals { signal.close() }

@@ -97,6 +97,9 @@ extension Router {
             memory.release(peer.account, Router.subscriptionCost(sub.store) + sub.pathJSON.count)
         }
         let pathStores = peer.pathSubscriptions.values.map(\.store)
+        for name in Set(pathStores) {
+            if let store = stores[name], store.treePayer === peer { pathSubscriberLeft(peer, store) }
+        }
         peer.pathSubscriptions = [:]  // (each holds the peer: a cycle otherwise)
         var withdrawn: [String: [[UInt8]]] = [:]
         for (_, q) in peer.queries {

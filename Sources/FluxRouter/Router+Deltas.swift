@@ -66,10 +66,11 @@ extension Router {
         return b.finish(coalescing: .newestWins(key: store.key))
     }
 
-    /// The retained state as a tree, kept: the tree a patch made, or the retained bytes parsed once and kept for
-    /// every later use (a path subscription, the next patch), charged at `treeCost` to the state's account. Nil
-    /// when nothing is retained, or when that account has no room to keep the tree (see `parsedTree`).
+    /// The retained state as the publisher's tree, kept: the tree a patch made, or the retained bytes parsed once
+    /// and kept for the next patches, charged at `treeCost` to the state's account. Nil when nothing is retained,
+    /// or when that account has no room to keep the tree.
     func keptTree(_ store: StoreEntry) -> JSONTree? {
+        if store.treePayer != nil { dropPathTree(store) }  // (parsed for path subscribers: the publisher's now)
         if let tree = store.tree { return tree }
         guard let snapshot = store.snapshot else { return nil }
         let tree = preparedParse(store, bytes: store.stateRange.count)
@@ -80,14 +81,49 @@ extension Router {
         return tree
     }
 
-    /// The retained state as a tree: the kept one, or one parsed for this use only when it cannot be kept (one
-    /// parse per use: callers use it once per change, which the change's bytes paid for).
-    func parsedTree(_ store: StoreEntry) -> JSONTree? {
-        if let tree = keptTree(store) { return tree }
+    /// The retained state as a tree for path subscriptions: the kept one, or the retained bytes parsed once (off
+    /// the loop when large: `preparesParse`) and kept for every later path subscription and change, charged at
+    /// `treeCost` to `payer`, a path subscriber of the store (SPEC §16.5: a path subscription's cost is its
+    /// subscriber's, never the publisher's). Nil when the payer's account has no room.
+    func pathTree(_ store: StoreEntry, payer: Peer) -> JSONTree? {
+        if let tree = store.tree { return tree }
         guard let snapshot = store.snapshot else { return nil }
+        let tree = preparedParse(store, bytes: store.stateRange.count)
+            ?? JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
         statesParsed += 1
-        if let tree = preparedParse(store, bytes: store.stateRange.count) { return tree }
-        return JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
+        let cost = treeCost(store, bytes: tree.byteCount)
+        guard memory.charge(payer.account, cost) else { return nil }
+        store.tree = tree
+        store.treePayer = payer
+        store.treePayerCost = cost
+        return tree
+    }
+
+    /// Lets go of a tree kept for path subscriptions, and of its charge.
+    func dropPathTree(_ store: StoreEntry) {
+        guard let payer = store.treePayer else { return }
+        memory.release(payer.account, store.treePayerCost)
+        store.treePayer = nil
+        store.treePayerCost = 0
+        store.tree = nil
+    }
+
+    /// `peer` no longer subscribes to paths of `store`: if it paid for the store's kept tree, another path
+    /// subscriber takes the charge over when it has room, else the tree is let go (parsed again when needed).
+    func pathSubscriberLeft(_ peer: Peer, _ store: StoreEntry) {
+        guard store.treePayer === peer else { return }
+        let cost = store.treePayerCost
+        memory.release(peer.account, cost)
+        store.treePayer = nil
+        store.treePayerCost = 0
+        for sub in store.pathSubscribers.all where sub.peer !== peer && !sub.peer.closing {
+            if memory.charge(sub.peer.account, cost) {
+                store.treePayer = sub.peer
+                store.treePayerCost = cost
+                return
+            }
+        }
+        store.tree = nil
     }
 
     // MARK: - Publishing a patch
@@ -114,7 +150,9 @@ extension Router {
         }
         let tree: JSONTree
         let applied: [JSONPatchOperation]
-        switch store.ownerPeer.flatMap({ preparedFor($0, store) }) {
+        let prepared = store.ownerPeer.flatMap { preparedFor($0, store) }
+        if prepared != nil, store.treePayer != nil { dropPathTree(store) }  // (the patched tree is the publisher's)
+        switch prepared {
         // Applied off the loop (`Router+Preparation.swift`) to this very state:
         case .patched(let result, let operations, let steps, let parsedState):
             if parsedState { statesParsed += 1 }
@@ -190,8 +228,9 @@ extension Router {
                        _ out: inout Output) -> Bool {
         guard patch.count >= config.preparationBytes, preparedFor(peer, store) == nil, store.hasRetained,
               base == nil || base == store.version, let limit = patchLimit(store) else { return false }
-        let state = store.tree == nil ? retainedStateBytes(store) : nil
-        prepare(peer, store: store, .patch(base: store.tree, state: state, body: body, patch: patch, maxBytes: limit),
+        let base = store.treePayer == nil ? store.tree : nil  // (a tree parsed for path subscribers is not charged to it)
+        let state = base == nil ? retainedStateBytes(store) : nil
+        prepare(peer, store: store, .patch(base: base, state: state, body: body, patch: patch, maxBytes: limit),
                 holding: body, &out)
         return true
     }
@@ -357,12 +396,38 @@ extension Router {
         let subs = operations.map { store.pathSubscribers.touched(by: $0) } ?? store.pathSubscribers.all
         if operations != nil { pathSteps &+= UInt64(store.pathSubscribers.lastSteps) }
         guard !subs.isEmpty else { return }
-        let tree = parsedTree(store)
+        let tree = store.tree ?? wholeStateTree(store, payers: subs)
         for sub in subs {
             let value = tree.flatMap { $0.value(at: sub.tokens) }.map(\.compactBytes)
             if operations == nil, sub.sentAny, value == sub.last { continue }  // a whole state that left it as it was
             sendSubtree(sub, store, value: value, &out)
         }
+    }
+
+    /// A new whole state's tree for its path subscribers: kept and charged to one of them (the one that paid for
+    /// the previous version's, if it still subscribes), or, when none has room, parsed for this change only (the
+    /// change's bytes paid for that parse).
+    func wholeStateTree(_ store: StoreEntry, payers subs: [PathSubscription]) -> JSONTree? {
+        guard let snapshot = store.snapshot else { return nil }
+        let tree = preparedParse(store, bytes: store.stateRange.count)
+            ?? JSONTree(scanned: withExtendedLifetime(snapshot) { Array(snapshot.bytes[store.stateRange]) }[...])
+        statesParsed += 1
+        var candidates: [Peer] = []
+        if let previous = store.lastTreePayer, !previous.closing, subs.contains(where: { $0.peer === previous }) {
+            candidates.append(previous)
+        }
+        store.lastTreePayer = nil
+        for sub in subs where candidates.count < 4 && !sub.peer.closing && !candidates.contains(where: { $0 === sub.peer }) {
+            candidates.append(sub.peer)
+        }
+        let cost = treeCost(store, bytes: tree.byteCount)
+        for payer in candidates where memory.charge(payer.account, cost) {
+            store.tree = tree
+            store.treePayer = payer
+            store.treePayerCost = cost
+            break
+        }
+        return tree
     }
 
     /// A `subtree` frame to one path subscriber (coalesced per subscription: newest wins).

@@ -216,7 +216,7 @@ extension Router {
 
     /// The retained state's bytes, for a parse off the loop (nil while a tree is newer).
     func retainedStateBytes(_ store: StoreEntry) -> Preparation.StateBytes? {
-        guard store.tree == nil, let snapshot = store.snapshot else { return nil }
+        guard store.tree == nil || store.treePayer != nil, let snapshot = store.snapshot else { return nil }
         return .frame(snapshot, store.stateRange)
     }
 }

@@ -68,8 +68,8 @@ extension Router {
         out.send(peer, b.finish(coalescing: .fence(key: sub.key)))
         guard store.hasRetained else { return }
         // The state parsed once and kept (SPEC §16.5): a subscribe costs its path, not a parse of the state.
-        guard let tree = keptTree(store) else {
-            return fail(peer, .memoryBudget, "store \"\(name)\"'s state cannot be kept parsed for path subscriptions: its publisher's share of fluxd's memory budget is full", &out, ref: name)
+        guard let tree = pathTree(store, payer: peer) else {
+            return fail(peer, .memoryBudget, "store \"\(name)\"'s state cannot be kept parsed for this path subscription: uid \(peer.account.uid)'s share of fluxd's memory budget has no room for it (\(treeCost(store, bytes: store.stateRange.count)) bytes)", &out, ref: name)
         }
         sendSubtree(sub, store, value: tree.value(at: sub.tokens)?.compactBytes, &out)
     }
@@ -83,6 +83,9 @@ extension Router {
                 store?.pathSubscribers.remove(sub)
                 memory.release(peer.account, Router.subscriptionCost(name) + sub.pathJSON.count)
                 fence = .fence(key: sub.key)
+                if let store, store.treePayer === peer, !peer.pathSubscriptions.values.contains(where: { $0.store == name }) {
+                    pathSubscriberLeft(peer, store)
+                }
             }
         } else if peer.subscriptions.remove(name) != nil {
             store?.subscribers.removeAll { $0 === peer }

@@ -88,6 +88,13 @@ final class StoreEntry {
     /// SPEC §16.5: the retained state as a tree, kept while the store publishes patches (nil otherwise), and the
     /// bytes its memory charge assumes.
     @exclusivity(unchecked) var tree: JSONTree?
+    /// While `tree` was parsed from a whole state only for path subscriptions: the path subscriber whose account
+    /// it is charged to, and the charge (the publisher pays for its snapshot only: another user's subscriptions
+    /// never spend its budget). Nil while the tree is the publisher's (it patches it).
+    @exclusivity(unchecked) var treePayer: Peer?
+    @exclusivity(unchecked) var treePayerCost = 0
+    /// The payer of the previous version's tree while a new whole state is being published (it pays again).
+    @exclusivity(unchecked) var lastTreePayer: Peer?
     /// The most recent patches, for subscribers resuming with `from` (SPEC §16.3), within `deltaHistory` bytes.
     @exclusivity(unchecked) var recentPatches = Deque<RecentPatch>()
     @exclusivity(unchecked) var recentPatchBytes = 0

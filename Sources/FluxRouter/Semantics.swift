@@ -402,7 +402,9 @@ extension Router {
         let frame = snapshotFrame(store, seq: seq, state: state)
         store.snapshot = frame
         store.snapshotSeq = seq
-        store.tree = nil  // the bytes are the state now (SPEC §16.5)
+        // The bytes are the state now (SPEC §16.5); a tree parsed for path subscribers goes with its charge.
+        store.lastTreePayer = store.treePayer
+        if store.treePayer != nil { dropPathTree(store) } else { store.tree = nil }
         if let patch { rememberPatch(store, seq: seq, patch) } else if !store.recentPatches.isEmpty {
             forgetHistory(store)
         }

@@ -246,6 +246,24 @@ public final class Connection: HandleOwner {
     /// the others: a peer that pipelines a flood of cheap-to-refuse frames (thousands in one 64 KiB read) waits
     /// for its next turn instead of holding the loop for milliseconds while other peers' frames wait.
     static let framesPerTurn = 512
+    /// ... or frames handled for this long (checked every 32 frames, from the 32nd on: a turn of a few cheap frames
+    /// reads no clock), so a peer whose frames are each expensive (large subscribes, patches near the inline
+    /// threshold) also waits for its next turn after about a millisecond.
+    static let turnNanoseconds: UInt64 = 1_000_000
+
+    /// Whether a turn that has handled `inTurn` frames is over (`framesPerTurn`, `turnNanoseconds`); `clockAt32`
+    /// keeps the time of its 32nd frame.
+    @inline(__always)
+    static func turnOver(_ inTurn: Int, _ clockAt32: inout UInt64) -> Bool {
+        if inTurn >= framesPerTurn { return true }
+        guard inTurn & 31 == 0 else { return false }
+        let now = uv_hrtime()
+        if inTurn == 32 {
+            clockAt32 = now
+            return false
+        }
+        return now &- clockAt32 >= turnNanoseconds
+    }
 
     /// Whether reading is paused until the loop gives this connection its next turn (`resumeTurn`).
     @exclusivity(unchecked) private var pausedForTurn = false
@@ -256,6 +274,7 @@ public final class Connection: HandleOwner {
         var offset = 0
         var handled = 0
         var inTurn = 0
+        var clockAt32: UInt64 = 0
         while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
             delegate?.connection(self, received: frame)
             handled += 1
@@ -264,7 +283,7 @@ public final class Connection: HandleOwner {
                 handled = 0
                 eventLoop.flushDirty()
             }
-            if inTurn >= Connection.framesPerTurn && offset < bytes.count && phase == .open {
+            if offset < bytes.count && Connection.turnOver(inTurn, &clockAt32) && phase == .open {
                 // Its turn is over: keep the rest of this read and stop reading until the loop comes back to it.
                 decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 offset = bytes.count
@@ -298,10 +317,11 @@ public final class Connection: HandleOwner {
         let start = EventLoop.clock()
         defer { eventLoop.holdEnded(since: start) }
         var inTurn = 0
+        var clockAt32: UInt64 = 0
         while phase == .open, let frame = decoder.next() {
             delegate?.connection(self, received: frame)
             inTurn += 1
-            if inTurn >= Connection.framesPerTurn { return phase == .open }
+            if Connection.turnOver(inTurn, &clockAt32) { return phase == .open }
         }
         pausedForTurn = false
         guard phase == .open else { return false }

@@ -101,6 +101,50 @@ struct StoreSideIsolationTests {
         #expect(bus.router.statesParsed - parsed == 1)
     }
 
+    @Test("a whole-state store's tree kept for path subscriptions is charged to a path subscriber, never the publisher; it moves to another subscriber, then goes, when its payer leaves")
+    func pathTreeChargedToSubscriber() throws {
+        let bus = TestBus()
+        func state(_ tag: String) -> String {
+            #"{"todos":[\#((0..<200).map { #"{"id":\#($0),"title":"\#(tag) \#($0)"}"# }.joined(separator: ","))]}"#
+        }
+        bus.store(1, "s", handles: ["s/*"], state: state("a"))
+        let store = try #require(bus.router.stores["s"])
+        let publisher = try #require(bus.router.peers[1]).account
+        let snapshotCost = store.retainedCost
+        let publisherHeld = publisher.held
+        for (id, uid) in [(2, 2000), (3, 3000)] as [(PeerID, UInt32)] {
+            bus.feed(.connected(id, PeerCredentials(pid: Int32(id), uid: uid)))
+            bus.send(id, #"{"op":"hello","protocol":1,"role":"client"}"#)
+        }
+        let two = try #require(bus.router.peers[2]).account, three = try #require(bus.router.peers[3]).account
+        let before2 = two.held
+        bus.send(2, #"{"op":"subscribe","store":"s","path":"/todos/3/title"}"#)
+        let treeCost = store.treePayerCost
+        #expect(treeCost == bus.router.treeCost(store, bytes: store.tree!.byteCount) && treeCost > 8 * 200 * 20)
+        #expect(store.treePayer === bus.router.peers[2])
+        #expect(two.held - before2 == treeCost + Router.subscriptionCost("s") + #""/todos/3/title""#.utf8.count)
+        #expect(store.retainedCost == snapshotCost && publisher.held == publisherHeld, "the publisher pays for its snapshot only")
+        // A new whole state: parsed again for the path subscriber, who pays for it again; the publisher pays its bytes.
+        bus.send(1, #"{"op":"state","store":"s","state":\#(state("b"))}"#)
+        #expect(bus.take(2).filter { $0.op == "subtree" }.last?.rawText("value") == #""b 3""#)
+        #expect(store.treePayer === bus.router.peers[2] && store.treePayerCost > 0)
+        #expect(store.retainedCost == snapshotCost)
+        // The payer leaves: the other path subscriber takes the charge over; when it leaves too, the tree goes.
+        bus.send(3, #"{"op":"subscribe","store":"s","path":"/todos/4"}"#)
+        let before3 = three.held
+        bus.send(2, #"{"op":"unsubscribe","store":"s","path":"/todos/3/title"}"#)
+        #expect(store.treePayer === bus.router.peers[3])
+        #expect(three.held - before3 == store.treePayerCost)
+        #expect(two.held == before2)
+        bus.disconnect(3)
+        #expect(store.tree == nil && store.treePayer == nil)
+        // The publisher patches it: the tree it patches is its own again (charged to it, whole).
+        bus.send(2, #"{"op":"subscribe","store":"s","path":"/todos/5"}"#)
+        bus.send(1, #"{"op":"patch","store":"s","patch":[{"op":"replace","path":"/todos/5/title","value":"x"}]}"#)
+        #expect(store.treePayer == nil && two.held == before2 + Router.subscriptionCost("s") + #""/todos/5""#.utf8.count)
+        #expect(store.retainedCost == bus.router.treeCost(store, bytes: store.tree!.byteCount))
+    }
+
     @Test("protocol/vectors/patch.json \"touches\": Router.touches and PathIndex say what the vectors say (SPEC §16.4)")
     func touchesVectors() throws {
         let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

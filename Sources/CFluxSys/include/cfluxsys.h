@@ -35,3 +35,6 @@ int cfluxsys_listening_socket(int fd, char *path, size_t capacity);
 /// Bytes the process's malloc has handed out and not had back (glibc's mallinfo2 `uordblks`; 0 under another
 /// allocator). For tests that measure what a structure really takes.
 size_t cfluxsys_heap_in_use(void);
+
+/// Sets the calling thread's nice value (Linux: `setpriority` on its thread id). 0 or -1 (errno set).
+int cfluxsys_nice_thread(int nice);

@@ -247,9 +247,12 @@ public final class Connection: HandleOwner {
     /// for its next turn instead of holding the loop for milliseconds while other peers' frames wait.
     static let framesPerTurn = 512
     /// ... or frames handled for this long (checked every 32 frames, from the 32nd on: a turn of a few cheap frames
-    /// reads no clock), so a peer whose frames are each expensive (large subscribes, patches near the inline
-    /// threshold) also waits for its next turn after about a millisecond.
-    static let turnNanoseconds: UInt64 = 1_000_000
+    /// reads no clock), so a peer whose frames each cost microseconds (patches, subscribes) waits for its next turn
+    /// after a quarter of a millisecond. A round trip of another peer crosses two or three loop iterations
+    /// (client -> store -> client), each of which may include one turn of every busy peer: at 1 ms per turn a
+    /// pipelining attacker added 3-4 ms to another user's p99 (attacks 7a and 9, Benchmarks/ATTACKS.md), at 0.25 ms
+    /// under 1 ms. (Pipelined work of 64 frames per read takes ~0.1 ms, and is never cut.)
+    static let turnNanoseconds: UInt64 = 250_000
 
     /// Whether a turn that has handled `inTurn` frames is over (`framesPerTurn`, `turnNanoseconds`); `clockAt32`
     /// keeps the time of its 32nd frame.

@@ -343,13 +343,18 @@ extension JSONTree {
 
         @inline(__always)
         mutating func put(_ text: String) -> Bool {
+            // (Read in place: a native string's UTF-8 needs no copy of the string, nor a retain of it.)
+            if let fits = text.utf8.withContiguousStorageIfAvailable({ put($0) }) { return fits }
             var text = text
-            return text.withUTF8 { utf8 in
-                guard let p = start, end! - p >= utf8.count else { return false }
-                if let base = utf8.baseAddress { p.update(from: base, count: utf8.count) }
-                start = p + utf8.count
-                return true
-            }
+            return text.withUTF8 { put($0) }
+        }
+
+        @inline(__always)
+        mutating func put(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard let p = start, end! - p >= utf8.count else { return false }
+            if let base = utf8.baseAddress { p.update(from: base, count: utf8.count) }
+            start = p + utf8.count
+            return true
         }
     }
 

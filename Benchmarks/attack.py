@@ -2612,7 +2612,9 @@ def write_report(bench, path, command):
       "peak since start / limit. Loop hold: `info.load.longestLoopHoldMicros` (a maximum since fluxd started) just "
       "before -> just after the attack (read before fluxd builds that `info` reply; what a big reply itself cost is "
       "in the per-attack text). fluxd counts a read callback (up to 64 KiB of frames), an accept, a "
-      "connection's close or a timer as one hold. The attacker runs in the driver's process, on the same 2 cores as "
+      "connection's close, a timer, a flush of the connections' writes (the journal's writes first) or a wake-up "
+      "(the results of work done off the loop) as one hold. The attacker runs in the driver's process, on the same "
+      "2 cores as "
       "fluxd, the store and the well-behaved client; the 1-minute load average is in the raw results.")
     a("- Attacks 1-5 connect as the driver's uid, the well-behaved client's. Attacks 6a-11 (issue 24) run against a "
       "durable fluxd (`--data-dir` in a temporary folder, `--socket-mode 0666`) and, when the driver runs as root, "

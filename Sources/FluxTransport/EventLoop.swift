@@ -191,6 +191,9 @@ public final class EventLoop {
 
     /// Writes out every connection's pending frames (one `uv_write` per connection).
     func flushDirty() {
+        // A hold of its own: the owner's `beforeFlush` (fluxd's journal writes) and the connections' writes.
+        let start = fluxbus_ticks()
+        defer { holdEnded(since: start) }
         if beforeFlushRequested {
             beforeFlushRequested = false
             if let hook = storedBeforeFlush, !hook() {
@@ -205,7 +208,12 @@ public final class EventLoop {
     }
 
     func handleAsync(stop: Bool, wake: Bool) {
-        if wake { onWake?() }
+        if wake, let onWake {
+            // A hold of its own: what the owner does when woken (fluxd: the results of work done off the loop).
+            let start = fluxbus_ticks()
+            onWake()
+            holdEnded(since: start)
+        }
         if stop {
             if let onStopRequest { onStopRequest() } else { self.stop() }
         }

@@ -457,6 +457,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         return true
     }
 
+    public func discard(_ garbage: Garbage) { wakes.discard(garbage) }
+
 
     /// The open connection of `peer` (through `connectionCache`).
     @inline(__always)

@@ -25,8 +25,13 @@ final class WakeReasons: Sendable {
         var metricsWanted = false
     }
 
+    private enum Job {
+        case prepare(PeerID, Preparation)
+        case discard(Garbage)
+    }
+
     private struct Jobs {
-        var queue: [(PeerID, Preparation)] = []
+        var queue: [Job] = []
         var threadStarted = false
         var stopped = false
     }
@@ -39,10 +44,15 @@ final class WakeReasons: Sendable {
     init(remote: EventLoopRemote) { self.remote = remote }
 
     /// Runs `preparation` on the preparations thread; its result is taken on the loop thread after the wake-up.
-    func start(_ preparation: Preparation, for peer: PeerID) {
+    func start(_ preparation: Preparation, for peer: PeerID) { add(.prepare(peer, preparation)) }
+
+    /// Releases `garbage` on the preparations thread (a large tree's nodes: long work the loop does not do).
+    func discard(_ garbage: Garbage) { add(.discard(garbage)) }
+
+    private func add(_ job: Job) {
         let startThread = jobs.withLock { jobs -> Bool in
             guard !jobs.stopped else { return false }
-            jobs.queue.append((peer, preparation))
+            jobs.queue.append(job)
             defer { jobs.threadStarted = true }
             return !jobs.threadStarted
         }
@@ -90,7 +100,7 @@ final class WakeReasons: Sendable {
         }
     }
 
-    private enum Next { case job(PeerID, Preparation), nothing, stop }
+    private enum Next { case job(Job), nothing, stop }
 
     private func work(nice: Bool = true) {
         if nice { _ = cfluxsys_nice_thread(10) }
@@ -99,18 +109,19 @@ final class WakeReasons: Sendable {
             let next = jobs.withLock { jobs -> Next in
                 if jobs.stopped { return .stop }
                 if jobs.queue.isEmpty { return .nothing }
-                let (peer, preparation) = jobs.queue.removeFirst()
-                return .job(peer, preparation)
+                return .job(jobs.queue.removeFirst())
             }
             switch next {
             case .stop:
                 return
             case .nothing:
                 continue
-            case .job(let peer, let preparation):
+            case .job(.prepare(let peer, let preparation)):
                 let result = preparation.run()
                 state.withLock { $0.prepared.append((peer, result)) }
                 remote.wake()
+            case .job(.discard):
+                break  // (released as the job goes out of scope)
             }
         }
     }

@@ -30,10 +30,13 @@ public protocol DaemonTransport: AnyObject {
     /// (after the current event); false when the adapter has no other thread (the core then runs it itself,
     /// right after the event). Default: false.
     func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool
+    /// Releases `garbage` off the loop thread if the adapter has another (default: released here, at once).
+    func discard(_ garbage: Garbage)
 }
 
 extension DaemonTransport {
     public func startPreparation(_ preparation: Preparation, for peer: PeerID) -> Bool { false }
+    public func discard(_ garbage: Garbage) {}
 }
 
 /// How a `DaemonCore` treats its peers beyond the router's own limits.
@@ -233,6 +236,8 @@ public final class DaemonCore: RouterEffectSink {
             transport.requestEndOfBatch()
         case .prepare(let peer, let preparation):
             later.preparations.append((peer, preparation))
+        case .discard(let garbage):
+            transport.discard(garbage)
         }
     }
 

@@ -105,6 +105,7 @@ extension Router {
         memory.release(payer.account, store.treePayerCost)
         store.treePayer = nil
         store.treePayerCost = 0
+        if let tree = store.tree { discard(tree) }
         store.tree = nil
     }
 
@@ -123,6 +124,7 @@ extension Router {
                 return
             }
         }
+        if let tree = store.tree { discard(tree) }
         store.tree = nil
     }
 
@@ -191,6 +193,7 @@ extension Router {
             putBack(store.tree)
             return .overBudget("a state of \(tree.byteCount) bytes")
         }
+        if let previous = store.tree { discard(previous) }  // (its nodes that the new version does not share)
         store.tree = tree
         store.snapshot = nil
         store.version += 1

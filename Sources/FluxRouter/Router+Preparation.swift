@@ -96,6 +96,15 @@ public struct Preparation: Sendable {
     }
 }
 
+/// Values whose release is long work (a replaced state tree: releasing it frees every node it alone holds, and a
+/// patch into a large object copies most of its key index, so the old version holds most of it), carried by the
+/// `.discard` effect to be dropped off the loop thread.
+public struct Garbage: Sendable {
+    let items: [any Sendable]
+    /// How many values it carries.
+    public var count: Int { items.count }
+}
+
 /// What a `Preparation` made (fed back with `RouterEvent.prepared`).
 public struct PreparationResult: Sendable {
     public let number: UInt64
@@ -186,6 +195,7 @@ extension Router {
         }
         if let frame = pending.frame {
             receive(peer, frame, now: now, &out)
+            if let work = preparedWork { discard(work.outcome) }  // (the patch's operations, released off the loop)
             preparedWork = nil
         }
         var taken = 0
@@ -205,6 +215,9 @@ extension Router {
         }
         preparedWork = nil
     }
+
+    /// Has `value` released off the loop (`.discard`, at the end of the event).
+    func discard(_ value: any Sendable) { garbage.append(value) }
 
     /// A closed peer's held frames are dropped (and their charge returned).
     func dropHeld(_ peer: Peer) {

@@ -84,6 +84,8 @@ public final class Router {
     /// The last preparation's number, and the result in hand while the frame it was made for is taken again.
     @exclusivity(unchecked) var nextPreparation: UInt64 = 0
     @exclusivity(unchecked) var preparedWork: PreparedWork?
+    /// Values to release off the loop, sent as one `.discard` at the end of the event.
+    @exclusivity(unchecked) var garbage: [any Sendable] = []
     /// What `restore` found wrong and worked around (for the host to log).
     public internal(set) var restoreProblems: [String] = []
     /// The body of the message being handled: errors about it carry its `id` if a string, else its `store` as
@@ -243,6 +245,10 @@ public final class Router {
             if let peer = peers[id], !peer.closing { out.send(peer, frame) }
         case .hostError(let id, let code, let message, let ref):
             if let peer = peers[id], !peer.closing { fail(peer, code, message, &out, ref: ref) }
+        }
+        if !garbage.isEmpty {
+            out.append(.discard(Garbage(items: garbage)))
+            garbage = []
         }
         counters.traffic.add(out.traffic)
     }

@@ -217,6 +217,9 @@ public enum RouterEffect: Sendable {
     /// `.hostReply` or `.hostError`. (Indirect: every effect in the hot path's arrays would otherwise be copied at
     /// its size.)
     indirect case host(PeerID, HostRequest)
+    /// Values the router let go of whose release is long work (a large tree's nodes, a large patch's operations):
+    /// the host drops them off the loop thread if it has one (dropping the effect releases them here).
+    case discard(Garbage)
     /// Run `Preparation.run()` (off the loop thread if the host has one) and feed `.prepared(peer, result)`:
     /// the peer's frames wait until then (`Router+Preparation.swift`).
     indirect case prepare(PeerID, Preparation)

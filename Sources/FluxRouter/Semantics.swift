@@ -404,7 +404,12 @@ extension Router {
         store.snapshotSeq = seq
         // The bytes are the state now (SPEC §16.5); a tree parsed for path subscribers goes with its charge.
         store.lastTreePayer = store.treePayer
-        if store.treePayer != nil { dropPathTree(store) } else { store.tree = nil }
+        if store.treePayer != nil {
+            dropPathTree(store)
+        } else if let tree = store.tree {
+            discard(tree)
+            store.tree = nil
+        }
         if let patch { rememberPatch(store, seq: seq, patch) } else if !store.recentPatches.isEmpty {
             forgetHistory(store)
         }

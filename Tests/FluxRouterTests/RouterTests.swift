@@ -857,6 +857,7 @@ struct EffectSinkTests {
         case .stalled(let store, let pid, let closing): return "stalled \(store) \(pid.map { "\($0)" } ?? "-") \(closing)"
         case .deferred: return "deferred"
         case .prepare(let peer, let preparation): return "prepare \(peer) #\(preparation.number) \(preparation.inputBytes) bytes"
+        case .discard(let garbage): return "discard \(garbage.count)"
         }
     }
 

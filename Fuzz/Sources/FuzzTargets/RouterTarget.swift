@@ -877,6 +877,7 @@ final class RouterHarness {
                 case .stalled(let store, let pid, let closing): print("    stalled \(store) pid \(pid.map { "\($0)" } ?? "nil") closing \(closing)")
                 case .deferred: print("    deferred")
                 case .prepare(let id, let p): print("    prepare #\(p.number) for \(id) (\(p.inputBytes) bytes)")
+                case .discard(let g): print("    discard \(g.count)")
                 case .log: break
                 }
             }
@@ -920,7 +921,7 @@ final class RouterHarness {
                 fuzzCheck(!deferredSeen, "a second .deferred before .endOfBatch (\(eventDescription))")
                 if case .endOfBatch = event { fuzzFail(".deferred during .endOfBatch") }
                 deferredSeen = true
-            case .log:
+            case .log, .discard:
                 break
             case .prepare(let id, let preparation):
                 guard let peer = peers[id] else { fuzzFail("prepare for unknown peer \(id)") }

@@ -246,18 +246,11 @@ public final class Connection: HandleOwner {
     /// the others: a peer that pipelines a flood of cheap-to-refuse frames (thousands in one 64 KiB read) waits
     /// for its next turn instead of holding the loop for milliseconds while other peers' frames wait.
     static let framesPerTurn = 512
-    /// ... or frames handled for this long (checked every 32 frames, from the 32nd on: a turn of a few cheap frames
-    /// reads no clock), so a peer whose frames each cost microseconds (patches, subscribes) waits for its next turn
-    /// after a quarter of a millisecond. A round trip of another peer crosses two or three loop iterations
-    /// (client -> store -> client), each of which may include one turn of every busy peer: at 1 ms per turn a
-    /// pipelining attacker added 3-4 ms to another user's p99 (attacks 7a and 9, Benchmarks/ATTACKS.md), at 0.25 ms
-    /// under 1 ms. (Pipelined work of 64 frames per read takes ~0.1 ms, and is never cut.)
-    static let turnNanoseconds: UInt64 = 250_000
-
-    /// Whether a turn that has handled `inTurn` frames is over (`framesPerTurn`, `turnNanoseconds`); `clockAt32`
-    /// keeps the time of its 32nd frame.
+    /// ... or frames handled for `EventLoop.turnNanoseconds` (checked every 32 frames, from the 32nd on).
+    ///
+    /// Whether a turn that has handled `inTurn` frames is over; `clockAt32` keeps the time of its 32nd frame.
     @inline(__always)
-    static func turnOver(_ inTurn: Int, _ clockAt32: inout UInt64) -> Bool {
+    static func turnOver(_ inTurn: Int, _ clockAt32: inout UInt64, budget: UInt64) -> Bool {
         if inTurn >= framesPerTurn { return true }
         guard inTurn & 31 == 0 else { return false }
         let now = uv_hrtime()
@@ -265,7 +258,7 @@ public final class Connection: HandleOwner {
             clockAt32 = now
             return false
         }
-        return now &- clockAt32 >= turnNanoseconds
+        return now &- clockAt32 >= budget
     }
 
     /// Whether reading is paused until the loop gives this connection its next turn (`resumeTurn`).
@@ -286,7 +279,7 @@ public final class Connection: HandleOwner {
                 handled = 0
                 eventLoop.flushDirty()
             }
-            if offset < bytes.count && Connection.turnOver(inTurn, &clockAt32) && phase == .open {
+            if offset < bytes.count && Connection.turnOver(inTurn, &clockAt32, budget: eventLoop.turnNanoseconds) && phase == .open {
                 // Its turn is over: keep the rest of this read and stop reading until the loop comes back to it.
                 decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 offset = bytes.count
@@ -324,7 +317,7 @@ public final class Connection: HandleOwner {
         while phase == .open, let frame = decoder.next() {
             delegate?.connection(self, received: frame)
             inTurn += 1
-            if Connection.turnOver(inTurn, &clockAt32) { return phase == .open }
+            if Connection.turnOver(inTurn, &clockAt32, budget: eventLoop.turnNanoseconds) { return phase == .open }
         }
         pausedForTurn = false
         guard phase == .open else { return false }

@@ -22,6 +22,15 @@ public final class EventLoop {
     /// Size of the read buffer shared by every connection of the loop (reads are consumed synchronously).
     public static let readBufferSize = 65_536
 
+    /// How long one connection's turn may handle frames (measured from its 32nd frame, checked every 32; a turn
+    /// of a few cheap frames reads no clock) before the loop serves the others (`Connection.framesPerTurn` bounds
+    /// it by count as well). A peer whose frames each cost microseconds (patches, subscribes) waits for its next
+    /// turn after a quarter of a millisecond: a round trip of another peer crosses two or three loop iterations
+    /// (client -> store -> client), each of which may include one turn of every busy peer, and at 1 ms per turn a
+    /// pipelining attacker added 3-4 ms to another user's p99 (attacks 7a and 9, Benchmarks/ATTACKS.md), at 0.25
+    /// ms under 1 ms. Pipelined work of 64 frames per read takes ~0.1 ms and is never cut. Tests change it.
+    public var turnNanoseconds: UInt64 = 250_000
+
     let loop: UnsafeMutablePointer<uv_loop_t>
     let logger: Logger
     /// The thread-safe side door into this loop.

@@ -95,6 +95,7 @@ struct ConnectionReadTests {
     @Test("a pipelined flood is served in turns of framesPerTurn frames, one turn per loop iteration, in order")
     func floodServedInTurns() throws {
         let pair = try SocketPair()
+        pair.loop.turnNanoseconds = .max  // (turns by count only: under ASan 0.25 ms is fewer frames)
         let count = 2000
         var stream: [UInt8] = []
         for i in 0..<count { stream += encodeFrame(Array("\(i)".utf8)) }
@@ -108,6 +109,24 @@ struct ConnectionReadTests {
             seen.append(pair.recorder.frames.count)
         }
         #expect(seen == [turn, 2 * turn, 3 * turn, count])
+        #expect(pair.recorder.texts == (0..<count).map { "\($0)" })
+        try pair.finish()
+    }
+
+    @Test("a turn also ends once it has handled frames for turnNanoseconds (checked every 32 frames from the 32nd)")
+    func turnsEndByTime() throws {
+        let pair = try SocketPair()
+        pair.loop.turnNanoseconds = 0  // every turn is over at its first check after the 32nd frame: 64 frames
+        let count = 200
+        var stream: [UInt8] = []
+        for i in 0..<count { stream += encodeFrame(Array("\(i)".utf8)) }
+        try pair.peerWrite(stream)
+        var seen: [Int] = []
+        for _ in 0..<4 {
+            pair.runOnce()
+            seen.append(pair.recorder.frames.count)
+        }
+        #expect(seen == [64, 128, 192, 200])
         #expect(pair.recorder.texts == (0..<count).map { "\($0)" })
         // Reading resumed after the last turn.
         try pair.peerWrite(frame: "more")

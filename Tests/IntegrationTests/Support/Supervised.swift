@@ -21,8 +21,7 @@ final class SupervisedFluxd: @unchecked Sendable {
         do {
             for (name, text) in files {
                 let path = configDirectory.path + "/" + name
-                try text.write(toFile: path, atomically: true, encoding: .utf8)
-                chmod(path, 0o755)
+                try writeExecutable(path, text)
             }
             try config.write(toFile: configPath, atomically: true, encoding: .utf8)
             fluxd = try Fluxd(arguments: ["--config", configPath] + arguments)
@@ -131,4 +130,20 @@ extension Dictionary where Key == String, Value == [String: Any] {
     func state(_ worker: String) -> String? { self[worker]?["state"] as? String }
     func pid(_ worker: String) -> Int32? { (self[worker]?["pid"] as? Int).map(Int32.init) }
     func restarts(_ worker: String) -> Int? { self[worker]?["restarts"] as? Int }
+}
+
+/// Writes an executable file through a descriptor no process started meanwhile can keep (O_CLOEXEC): the test
+/// process starts processes on other threads all the time, and a child that inherited a write descriptor of the
+/// script makes exec fail with ETXTBSY ("Text file busy") for as long as it lives.
+func writeExecutable(_ path: String, _ text: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755)
+    guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+    defer { close(fd) }
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        bytes = bytes.dropFirst(n)
+    }
+    fchmod(fd, 0o755)
 }

@@ -10,16 +10,18 @@ import Synchronization
 /// `MetricsServer`.
 ///
 /// The router counts each store's actions in plain integers as they happen (`StoreStats`: no atomics, locks or
-/// calls on the hot path). A scrape (on the server's thread) wakes the loop, where `refresh` copies them, the
-/// gauges and the daemon's other counters (traffic, errors, journal, workers) into a swift-prometheus
-/// `PrometheusCollectorRegistry` and renders the per-store latency histograms (`LatencyHistogram`, exposition by
-/// `renderHistograms`, checked against swift-prometheus' own histogram by a differential test); the scrape waits
-/// for that (at most a second, then it serves the previous values). Nothing is done between scrapes.
+/// calls on the hot path). A scrape (on the server's thread) wakes the loop, where `refresh` only takes a snapshot
+/// of them (`Router.metricsSample()`, the journal's and the workers' numbers) and hands it over; the scrape waits
+/// for that (at most a second, then it serves the previous snapshot). On the scrape's thread the bus-wide numbers
+/// go into a swift-prometheus `PrometheusCollectorRegistry` (a fixed set of series), and the per-store series and
+/// latency histograms are rendered here (`renderStores`, `renderHistograms`: linear in the stores and their codes,
+/// checked against the registry's and swift-prometheus' histogram's own exposition by differential tests).
+/// Nothing is done between scrapes.
 public final class FluxMetrics: Sendable {
     /// Counters and gauges (thread-safe).
     public let registry = PrometheusCollectorRegistry()
-    /// The rendered latency histograms (replaced by each refresh, read by scrapes).
-    private let histograms = Mutex<[UInt8]>([])
+    /// What the loop handed over at the last refresh (read by scrapes).
+    private let latest = Mutex<Snapshot?>(nil)
     /// Journal syncs (recorded on the loop or on the sync thread: a few per second at most).
     private let syncLatency: DurationHistogram
     /// Loop-thread state of `refresh`: the metrics made so far and the counter values last copied.
@@ -56,9 +58,15 @@ public final class FluxMetrics: Sendable {
         { [syncLatency] nanos in syncLatency.recordNanoseconds(Int64(clamping: nanos)) }
     }
 
-    /// The whole exposition (any thread).
+    /// The whole exposition (any thread; the scrape's): the bus-wide series through the registry, the per-store
+    /// ones and the latency histograms rendered here, all from the loop's last snapshot.
     public func exposition() -> [UInt8] {
-        registry.emitToBuffer() + histograms.withLock { $0 }
+        guard let snapshot = latest.withLock({ $0 }) else { return registry.emitToBuffer() }
+        let stores = snapshot.sample.stores.sorted { $0.name < $1.name }
+        update(from: snapshot)
+        return registry.emitToBuffer() + Self.renderStores(stores)
+            + Self.renderHistograms(name: Self.latencyName, help: Self.latencyHelp,
+                                    series: stores.filter { $0.stats.latency.count > 0 }.map { ([("store", $0.name)], $0.stats.latency) })
     }
 
     /// Asks for a refresh (`wake`: makes the loop call `refresh`) and waits until one is done, at most `timeout`
@@ -76,6 +84,30 @@ public final class FluxMetrics: Sendable {
 
     /// Copies the router's, the journal's and the workers' numbers into the registry (loop thread).
     public func refresh(_ sample: RouterMetricsSample, journal: Journal?, workerRestarts: [String: Int]) {
+        // On the loop: only the snapshot is kept (the router's sample is a copy of plain integers, per store a few
+        // words and its stats' copy-on-write dictionaries). Everything else happens on the scrape's thread.
+        let snapshot = Snapshot(sample: sample, uptime: Double(monotonicNanoseconds() &- started) / 1e9,
+                                journal: journal.map { ($0.bytesWritten, $0.writes, $0.syncs) },
+                                workerRestarts: workerRestarts)
+        latest.withLock { $0 = snapshot }
+        refreshes.lock()
+        refreshCount &+= 1
+        refreshes.broadcast()
+        refreshes.unlock()
+    }
+
+    /// What the loop handed over at the last refresh.
+    struct Snapshot: Sendable {
+        var sample: RouterMetricsSample
+        var uptime: Double
+        var journal: (bytes: UInt64, writes: UInt64, syncs: UInt64)?
+        var workerRestarts: [String: Int]
+    }
+
+    /// Copies the bus-wide numbers of `snapshot` into the registry (the scrape's thread): a fixed set of series,
+    /// plus one per error code and per worker.
+    private func update(from snapshot: Snapshot) {
+        let sample = snapshot.sample
         state.withLock { state in
             func gauge(_ name: String, _ labels: [(String, String)] = [], help: String) -> Gauge {
                 let k = key(name, labels)
@@ -99,32 +131,11 @@ public final class FluxMetrics: Sendable {
                 state.copied[k] = value
             }
 
-            gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(Double(monotonicNanoseconds() &- started) / 1e9)
+            gauge("fluxbus_uptime_seconds", help: "Seconds since fluxd started.").set(snapshot.uptime)
             gauge("fluxbus_actions_unsettled", help: "Actions accepted and not settled yet.").set(Int64(sample.unsettled))
             for role in ["client", "store", "monitor", "handshake"] {
                 gauge("fluxbus_connections", [("role", role)], help: "Open connections by role (handshake: no hello yet).")
                     .set(Int64(sample.connections[role] ?? 0))
-            }
-            for store in sample.stores {
-                let labels = [("store", store.name)]
-                gauge("fluxbus_store_queue_depth", labels,
-                      help: "Actions waiting for the store: queued (not delivered yet) and in flight (delivered, not answered).")
-                    .set(Int64(store.queued + store.inflight))
-                gauge("fluxbus_store_subscribers", labels, help: "Subscriptions to the store (whole, delta and path).")
-                    .set(Int64(store.subscribers))
-                gauge("fluxbus_store_up", labels, help: "1 while the store is registered, 0 while it is down.")
-                    .set(Int64(store.up ? 1 : 0))
-                let stats = store.stats
-                count("fluxbus_actions_dispatched_total", stats.dispatched, labels, help: "Accepted actions targeting the store.")
-                count("fluxbus_actions_done_total", stats.done, labels, help: "Actions the store answered done.")
-                for (code, n) in stats.rejected {
-                    count("fluxbus_actions_rejected_total", n, labels + [("code", code)],
-                          help: "Actions the store rejected, by the store's error code (at most 64 codes per store; more count as other).")
-                }
-                for (code, n) in stats.failed {
-                    count("fluxbus_actions_failed_total", n, labels + [("code", code)],
-                          help: "Actions fluxd gave up for the store without an answer (store-unavailable, ...).")
-                }
             }
             let t = sample.counters.traffic
             count("fluxbus_connections_accepted_total", t.connections, help: "Connections accepted.")
@@ -139,24 +150,70 @@ public final class FluxMetrics: Sendable {
             }
             count("fluxbus_slow_consumer_closes_total", sample.counters.errors[ErrorCode.slowConsumer.rawValue] ?? 0,
                   help: "Connections closed because they did not read what was sent to them.")
-            if let journal {
-                count("fluxbus_journal_written_bytes_total", journal.bytesWritten, help: "Bytes written to the journal.")
+            if let journal = snapshot.journal {
+                count("fluxbus_journal_written_bytes_total", journal.bytes, help: "Bytes written to the journal.")
                 count("fluxbus_journal_writes_total", journal.writes, help: "write calls on the journal (one per loop iteration with records).")
                 count("fluxbus_journal_syncs_total", journal.syncs, help: "fdatasync calls on the journal.")
             }
-            for (worker, restarts) in workerRestarts {
+            for (worker, restarts) in snapshot.workerRestarts {
                 count("fluxbus_worker_restarts_total", UInt64(max(0, restarts)), [("worker", worker)],
                       help: "Restarts of a supervised worker.")
             }
         }
-        let rendered = Self.renderHistograms(name: Self.latencyName, help: Self.latencyHelp,
-                                             series: sample.stores.filter { $0.stats.latency.count > 0 }
-                                                 .map { ([("store", $0.name)], $0.stats.latency) })
-        histograms.withLock { $0 = rendered }
-        refreshes.lock()
-        refreshCount &+= 1
-        refreshes.broadcast()
-        refreshes.unlock()
+    }
+
+    /// The per-store families, help texts in `renderStores`' order.
+    public static let storeFamilies: [(name: String, type: String, help: String)] = [
+        ("fluxbus_store_queue_depth", "gauge", "Actions waiting for the store: queued (not delivered yet) and in flight (delivered, not answered)."),
+        ("fluxbus_store_subscribers", "gauge", "Subscriptions to the store (whole, delta and path)."),
+        ("fluxbus_store_up", "gauge", "1 while the store is registered, 0 while it is down."),
+        ("fluxbus_actions_dispatched_total", "counter", "Accepted actions targeting the store."),
+        ("fluxbus_actions_done_total", "counter", "Actions the store answered done."),
+        ("fluxbus_actions_rejected_total", "counter", "Actions the store rejected, by the store's error code (at most 64 codes per store; more count as other)."),
+        ("fluxbus_actions_failed_total", "counter", "Actions fluxd gave up for the store without an answer (store-unavailable, ...)."),
+    ]
+
+    /// The per-store series in Prometheus text exposition (0.0.4), rendered here in one pass: linear in the
+    /// stores and their codes. (Through swift-prometheus' registry each new labelled series copied its family, so
+    /// a refresh was quadratic in new series: 1,000 stores x 64 codes took 94 s. `MetricsRenderTests` checks this
+    /// against the registry's own exposition.) Gauges are written as the registry writes a `Double`, counters as
+    /// integers; a store's counters are its cumulative `StoreStats` (they start again at 0 if fluxd forgets the
+    /// store and hears of it again, which Prometheus reads as a counter reset).
+    public static func renderStores(_ stores: [RouterMetricsSample.Store]) -> [UInt8] {
+        guard !stores.isEmpty else { return [] }
+        var out: [UInt8] = []
+        out.reserveCapacity(stores.count * 600)
+        func family(_ index: Int) {
+            let f = storeFamilies[index]
+            out.append(contentsOf: "# HELP \(f.name) \(f.help)\n# TYPE \(f.name) \(f.type)\n".utf8)
+        }
+        func line(_ name: String, _ store: String, code: String? = nil, _ value: String) {
+            out.append(contentsOf: name.utf8)
+            out.append(contentsOf: "{store=\"".utf8)
+            out.append(contentsOf: escapeLabelValue(store).utf8)
+            if let code {
+                out.append(contentsOf: "\",code=\"".utf8)
+                out.append(contentsOf: escapeLabelValue(code).utf8)
+            }
+            out.append(contentsOf: "\"} ".utf8)
+            out.append(contentsOf: value.utf8)
+            out.append(UInt8(ascii: "\n"))
+        }
+        let names = storeFamilies.map(\.name)
+        family(0); for s in stores { line(names[0], s.name, "\(Double(s.queued + s.inflight))") }
+        family(1); for s in stores { line(names[1], s.name, "\(Double(s.subscribers))") }
+        family(2); for s in stores { line(names[2], s.name, "\(Double(s.up ? 1 : 0))") }
+        family(3); for s in stores { line(names[3], s.name, "\(s.stats.dispatched)") }
+        family(4); for s in stores { line(names[4], s.name, "\(s.stats.done)") }
+        if stores.contains(where: { !$0.stats.rejected.isEmpty }) {
+            family(5)
+            for s in stores { for code in s.stats.rejected.keys.sorted() { line(names[5], s.name, code: code, "\(s.stats.rejected[code]!)") } }
+        }
+        if stores.contains(where: { !$0.stats.failed.isEmpty }) {
+            family(6)
+            for s in stores { for code in s.stats.failed.keys.sorted() { line(names[6], s.name, code: code, "\(s.stats.failed[code]!)") } }
+        }
+        return out
     }
 
     private func key(_ name: String, _ labels: [(String, String)]) -> String {

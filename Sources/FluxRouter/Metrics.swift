@@ -74,6 +74,16 @@ public struct RouterMetricsSample: Sendable {
         public var subscribers: Int
         public var version: UInt64
         public var stats: StoreStats
+
+        public init(name: String, up: Bool, queued: Int, inflight: Int, subscribers: Int, version: UInt64, stats: StoreStats) {
+            self.name = name
+            self.up = up
+            self.queued = queued
+            self.inflight = inflight
+            self.subscribers = subscribers
+            self.version = version
+            self.stats = stats
+        }
     }
     public var stores: [Store] = []
     /// Connections by role (`client`, `store`, `monitor`; `handshake`: no hello yet).

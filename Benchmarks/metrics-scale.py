@@ -6,8 +6,9 @@
 For each fluxd binary (e.g. the one before and the one after a change, measured in one run): starts
 `fluxd --ephemeral --metrics 127.0.0.1:0` on a private socket; one store connection registers `--stores` stores and
 rejects every action with the code its type names; a client dispatches `--codes` actions per store, one per code
-(so fluxd holds stores x codes rejected-code series); then times `--scrapes` scrapes of /metrics in a row and reads
-`info.load.longestLoopHoldMicros` before and after them. Prints one JSON line per fluxd. Loopback and private
+(so fluxd holds stores x codes rejected-code series); then times `--scrapes` scrapes of /metrics in a row, each followed by an
+`info` round trip (which waits for whatever holds fluxd's loop), and reads `info.load.longestLoopHoldMicros` before
+and after them. Prints one JSON line per fluxd. Loopback and private
 sockets only; every fluxd is stopped by pid.
 """
 import argparse
@@ -24,7 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attack import Peer, enc, op_of, ready_peer, register_store  # noqa: E402
+from attack import enc, op_of, ready_peer  # noqa: E402
 
 
 def info_load(sock):
@@ -55,9 +56,10 @@ def measure(fluxd, stores, codes, scrapes):
             raise RuntimeError("fluxd did not say where its metrics are")
         store = ready_peer(sock, role="store", name="rejecter")
         for i in range(stores):
-            code = register_store(store, f"s{i}")
-            if code is not None:
-                raise RuntimeError(f"register s{i}: {code}")
+            store.send(enc({"op": "register", "store": f"s{i}", "handles": [f"s{i}/*"]}))
+            body = store.until(lambda b: op_of(b) in ("registered", "error"), 30, f"registered s{i}")
+            if op_of(body) != "registered":
+                raise RuntimeError(f"register s{i}: {body[:200]!r}")
         client = ready_peer(sock, name="dispatcher")
         total = stores * codes
         sent = answered = 0
@@ -83,19 +85,24 @@ def measure(fluxd, stores, codes, scrapes):
         fill = time.time() - t0
         # Every reject recorded (the last one's round trip through info).
         before = info_load(sock)["longestLoopHoldMicros"]
-        times, sizes = [], []
+        times, sizes, infos = [], [], []
         for _ in range(scrapes):
             s0 = time.time()
             with urllib.request.urlopen(url, timeout=600) as r:
                 body = r.read()
             times.append(round(time.time() - s0, 3))
             sizes.append(len(body))
+            # The loop's own answer right after the scrape: a refresh that holds the loop shows here (a scrape
+            # gives up waiting for it after 1 s and serves the previous values).
+            i0 = time.time()
+            info_load(sock)
+            infos.append(round(time.time() - i0, 3))
         after = info_load(sock)["longestLoopHoldMicros"]
         series = body.count(b"\nfluxbus_actions_rejected_total{")
         store.close()
         client.close()
         return {"fluxd": fluxd, "stores": stores, "codes": codes, "fill_seconds": round(fill, 1),
-                "scrape_seconds": times, "scrape_bytes": sizes[-1], "rejected_series": series,
+                "scrape_seconds": times, "info_after_scrape_seconds": infos, "scrape_bytes": sizes[-1], "rejected_series": series,
                 "loop_hold_before_us": before, "loop_hold_after_us": after}
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -126,11 +126,14 @@ public enum MetricsHTTP {
     }
 }
 
-/// Serves `GET /metrics` on a loopback TCP address from a thread of its own, one connection at a time: it never
-/// touches fluxd's loop (the registry it renders is thread-safe). A client gets `readTimeout` to send its request
-/// head and as long to read the answer, so a slow or silent one holds the endpoint for at most that long and never
-/// fluxd. Lifecycle: `init` binds and listens (errors are thrown before fluxd reports ready), `start()` starts the
-/// thread, `stop()` wakes it through a pipe; the thread closes the listening socket and the pipe when it ends.
+/// Serves `GET /metrics` on a loopback TCP address from a thread of its own: it never touches fluxd's loop (the
+/// snapshot it renders is handed over). It serves up to `maxConnections` connections at once with one `poll`: each
+/// gets `readTimeout` to send its request head and as long again to read the answer, and when a new connection comes
+/// while that many are open, the one that has waited longest for its head is closed. So slow or silent clients
+/// (slowloris) can hold neither fluxd nor the endpoint: a real scrape is answered as soon as it has sent its
+/// request. Lifecycle: `init` binds and listens (errors are thrown before fluxd reports ready), `start()` starts the
+/// thread, `stop()` wakes it through a pipe; the thread closes every connection, the listening socket and the pipe
+/// when it ends.
 public final class MetricsServer: Sendable {
     /// The address served (with the port the kernel chose for port 0).
     public let address: MetricsAddress
@@ -202,57 +205,100 @@ public final class MetricsServer: Sendable {
         _ = write(wakeWrite, &byte, 1)
     }
 
+    /// Connections served at once (more: the one waiting longest for its request head is closed).
+    public static let maxConnections = 64
+
+    /// One client: its request head so far, then its answer being written, and when it must be done.
+    private struct Client {
+        let fd: Int32
+        var received: [UInt8] = []
+        var answer: [UInt8]? = nil
+        var sent = 0
+        var deadline: UInt64
+        let accepted: UInt64
+    }
+
     private func serve() {
+        var clients: [Client] = []
         defer {
+            for c in clients { close(c.fd) }
             close(listenFD)
             close(wakeRead)
             close(wakeWrite)
         }
+        let budget = UInt64(readTimeout) * 1_000_000
+        var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-            let n = poll(&fds, 2, -1)
+            for c in clients { fds.append(pollfd(fd: c.fd, events: Int16(c.answer == nil ? POLLIN : POLLOUT), revents: 0)) }
+            let now = monotonicNanoseconds()
+            let next = clients.map(\.deadline).min()
+            let wait = next.map { $0 > now ? Int32(min(($0 - now) / 1_000_000 + 1, 60_000)) : 0 } ?? -1
+            let n = poll(&fds, nfds_t(fds.count), wait)
             if n < 0 { if errno == EINTR { continue } else { return } }
             if fds[1].revents != 0 { return }
-            guard fds[0].revents != 0 else { continue }
-            let client = accept(listenFD, nil, nil)
-            guard client >= 0 else { continue }  // EAGAIN, ECONNABORTED, EMFILE...: the next poll tries again
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)  // (workers are spawned through fluxd-exec, which closes the rest)
-            answer(client)
-            close(client)
+            var closing = Set<Int32>()
+            for (i, p) in fds.enumerated().dropFirst(2) where p.revents != 0 {
+                let k = i - 2
+                if clients[k].answer == nil {
+                    let got = buffer.withUnsafeMutableBytes { read(clients[k].fd, $0.baseAddress, $0.count) }
+                    if got < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+                    if got <= 0 { closing.insert(clients[k].fd); continue }  // closed before a whole request
+                    clients[k].received += buffer[..<got]
+                    let answer = MetricsHTTP.answer(to: clients[k].received)
+                    if case .incomplete = answer { continue }
+                    clients[k].answer = MetricsHTTP.response(answer, body: render)
+                    clients[k].received = []
+                    clients[k].deadline = monotonicNanoseconds() + budget
+                }
+                if !writeAnswer(&clients[k]) { closing.insert(clients[k].fd) }
+            }
+            // Past their deadline: a head that did not come gets 408 (best effort), an answer not read is dropped.
+            let late = monotonicNanoseconds()
+            for k in clients.indices where clients[k].deadline <= late && !closing.contains(clients[k].fd) {
+                if clients[k].answer == nil {
+                    let bytes = MetricsHTTP.response(.error(status: 408, reason: "no complete request within \(readTimeout) ms"), body: render)
+                    _ = bytes.withUnsafeBytes { send(clients[k].fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                }
+                closing.insert(clients[k].fd)
+            }
+            if !closing.isEmpty {
+                for c in clients where closing.contains(c.fd) { close(c.fd) }
+                clients.removeAll { closing.contains($0.fd) }
+            }
+            if fds[0].revents != 0 {
+                let fd = accept(listenFD, nil, nil)
+                guard fd >= 0 else { continue }  // EAGAIN, ECONNABORTED, EMFILE...: the next poll tries again
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // (workers are spawned through fluxd-exec, which closes the rest)
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                if clients.count >= Self.maxConnections,
+                   let oldest = clients.indices.filter({ clients[$0].answer == nil }).min(by: { clients[$0].accepted < clients[$1].accepted }) {
+                    close(clients[oldest].fd)
+                    clients.remove(at: oldest)
+                }
+                if clients.count >= Self.maxConnections {
+                    close(fd)  // (every one is being answered: this one tries again)
+                    continue
+                }
+                let at = monotonicNanoseconds()
+                clients.append(Client(fd: fd, deadline: at + budget, accepted: at))
+            }
         }
     }
 
-    /// Reads one request head (within `readTimeout`) and writes the answer.
-    private func answer(_ fd: Int32) {
-        var timeout = timeval(tv_sec: Int(readTimeout / 1000), tv_usec: Int(readTimeout % 1000) * 1000)
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let deadline = monotonicNanoseconds() + UInt64(readTimeout) * 1_000_000
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        var answer = MetricsHTTP.Answer.incomplete
-        while case .incomplete = answer {
-            let now = monotonicNanoseconds()
-            guard now < deadline else {
-                answer = .error(status: 408, reason: "no complete request within \(readTimeout) ms")
-                break
+    /// Writes what the socket takes of `client`'s answer; false once it is all written (the connection is then
+    /// shut down for writing and closed) or the peer is gone.
+    private func writeAnswer(_ client: inout Client) -> Bool {
+        guard let bytes = client.answer else { return true }
+        while client.sent < bytes.count {
+            let n = bytes[client.sent...].withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return errno == EAGAIN || errno == EWOULDBLOCK
             }
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&p, 1, Int32((deadline - now) / 1_000_000) + 1)
-            if ready < 0 { if errno == EINTR { continue } else { return } }
-            if ready == 0 { continue }
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue } else { return } }
-            if n == 0 { return }  // closed before a whole request
-            received += buffer[..<n]
-            answer = MetricsHTTP.answer(to: received)
+            client.sent += n
         }
-        let bytes = MetricsHTTP.response(answer, body: render)
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n < 0 { if errno == EINTR { continue } else { return } }
-            sent += n
-        }
-        shutdown(fd, Int32(SHUT_WR))
+        shutdown(client.fd, Int32(SHUT_WR))
+        return false
     }
 }

@@ -114,6 +114,57 @@ struct MetricsTests {
         }
     }
 
+    @Test("80 slow clients that never finish their request head (slowloris) do not keep a real scrape from being answered; fluxd ends theirs", .onDedicatedThreads)
+    func slowClients() throws {
+        let fluxd = try Fluxd(arguments: ["--metrics", "127.0.0.1:0"])
+        defer { fluxd.cleanup() }
+        _ = try fluxd.waitForReady()
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !fluxd.stderr.contains("metrics on http://127.0.0.1:") && ContinuousClock.now < deadline {
+            usleep(20_000)  // polling interval, not synchronisation: the log line decides
+        }
+        let portText = try #require(fluxd.stderr.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
+        let port = try #require(UInt16(portText))
+        // More slow clients than the endpoint serves at once (MetricsServer.maxConnections, 64), each with half a head.
+        var slow: [Int32] = []
+        defer { for fd in slow { close(fd) } }
+        for _ in 0..<80 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            try #require(fd >= 0)
+            slow.append(fd)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            try #require(rc == 0)
+            let part = Array("GET /metrics HTTP/1.1\r\nHost: x\r\n".utf8)
+            _ = part.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+        // A real scrape is answered while they hang (one at a time, it would wait 64 x 2 s behind them).
+        let response = try httpExchange(port: port, request: "GET /metrics HTTP/1.1\r\n\r\n", timeout: .seconds(10))
+        #expect(response?.hasPrefix("HTTP/1.1 200 ") == true, "\(response ?? "no answer within 10 s")")
+        // Every slow client's connection is ended by fluxd (408 after the 2 s head timeout, or closed to make room).
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        for fd in slow {
+            var ended = false
+            let until = ContinuousClock.now + .seconds(20)
+            while !ended {
+                do {
+                    switch try readWithDeadline(fd: fd, into: &buffer, deadline: until) {
+                    case .bytes: continue  // (a 408, then the end)
+                    case .eof: ended = true
+                    case .timeout: Issue.record("a slow client's connection was still open after 20 s"); ended = true
+                    }
+                } catch {
+                    ended = true  // reset: closed with its half head unread, to make room
+                }
+            }
+        }
+    }
+
     @Test("--metrics refuses an address that is not loopback, before anything starts", .onDedicatedThreads)
     func refusesNonLoopback() throws {
         let fluxd = try Fluxd(arguments: ["--metrics", "0.0.0.0:9464"])

@@ -1,6 +1,7 @@
 import FluxCore
 import FluxRouter
 import Foundation
+import Glibc
 import TOMLKit
 
 /// When a worker that ended is started again.
@@ -120,13 +121,51 @@ extension SupervisorConfig {
     /// Reads and checks a config file. `executableDirectory` is where bare command names are looked for first
     /// (fluxd's own directory, where `swift build` puts the example stores).
     public static func load(path: String, executableDirectory: String?) throws(ConfigError) -> SupervisorConfig {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ConfigError(file: path, problem: "cannot read the file: \((error as NSError).localizedDescription)")
+        try parse(text: readText(path: path), path: path, executableDirectory: executableDirectory)
+    }
+
+    /// The most a config file may hold: reading and parsing it is work fluxd does on a `reload` (issue 25).
+    public static let maxBytes = 1 << 20
+
+    /// The file's text: a regular file (a FIFO, a device or a directory is refused for what it is, without
+    /// reading it: opened non-blocking, so a FIFO with no writer cannot hang fluxd), at most `maxBytes`, UTF-8.
+    static func readText(path: String) throws(ConfigError) -> String {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw ConfigError(file: path, problem: "cannot read the file: \(String(cString: strerror(errno)))")
         }
-        return try parse(text: text, path: path, executableDirectory: executableDirectory)
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw ConfigError(file: path, problem: "cannot read the file: \(String(cString: strerror(errno)))")
+        }
+        let type = info.st_mode & S_IFMT
+        guard type == S_IFREG else {
+            let what = type == S_IFDIR ? "a directory" : type == S_IFIFO ? "a FIFO" : type == S_IFCHR || type == S_IFBLK ? "a device" : type == S_IFSOCK ? "a socket" : "not a file"
+            throw ConfigError(file: path, problem: "not a regular file (it is \(what)): a config file must be a regular file")
+        }
+        guard info.st_size <= maxBytes else {
+            throw ConfigError(file: path, problem: "the file has \(info.st_size) bytes; a config file may have at most \(maxBytes) (1 MiB)")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
+        var count = 0
+        while count < bytes.count {
+            let n = bytes[count...].withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ConfigError(file: path, problem: "cannot read the file: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            count += n
+            if count > maxBytes {
+                throw ConfigError(file: path, problem: "the file grew past \(maxBytes) bytes while being read; a config file may have at most 1 MiB")
+            }
+            if count == bytes.count { bytes += [UInt8](repeating: 0, count: min(maxBytes + 1 - count + 1, 65536)) }
+        }
+        guard let text = String(validating: bytes[..<count], as: UTF8.self) else {
+            throw ConfigError(file: path, problem: "not UTF-8 text")
+        }
+        return text
     }
 
     /// Parses config text (`path` names it in errors and anchors relative paths).

@@ -220,3 +220,49 @@ struct SupervisorConfigTests {
         #expect(refusal(bad.text) == bad.message)
     }
 }
+
+/// Reading the file (issue 25: `reload` reads it on fluxd's loop): only a regular file of at most 1 MiB of UTF-8,
+/// each refusal saying what the file is.
+@Suite("SupervisorConfig: reading the file")
+struct ConfigFileReadTests {
+    private func problem(_ path: String) -> String? {
+        do {
+            _ = try SupervisorConfig.load(path: path, executableDirectory: nil)
+            return nil
+        } catch {
+            return error.problem
+        }
+    }
+
+    @Test("a FIFO, a device and a directory are refused for what they are, without reading (a FIFO with no writer does not hang)")
+    func notRegular() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fluxcfg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fifo = dir + "/fifo.toml"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        #expect(problem(fifo) == "not a regular file (it is a FIFO): a config file must be a regular file")
+        #expect(problem("/dev/zero") == "not a regular file (it is a device): a config file must be a regular file")
+        #expect(problem(dir) == "not a regular file (it is a directory): a config file must be a regular file")
+        #expect(problem(dir + "/missing.toml")?.hasPrefix("cannot read the file: No such file") == true)
+    }
+
+    @Test("more than 1 MiB is refused with its size; bytes that are not UTF-8 are refused; 1 MiB of comments is read")
+    func sizeAndEncoding() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fluxcfg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let big = dir + "/big.toml"
+        try Data(repeating: UInt8(ascii: "#"), count: SupervisorConfig.maxBytes + 1).write(to: URL(fileURLWithPath: big))
+        #expect(problem(big) == "the file has 1048577 bytes; a config file may have at most 1048576 (1 MiB)")
+        let fits = dir + "/fits.toml"
+        try Data(repeating: UInt8(ascii: "#"), count: SupervisorConfig.maxBytes - 1).write(to: URL(fileURLWithPath: fits))
+        var withNewline = try Data(contentsOf: URL(fileURLWithPath: fits))
+        withNewline.append(UInt8(ascii: "\n"))
+        try withNewline.write(to: URL(fileURLWithPath: fits))
+        #expect(problem(fits) == nil)
+        let latin = dir + "/latin1.toml"
+        try Data([0x23, 0xE9, 0x0A]).write(to: URL(fileURLWithPath: latin))
+        #expect(problem(latin) == "not UTF-8 text")
+    }
+}

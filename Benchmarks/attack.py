@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -2113,7 +2114,106 @@ class Bench:
         ("10", "todo-store with 20,000 todos registering again", DURABLE_SHARED + ["--store-timeout", "2000",
                                                                                  "--close-stalled-stores"]),
         ("11", "canonically equivalent keys in patches", DURABLE_SHARED),
+        # issue 25: what all peers share (the metrics endpoint first)
+        ("12a", "1,000 stores x 64 reject codes, then metrics scrapes", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
+        ("12b", "80 slow clients on the metrics endpoint (slowloris)", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
     ]
+
+    # 12a, 12b ------------------------------------------------------------------------------------------------
+    def metrics_url(self, bus, timeout=20.0):
+        deadline = now() + timeout
+        while now() < deadline:
+            with open(bus.fluxd_log, "rb") as f:
+                m = re.search(rb"metrics on (http://[^\s]+/metrics)", f.read())
+            if m:
+                return m.group(1).decode()
+            time.sleep(0.05)
+        raise RuntimeError("fluxd did not say where its metrics are")
+
+    @staticmethod
+    def scrape(url, timeout=60.0):
+        t0 = now()
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                body = r.read()
+            return round(now() - t0, 3), len(body), body
+        except Exception as e:  # noqa: BLE001 (the outcome is the answer)
+            return round(now() - t0, 3), None, repr(e).encode()
+
+    def attack_metrics_series(self, bus):
+        """Another user registers 1,000 stores and rejects one action per code, 64 codes per store (64,000 labelled
+        series); then three scrapes, each followed by an `info` round trip (which waits for whatever holds the
+        loop)."""
+        stores, codes = self.n(1000), 64
+        u = self.users()
+        d = {"stores": stores, "codes": codes, "users": u}
+        url = self.metrics_url(bus)
+        store = ready_peer(bus.sock, role="store", name="many-stores", uid=u["attacker"])
+        for i in range(stores):
+            store.send(enc({"op": "register", "store": f"m{i}", "handles": [f"m{i}/*"]}))
+            body = store.until(lambda b: op_of(b) in ("registered", "error"), 30, f"registered m{i}")
+            if op_of(body) != "registered":
+                d["register"] = f"m{i}: {code_of(body)}"
+                break
+        client = ready_peer(bus.sock, name="many-codes", uid=u["attacker"])
+        total, sent, answered = stores * codes, 0, 0
+        t0 = now()
+        while answered < total:
+            batch = b""
+            while sent < total and sent - answered < 512:
+                i, j = divmod(sent, codes)
+                batch += enc({"op": "dispatch", "type": f"m{i}/c{j}"})
+                sent += 1
+            if batch:
+                client.send(batch)
+            body = store.frame(60)
+            if body is None:
+                raise EOFError("the attacker's store was closed")
+            if op_of(body) != "action":
+                continue
+            a = json.loads(body)
+            store.send(enc({"op": "reject", "store": a["store"], "seq": a["seq"],
+                            "error": {"code": a["type"].split("/")[1], "message": "no"}}))
+            answered += 1
+        d["fill_seconds"] = round(now() - t0, 1)
+        d["scrapes"] = []
+        for _ in range(3):
+            secs, nbytes, body = self.scrape(url)
+            i0 = now()
+            bus.info()
+            d["scrapes"].append({"seconds": secs, "bytes": nbytes, "info_after_s": round(now() - i0, 3),
+                                 "rejected_series": body.count(b"\nfluxbus_actions_rejected_total{")})
+        store.close()
+        client.close()
+        return d
+
+    def attack_metrics_slowloris(self, bus):
+        """80 connections to the metrics endpoint that each send half a request head and never the rest; meanwhile
+        three real scrapes, one after the other."""
+        url = self.metrics_url(bus)
+        host, port = re.match(r"http://([^:/]+):(\d+)/", url).groups()
+        d = {"slow": 80}
+        slow = []
+        for _ in range(d["slow"]):
+            c = socket.create_connection((host, int(port)), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            slow.append(c)
+        d["scrapes"] = []
+        for _ in range(3):
+            secs, nbytes, _ = self.scrape(url, timeout=30.0)
+            d["scrapes"].append({"seconds": secs, "answered": nbytes is not None})
+        ended = 0
+        for c in slow:
+            c.settimeout(10)
+            try:
+                while c.recv(4096):
+                    pass
+                ended += 1
+            except OSError:
+                ended += 1  # reset: closed with its half head unread
+            c.close()
+        d["slow_ended_by_fluxd"] = ended
+        return d
 
     def run(self):
         fns = {"0": self.attack_none, "1": self.attack_waitfor, "1b": lambda b: self.attack_waitfor(b, self.n(200)), "2a": lambda b: self.attack_queries(b, True),
@@ -2127,7 +2227,8 @@ class Bench:
                "7b": lambda b: self.attack_quadratic_patches(b, "inserts"),
                "8a": self.attack_path_subscribe_repeat, "8b": self.attack_many_path_subscriptions,
                "9": self.attack_restart_journal, "10": self.attack_todo_reregister,
-               "11": self.attack_equivalent_keys}
+               "11": self.attack_equivalent_keys,
+               "12a": self.attack_metrics_series, "12b": self.attack_metrics_slowloris}
         only = set(self.args.only.split(",")) if self.args.only else None
         t0 = now()
         for key, title, fargs in self.ATTACKS:
@@ -2325,6 +2426,16 @@ def attacker_summary(r):
                   f"{d['store_cpu_percent']}%; errors sent {fmt_counts(d['errors_sent_in_window'])}; fluxd log "
                   f"lines {d['fluxd_log_lines_in_window']} (mentioning too-large "
                   f"{d['fluxd_log_mentions'].get('too-large')})")
+    if k == "12a":
+        sc = d.get("scrapes", [])
+        return (f"{d['stores']:,} stores x {d['codes']} reject codes ({d.get('fill_seconds')} s to make): scrapes "
+                + ", ".join(f"{x['seconds']} s ({size(x['bytes'])}, {x['rejected_series']:,} series; info after "
+                            f"{x['info_after_s']} s)" for x in sc))
+    if k == "12b":
+        sc = d.get("scrapes", [])
+        return (f"{d['slow']} slow clients (half a request head each): real scrapes "
+                + ", ".join(f"{x['seconds']} s" + ("" if x["answered"] else " (no answer)") for x in sc)
+                + f"; {d.get('slow_ended_by_fluxd')} of {d['slow']} slow connections ended by fluxd")
     if k == "11":
         bad = [f"{c['case']} ({c['encoding']})" for c in d["cases"] if not c["agree"]]
         return (f"{len(d['cases'])} patches naming e\\u0301 against a state keyed \\u00e9: {d['agree']} agree, "
@@ -2562,6 +2673,17 @@ PARAGRAPHS.update({
     "7a": par_quadratic, "7b": par_quadratic,
     "8a": par_path_repeat, "8b": par_many_paths,
     "9": par_restart, "10": par_todo, "11": par_equivalent,
+    "12a": lambda r, d: (
+        users_text(d) + f"Another user registers {d['stores']:,} stores on one connection and rejects one action per "
+        f"code, {d['codes']} codes per store, so fluxd's metrics hold {d['stores'] * d['codes']:,} labelled series of "
+        "`fluxbus_actions_rejected_total`; then the driver scrapes `/metrics` three times, each followed by an `info` "
+        "round trip (it waits for whatever holds fluxd's loop). Before issue 25 the first scrape's refresh ran on the "
+        "loop and was quadratic in new series (94 s at this size; the scrape gave up after 1 s and served stale "
+        "values)."),
+    "12b": lambda r, d: (
+        f"{d['slow']} TCP connections to the metrics endpoint each send half a request head and never the rest "
+        "(slowloris); meanwhile the driver scrapes three times, one after the other. Before issue 25 the endpoint "
+        "served one connection at a time with 2 s for its head, so a real scrape waited behind every slow one."),
 })
 
 
@@ -2720,7 +2842,7 @@ def main():
     ap.add_argument("--todo-store", required=True)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--only", help="comma-separated attack keys (0,1,1b,2a,2b,3,4a,4b,4c,5a,5b,6a,6b,6c,7a,7b,8a,8b,"
-                                   "9,10,11; 6, 7 and 8 select their group)")
+                                   "9,10,11,12a,12b; 6 and up select their group, e.g. 12)")
     ap.add_argument("--freeze-timeout", type=float, default=20.0,
                     help="seconds an attack of issue 24 waits for fluxd's answer before reporting it frozen")
     ap.add_argument("--attack-cap", type=float, default=150.0,

@@ -762,6 +762,30 @@ def register_store(peer, store, state_json=None, timeout=20.0):
     return None if op_of(body) == "registered" else code_of(body)
 
 
+def fill_reject_series(store, client, stores, codes, prefix="s"):
+    """`client` dispatches `codes` actions to each of `stores` stores (`<prefix><i>/c<j>`, 512 in flight) and
+    `store`, which registered them, rejects each with the code its type names: fluxd then counts stores x codes
+    rejected-code series (attack 12a, Benchmarks/metrics-scale.py)."""
+    total, sent, answered = stores * codes, 0, 0
+    while answered < total:
+        batch = b""
+        while sent < total and sent - answered < 512:
+            i, j = divmod(sent, codes)
+            batch += enc({"op": "dispatch", "type": f"{prefix}{i}/c{j}"})
+            sent += 1
+        if batch:
+            client.send(batch)
+        body = store.frame(60)
+        if body is None:
+            raise EOFError("the store connection was closed")
+        if op_of(body) != "action":
+            continue
+        a = json.loads(body)
+        store.send(enc({"op": "reject", "store": a["store"], "seq": a["seq"],
+                        "error": {"code": a["type"].split("/")[1], "message": "no"}}))
+        answered += 1
+
+
 def try_hello(path, uid, name, timeout, role="client"):
     """A new connection's hello: (`welcome` or the refusal, seconds, the peer or None)."""
     t0 = now()
@@ -2156,25 +2180,8 @@ class Bench:
                 d["register"] = f"m{i}: {code_of(body)}"
                 break
         client = ready_peer(bus.sock, name="many-codes", uid=u["attacker"])
-        total, sent, answered = stores * codes, 0, 0
         t0 = now()
-        while answered < total:
-            batch = b""
-            while sent < total and sent - answered < 512:
-                i, j = divmod(sent, codes)
-                batch += enc({"op": "dispatch", "type": f"m{i}/c{j}"})
-                sent += 1
-            if batch:
-                client.send(batch)
-            body = store.frame(60)
-            if body is None:
-                raise EOFError("the attacker's store was closed")
-            if op_of(body) != "action":
-                continue
-            a = json.loads(body)
-            store.send(enc({"op": "reject", "store": a["store"], "seq": a["seq"],
-                            "error": {"code": a["type"].split("/")[1], "message": "no"}}))
-            answered += 1
+        fill_reject_series(store, client, stores, codes, prefix="m")
         d["fill_seconds"] = round(now() - t0, 1)
         d["scrapes"] = []
         for _ in range(3):

@@ -25,7 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attack import enc, op_of, ready_peer  # noqa: E402
+from attack import enc, fill_reject_series, op_of, ready_peer  # noqa: E402
 
 
 def info_load(sock):
@@ -61,27 +61,8 @@ def measure(fluxd, stores, codes, scrapes):
             if op_of(body) != "registered":
                 raise RuntimeError(f"register s{i}: {body[:200]!r}")
         client = ready_peer(sock, name="dispatcher")
-        total = stores * codes
-        sent = answered = 0
         t0 = time.time()
-        # Pipelined in windows: the store rejects each action with the code its type names.
-        while answered < total:
-            batch = b""
-            while sent < total and sent - answered < 512:
-                i, j = divmod(sent, codes)
-                batch += enc({"op": "dispatch", "type": f"s{i}/c{j}"})
-                sent += 1
-            if batch:
-                client.send(batch)
-            body = store.frame(60)
-            if body is None:
-                raise RuntimeError("store connection closed")
-            if op_of(body) != "action":
-                continue
-            a = json.loads(body)
-            store.send(enc({"op": "reject", "store": a["store"], "seq": a["seq"],
-                            "error": {"code": a["type"].split("/")[1], "message": "no"}}))
-            answered += 1
+        fill_reject_series(store, client, stores, codes)
         fill = time.time() - t0
         # Every reject recorded (the last one's round trip through info).
         before = info_load(sock)["longestLoopHoldMicros"]

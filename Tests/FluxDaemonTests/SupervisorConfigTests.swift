@@ -225,6 +225,13 @@ struct SupervisorConfigTests {
 /// each refusal saying what the file is.
 @Suite("SupervisorConfig: reading the file")
 struct ConfigFileReadTests {
+    /// A new empty directory (the test removes it).
+    private func temporaryDirectory() throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fluxcfg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
     private func problem(_ path: String) -> String? {
         do {
             _ = try SupervisorConfig.load(path: path, executableDirectory: nil)
@@ -236,8 +243,7 @@ struct ConfigFileReadTests {
 
     @Test("a FIFO, a device and a directory are refused for what they are, without reading (a FIFO with no writer does not hang)")
     func notRegular() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fluxcfg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let fifo = dir + "/fifo.toml"
         #expect(mkfifo(fifo, 0o600) == 0)
@@ -249,8 +255,7 @@ struct ConfigFileReadTests {
 
     @Test("more than 1 MiB is refused with its size; bytes that are not UTF-8 are refused; 1 MiB of comments is read")
     func sizeAndEncoding() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fluxcfg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let big = dir + "/big.toml"
         try Data(repeating: UInt8(ascii: "#"), count: SupervisorConfig.maxBytes + 1).write(to: URL(fileURLWithPath: big))

@@ -6,12 +6,10 @@ import Testing
 private struct Create: Encodable { var title: String }
 private struct Toggle: Encodable { var id: Int }
 
-/// An HTTP/1.1 exchange with fluxd's metrics endpoint over a plain TCP socket: `request` is sent as is, and the
-/// whole response (fluxd closes after it) is returned, or nil when nothing came within `timeout`.
-func httpExchange(port: UInt16, request: String, timeout: Duration = .seconds(10)) throws -> String? {
+/// A TCP connection to 127.0.0.1:`port` (the caller closes it).
+func connectLoopback(port: UInt16) throws -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw HarnessError.system("socket", errno) }
-    defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = port.bigEndian
@@ -19,7 +17,19 @@ func httpExchange(port: UInt16, request: String, timeout: Duration = .seconds(10
     let rc = withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
-    guard rc == 0 else { throw HarnessError.system("connect 127.0.0.1:\(port)", errno) }
+    guard rc == 0 else {
+        let error = errno
+        close(fd)
+        throw HarnessError.system("connect 127.0.0.1:\(port)", error)
+    }
+    return fd
+}
+
+/// An HTTP/1.1 exchange with fluxd's metrics endpoint over a plain TCP socket: `request` is sent as is, and the
+/// whole response (fluxd closes after it) is returned, or nil when nothing came within `timeout`.
+func httpExchange(port: UInt16, request: String, timeout: Duration = .seconds(10)) throws -> String? {
+    let fd = try connectLoopback(port: port)
+    defer { close(fd) }
     let bytes = Array(request.utf8)
     guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else {
         throw HarnessError.system("send", errno)
@@ -129,17 +139,8 @@ struct MetricsTests {
         var slow: [Int32] = []
         defer { for fd in slow { close(fd) } }
         for _ in 0..<80 {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            try #require(fd >= 0)
+            let fd = try connectLoopback(port: port)
             slow.append(fd)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-            let rc = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            try #require(rc == 0)
             let part = Array("GET /metrics HTTP/1.1\r\nHost: x\r\n".utf8)
             _ = part.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }

@@ -69,6 +69,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// or it changes a setting that takes a restart (the message names them). The running configuration is kept.
     /// Survives.
     case reloadRefused = "reload-refused"
+    /// Since fluxd 0.4.0 (SPEC §15.4): a dispatch made under a session with `settle` would take its user past the
+    /// outcomes it may hold in the outcome window (`maxOutcomes` per user): its outcome could not be kept for
+    /// `recover`, so it is refused and not sent. Another user's dispatches are unaffected. Survives.
+    case outcomeQuota = "outcome-quota"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

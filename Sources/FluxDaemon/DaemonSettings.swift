@@ -29,7 +29,7 @@ public enum DaemonSettings {
                     "retain_hours", "store_window", "handshake_timeout", "max_backlog", "delta_history", "fair_pending",
                     "max_queries", "max_query_bytes", "max_subscriptions", "max_wait_for", "max_connections",
                     "max_connections_per_user", "max_handshakes", "max_handshakes_per_user", "max_stores_per_connection",
-                    "memory_budget", "memory_per_user", "connection_allowance", "ping_interval", "max_pings_out",
+                    "memory_budget", "memory_per_user", "max_outcomes", "connection_allowance", "ping_interval", "max_pings_out",
                     "store_timeout"] {
             keys[key] = Key(type: .integer, live: false)
         }

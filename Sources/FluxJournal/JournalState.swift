@@ -58,8 +58,11 @@ public struct SessionKey: Hashable, Sendable {
     }
 }
 
-/// The outcomes of settled dispatches made under a session, kept for the outcome window (SPEC §15.4): at most
-/// `capacity` of them, each for at least `window` ms after it settled unless the capacity pushes it out first.
+/// The outcomes of settled dispatches made under a session, kept for the outcome window (SPEC §15.4), per user:
+/// each user's outcomes are kept for at least `window` ms after they settled, and a user holds at most `capacity`
+/// of them. The router refuses a user's session dispatch that would take it past its capacity (`outcome-quota`),
+/// so one user's outcomes never push out another's; should an insert still find its user full (a journal written
+/// with a larger capacity), that user's own oldest outcome goes.
 public struct OutcomeLog: Sendable {
     public struct Entry: Sendable, Equatable {
         public var seq: UInt64
@@ -91,10 +94,14 @@ public struct OutcomeLog: Sendable {
         public var bytes: Int
     }
 
+    /// The most outcomes one user holds.
     public let capacity: Int
     public let window: UInt64
     private var entries: [SessionKey: Entry] = [:]
-    private var order = Deque<(key: SessionKey, at: UInt64, seq: UInt64)>()
+    /// Each user's outcomes in the order they were kept (a key kept again appears twice: only its latest counts).
+    private var orders: [UInt32: Deque<(key: SessionKey, at: UInt64, seq: UInt64)>] = [:]
+    /// Each user's live outcomes.
+    private var counts: [UInt32: Int] = [:]
 
     public init(capacity: Int = 100_000, window: UInt64 = 600_000) {
         self.capacity = capacity
@@ -103,41 +110,56 @@ public struct OutcomeLog: Sendable {
 
     public var count: Int { entries.count }
 
+    /// The outcomes user `uid` holds now.
+    public func count(of uid: UInt32) -> Int { counts[uid] ?? 0 }
+
     /// Remembers the outcome of the dispatch `key` (settled at `at`, in ms on the caller's clock). Returns what
-    /// it let go of to stay within `capacity` (an older outcome of the same key included).
+    /// it let go of: an older outcome of the same key, and the user's own oldest when it was at `capacity`.
     @discardableResult
     public mutating func insert(_ key: SessionKey, seq: UInt64, results: [TargetResult], at: UInt64) -> [Dropped] {
         var dropped: [Dropped] = []
         let entry = Entry(seq: seq, results: results)
         if let previous = entries.updateValue(entry, forKey: key) {
             dropped.append(Dropped(uid: key.uid, bytes: previous.bytes(key)))
+        } else {
+            counts[key.uid, default: 0] += 1
         }
-        order.append((key, at, seq))
-        while order.count > capacity { if let d = dropOldest() { dropped.append(d) } }
+        orders[key.uid, default: []].append((key, at, seq))
+        while count(of: key.uid) > capacity { if let d = dropOldest(of: key.uid) { dropped.append(d) } }
         return dropped
     }
 
     public func outcome(_ key: SessionKey) -> Entry? { entries[key] }
 
-    /// Forgets outcomes older than the window; returns what it let go of.
+    /// Forgets outcomes older than the window; returns what it let go of. (Work: one look per user that holds
+    /// outcomes, and one step per outcome let go.)
     @discardableResult
     public mutating func expire(now: UInt64) -> [Dropped] {
         var dropped: [Dropped] = []
-        while let first = order.first, first.at + window < now { if let d = dropOldest() { dropped.append(d) } }
+        for uid in orders.keys {
+            while let first = orders[uid]?.first, first.at + window < now {
+                if let d = dropOldest(of: uid) { dropped.append(d) }
+            }
+            if orders[uid]?.isEmpty == true { orders.removeValue(forKey: uid) }
+        }
         return dropped
     }
 
-    private mutating func dropOldest() -> Dropped? {
-        let first = order.removeFirst()
-        // The same key may have been reused later: only its latest entry counts.
+    private mutating func dropOldest(of uid: UInt32) -> Dropped? {
+        guard let first = orders[uid]?.removeFirst() else { return nil }
+        // The same key may have been kept again later: only its latest entry counts.
         guard let e = entries[first.key], e.seq == first.seq else { return nil }
         entries.removeValue(forKey: first.key)
-        return Dropped(uid: first.key.uid, bytes: e.bytes(first.key))
+        counts[uid, default: 1] -= 1
+        if counts[uid] == 0 { counts.removeValue(forKey: uid) }
+        return Dropped(uid: uid, bytes: e.bytes(first.key))
     }
 
-    /// Every outcome, oldest first (for a checkpoint).
+    /// Every outcome, each user's oldest first (for a checkpoint).
     public var all: [(key: SessionKey, entry: Entry)] {
-        order.compactMap { o in entries[o.key].flatMap { $0.seq == o.seq ? (o.key, $0) : nil } }
+        orders.keys.sorted().flatMap { uid in
+            orders[uid]!.compactMap { o in entries[o.key].flatMap { $0.seq == o.seq ? (o.key, $0) : nil } }
+        }
     }
 }
 

@@ -28,15 +28,29 @@ extension Router {
     }
 
     /// Keeps the outcome of a settled dispatch made under a session, for `recover` (SPEC §15.4).
-    func rememberOutcome(_ action: ActionRecord, session: ArraySlice<UInt8>, id: ArraySlice<UInt8>) {
+    func rememberOutcome(_ action: ActionRecord, key: SessionKey) {
         var results: [TargetResult] = []
         results.reserveCapacity(action.targets.count)
         for (i, store) in action.targets.enumerated() {
             results.append(TargetResult(store: store.name, outcome: action.result(at: i)!.journaled,
                                         version: action.version(at: i)))
         }
-        let key = SessionKey(uid: action.dispatcher.account.uid, sessionJSON: session, idJSON: id)
         rememberOutcome(key, seq: action.seq, results: results)
+    }
+
+    /// An unsettled session dispatch, indexed for `recover` and counted in its user's outcome quota. (A second
+    /// dispatch with the same id in the session replaces the first in the index: ids are unique within a session,
+    /// SPEC §15.4, and `recover` answers for the latest.)
+    func indexSession(_ key: SessionKey, _ action: ActionRecord) {
+        pendingSessions[key] = action
+        pendingSessionCounts[key.uid, default: 0] += 1
+    }
+
+    /// The session dispatch settled (its outcome is kept from now on, in the outcome log).
+    func unindexSession(_ key: SessionKey, _ action: ActionRecord) {
+        if pendingSessions[key] === action { pendingSessions.removeValue(forKey: key) }
+        let n = (pendingSessionCounts[key.uid] ?? 1) - 1
+        if n > 0 { pendingSessionCounts[key.uid] = n } else { pendingSessionCounts.removeValue(forKey: key.uid) }
     }
 
     /// Keeps an outcome, charged to its user's share of the memory budget (always: an outcome that was not kept
@@ -73,13 +87,8 @@ extension Router {
         let uid = peer.account.uid
         let sessionText = SessionKey.text(session)
         expireOutcomes()
-        // Unsettled actions of this session, by id (recover is rare: one pass over what is unsettled).
-        var pending: [SessionKey: ActionRecord] = [:]
-        for action in unsettledActions() {
-            guard let s = action.session, let id = action.id, action.dispatcher.account.uid == uid,
-                  SessionKey.text(s) == sessionText else { continue }
-            pending[SessionKey(uid: uid, session: sessionText, id: SessionKey.text(id))] = action
-        }
+        // (Each id is one look-up in the unsettled session dispatches and one in the kept outcomes: recover costs
+        // what it asks, however much else is unsettled.)
         var j = JSONBuilder(capacity: 64 * request.ids.count)
         var attached = 0
         j.array { list in
@@ -87,7 +96,7 @@ extension Router {
                 let key = SessionKey(uid: uid, session: sessionText, id: Array(id.utf8))
                 list.object { o in
                     o.field("id", id)
-                    if let action = pending[key] {
+                    if let action = pendingSessions[key] {
                         o.field("status", "pending")
                         o.field("seq", action.seq)
                         if action.dispatcher !== peer { reattach(action, to: peer); attached += 1 }
@@ -271,6 +280,9 @@ extension Router {
             action.dispatcher = dispatcher
             pendingCount += 1
             dispatcher.unsettled += 1
+            if let s = a.session, let id = a.id {
+                indexSession(SessionKey(uid: a.uid, sessionJSON: ArraySlice(s), idJSON: ArraySlice(id)), action)
+            }
             memory.force(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
             for (i, store) in targets.enumerated() {
                 if let r = p.results[store.name] {

@@ -91,7 +91,8 @@ public struct RouterConfig: Sendable {
     public var epoch: String = ""
     /// `welcome.durability`: "always", "batch", "none" or "ephemeral" (SPEC §15.2).
     public var durability: String = "ephemeral"
-    /// How long settled outcomes of sessions are kept for `recover` (SPEC §15.4), and at most how many.
+    /// How long settled outcomes of sessions are kept for `recover` (SPEC §15.4), and at most how many per user
+    /// (kept outcomes and unsettled session dispatches together; more are refused `outcome-quota`).
     public var outcomeWindow: Millis = 600_000
     public var maxOutcomes = 100_000
     /// Bytes of recent patches kept per store for subscribers that resume with `from` (SPEC §16.3; announced).

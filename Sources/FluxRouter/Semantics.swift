@@ -1,5 +1,6 @@
 import DequeModule
 import FluxCore
+import FluxJournal
 
 extension Router {
     // MARK: - Stores
@@ -205,6 +206,19 @@ extension Router {
         for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
             return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out)
         }
+        // A dispatch whose outcome is to be kept for `recover` takes one of its user's outcome slots (SPEC §15.4).
+        var sessionKey: SessionKey?
+        if wantsSettlement, let session = peer.session, let idRaw {
+            let uid = peer.account.uid
+            let held = outcomes.count(of: uid) + (pendingSessionCounts[uid] ?? 0)
+            if held >= config.maxOutcomes {
+                expireOutcomes()
+                if outcomes.count(of: uid) + (pendingSessionCounts[uid] ?? 0) >= config.maxOutcomes {
+                    return fail(peer, .outcomeQuota, "uid \(uid) holds \(held) dispatch outcomes for recover, its quota (maxOutcomes \(config.maxOutcomes) per user, each kept \(config.outcomeWindow) ms after it settles); this dispatch was not sent", &out)
+                }
+            }
+            sessionKey = SessionKey(uid: uid, sessionJSON: session, idJSON: idRaw)
+        }
         let payload = request.payload.map { body[$0.range] } ?? ArraySlice("null".utf8)
         guard memory.charge(peer.account, Router.actionCost(payload.count, typeJSON.count)) else {
             return fail(peer, .memoryBudget, "fluxd's memory budget has no room for this action (\(peer.unsettled) of this connection's dispatches are unsettled; uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out)
@@ -235,6 +249,7 @@ extension Router {
         }
         pendingCount += 1
         peer.unsettled += 1
+        if let sessionKey { indexSession(sessionKey, action) }
         out.traffic.actions += 1
         observeDispatch(action, type: type, from: peer, &out)
         let clock = config.metricsClock
@@ -367,7 +382,9 @@ extension Router {
         dispatcher.unsettled -= 1
         memory.release(dispatcher.account, Router.actionCost(action.payload.count, action.typeJSON.count))
         if action.session != nil, let session = action.session, let id = action.id {
-            rememberOutcome(action, session: session, id: id)
+            let key = SessionKey(uid: dispatcher.account.uid, sessionJSON: session, idJSON: id)
+            unindexSession(key, action)
+            rememberOutcome(action, key: key)
         }
         let toDispatcher = action.id != nil && !dispatcher.closing  // a peer that is gone is `closing` too
         guard toDispatcher || !monitors.isEmpty else { return }

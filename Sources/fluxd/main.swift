@@ -130,6 +130,11 @@ struct Fluxd: ParsableCommand {
     var memoryPerUser: Int = MemoryBudget.Limits().perUser
 
     @Option(name: .long, help: ArgumentHelp(
+        "Dispatch outcomes one user (uid) may hold for recover: kept ones (each for 600000 ms after it settles) and unsettled session dispatches; more are refused outcome-quota (SPEC §15.4).",
+        valueName: "n"))
+    var maxOutcomes: Int = RouterConfig().maxOutcomes
+
+    @Option(name: .long, help: ArgumentHelp(
         "Bytes each connection may use without drawing on the shared budget (reserved at connect).", valueName: "bytes"))
     var connectionAllowance: Int = MemoryBudget.Limits().connectionAllowance
 
@@ -344,6 +349,7 @@ struct Fluxd: ParsableCommand {
         config.router.maxStoresPerConnection = maxStoresPerConnection
         config.router.memory.total = memoryBudget
         config.router.memory.perUser = memoryPerUser
+        config.router.maxOutcomes = max(1, maxOutcomes)
         config.router.memory.connectionAllowance = connectionAllowance
         config.router.pingInterval = pingInterval
         config.router.maxPingsOut = maxPingsOut

@@ -200,20 +200,96 @@ extension DurabilityTests {
         _ = bus.take(2)
         _ = bus.take(1)
         let before = bus.router.memory.used
-        var seq = 0
-        for id in ["a", "b", "c", "d"] {
+        for (seq, id) in ["a", "b"].enumerated() {
             bus.send(2, #"{"op":"dispatch","id":"\#(id)","type":"todo/x","settle":true}"#)
-            seq += 1
-            bus.send(1, #"{"op":"done","store":"todos","seq":\#(seq)}"#)
+            bus.send(1, #"{"op":"done","store":"todos","seq":\#(seq + 1)}"#)
         }
         let withTwo = bus.router.memory.used
         #expect(withTwo > before)
         #expect(bus.router.outcomes.count == 2)
-        bus.send(2, #"{"op":"recover","ids":["a","d"]}"#)
-        #expect(bus.take(2).last?.rawText("outcomes")?.contains(#"{"id":"a","status":"unknown"}"#) == true)
         bus.advance(700_000)  // past the outcome window
-        bus.send(2, #"{"op":"recover","ids":["d"]}"#)
+        bus.send(2, #"{"op":"recover","ids":["a"]}"#)
+        #expect(bus.take(2).last?.rawText("outcomes") == #"[{"id":"a","status":"unknown"}]"#)
         #expect(bus.router.outcomes.count == 0)
         #expect(bus.router.memory.used < withTwo)
+    }
+
+    @Test("a user's outcomes are kept for the window within its own quota: past it its session dispatches are refused outcome-quota, unsent, and another user's are not touched")
+    func outcomesPerUser() {
+        let bus = Self.durableBus(MemoryJournal()) { $0.maxOutcomes = 3 }
+        bus.store(1, "todos", handles: ["todo/*"])
+        _ = bus.take(1)
+        bus.feed(.connected(2, PeerCredentials(pid: 2, uid: 1000)))
+        bus.send(2, #"{"op":"hello","protocol":1,"role":"client","session":"s"}"#)
+        bus.feed(.connected(3, PeerCredentials(pid: 3, uid: 2000)))
+        bus.send(3, #"{"op":"hello","protocol":1,"role":"client","session":"s"}"#)
+        _ = bus.take(2)
+        _ = bus.take(3)
+        // The other user settles one dispatch first: its outcome must outlive the flood below.
+        bus.send(3, #"{"op":"dispatch","id":"mine","type":"todo/x","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":1}"#)
+        #expect(bus.take(3).map(\.op) == ["settled"])
+        // User 1000: two settled and one unsettled take its three slots; the fourth is refused and gets no seq.
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"todo/x","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":2}"#)
+        bus.send(2, #"{"op":"dispatch","id":"b","type":"todo/x","settle":true}"#)
+        bus.send(1, #"{"op":"done","store":"todos","seq":3}"#)
+        bus.send(2, #"{"op":"dispatch","id":"c","type":"todo/x","settle":true}"#)
+        #expect(bus.take(2).map(\.op) == ["settled", "settled"])
+        #expect(bus.take(1).map(\.op) == ["action", "action", "action", "action"])
+        bus.send(2, #"{"op":"dispatch","id":"d","type":"todo/x","settle":true}"#)
+        let refused = bus.take(2)
+        #expect(refused.map(\.op) == ["error"])
+        #expect(refused.first?.str("code") == "outcome-quota")
+        #expect(refused.first?.str("ref") == "d")
+        #expect(bus.take(1).isEmpty)  // not sent
+        // Without a session (or without settle) nothing is kept, so nothing is refused.
+        bus.send(2, #"{"op":"dispatch","type":"todo/x"}"#)
+        #expect(bus.take(1).map(\.op) == ["action"])
+        // The other user is untouched: its outcome is still there and it may dispatch under its session.
+        bus.send(3, #"{"op":"recover","id":"r","ids":["mine"]}"#)
+        #expect(bus.take(3).first?.rawText("outcomes")?.contains(#""id":"mine","status":"settled""#) == true)
+        bus.send(3, #"{"op":"dispatch","id":"more","type":"todo/x","settle":true}"#)
+        #expect(bus.take(3).isEmpty)  // accepted (it settles when the store answers)
+        #expect(bus.take(1).map(\.op) == ["action"])
+        // User 1000's own outcomes are all kept; once the window lets them go it may dispatch again.
+        bus.send(2, #"{"op":"recover","id":"r","ids":["a","b","c","d"]}"#)
+        #expect(bus.take(2).first?.rawText("outcomes") == #"[{"id":"a","status":"settled","seq":2,"results":[{"store":"todos","status":"done","version":0}]},{"id":"b","status":"settled","seq":3,"results":[{"store":"todos","status":"done","version":0}]},{"id":"c","status":"pending","seq":4},{"id":"d","status":"unknown"}]"#)
+        bus.advance(700_000)
+        bus.send(2, #"{"op":"dispatch","id":"e","type":"todo/x","settle":true}"#)
+        #expect(bus.take(2).isEmpty)
+    }
+
+    @Test("recover looks each id up: among a thousand unsettled dispatches of other sessions and users it finds its own, pending and settled, and a second connection with the session takes the settlement")
+    func recoverIsIndexedBySession() {
+        let bus = Self.durableBus(MemoryJournal())
+        bus.store(1, "todos", handles: ["todo/*"])
+        _ = bus.take(1)
+        bus.feed(.connected(2, PeerCredentials(pid: 2, uid: 1000)))
+        bus.send(2, #"{"op":"hello","protocol":1,"role":"client","session":"other"}"#)
+        _ = bus.take(2)
+        for i in 0..<1000 {
+            bus.send(2, #"{"op":"dispatch","id":"x-\#(i)","type":"todo/x","settle":true}"#)
+        }
+        bus.feed(.connected(3, PeerCredentials(pid: 3, uid: 1000)))
+        bus.send(3, #"{"op":"hello","protocol":1,"role":"client","session":"mine"}"#)
+        _ = bus.take(3)
+        bus.send(3, #"{"op":"dispatch","id":"x-1","type":"todo/x","settle":true}"#)
+        // A second connection of the same user and session: recover moves the pending settlement to it.
+        bus.feed(.connected(4, PeerCredentials(pid: 4, uid: 1000)))
+        bus.send(4, #"{"op":"hello","protocol":1,"role":"client","session":"mine"}"#)
+        _ = bus.take(4)
+        bus.send(4, #"{"op":"recover","id":"r","ids":["x-1","x-2"]}"#)
+        #expect(bus.take(4).first?.rawText("outcomes") == #"[{"id":"x-1","status":"pending","seq":1001},{"id":"x-2","status":"unknown"}]"#)
+        #expect(bus.router.pendingSessions.count == 1001)
+        // The store answers everything; x-1 of "mine" settles to connection 4 only.
+        _ = bus.take(1)
+        for seq in 1...1001 { bus.send(1, #"{"op":"done","store":"todos","seq":\#(seq)}"#); _ = bus.take(1) }
+        #expect(bus.take(3).isEmpty)
+        let settled = bus.take(4)
+        #expect(settled.map(\.op) == ["settled"] && settled.first?.num("seq") == 1001)
+        #expect(bus.router.pendingSessions.isEmpty && bus.router.pendingSessionCounts.isEmpty)
+        bus.send(3, #"{"op":"recover","id":"r","ids":["x-1"]}"#)
+        #expect(bus.take(3).first?.rawText("outcomes")?.contains(#""status":"settled","seq":1001"#) == true)
     }
 }

@@ -49,6 +49,7 @@ export const ErrorCodes = Object.freeze({
   UNKNOWN_WORKER: 'unknown-worker',
   /** `reload` changed nothing: no config file, a bad file, or a change that takes a restart (not fatal) */
   RELOAD_REFUSED: 'reload-refused',
+  OUTCOME_QUOTA: 'outcome-quota',
   SLOW_CONSUMER: 'slow-consumer',
   /** a per-connection limit (live queries, query bytes, subscriptions, waitFor) refused a request; not fatal */
   LIMIT_EXCEEDED: 'limit-exceeded',

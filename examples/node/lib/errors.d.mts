@@ -57,6 +57,7 @@ export declare class StoreUnavailableError extends ProtocolError<'store-unavaila
 export declare class ShuttingDownError extends ProtocolError<'shutting-down'> { static readonly code: 'shutting-down'; store?: string; }
 export declare class UnknownWorkerError extends ProtocolError<'unknown-worker'> { static readonly code: 'unknown-worker'; }
 export declare class ReloadRefusedError extends ProtocolError<'reload-refused'> { static readonly code: 'reload-refused'; }
+export declare class OutcomeQuotaError extends ProtocolError<'outcome-quota'> { static readonly code: 'outcome-quota'; }
 export declare class SlowConsumerError extends ProtocolError<'slow-consumer'> { static readonly code: 'slow-consumer'; }
 export declare class LimitExceededError extends ProtocolError<'limit-exceeded'> { static readonly code: 'limit-exceeded'; }
 export declare class TooManyConnectionsError extends ProtocolError<'too-many-connections'> { static readonly code: 'too-many-connections'; }
@@ -77,7 +78,7 @@ export declare const ErrorClasses: {
   readonly forbidden: typeof ForbiddenError; readonly 'name-taken': typeof NameTakenError; readonly cycle: typeof CycleError;
   readonly 'unknown-store': typeof UnknownStoreError; readonly 'no-handler': typeof NoHandlerError;
   readonly overloaded: typeof OverloadedError; readonly 'store-unavailable': typeof StoreUnavailableError;
-  readonly 'shutting-down': typeof ShuttingDownError; readonly 'unknown-worker': typeof UnknownWorkerError; readonly 'reload-refused': typeof ReloadRefusedError;
+  readonly 'shutting-down': typeof ShuttingDownError; readonly 'unknown-worker': typeof UnknownWorkerError; readonly 'reload-refused': typeof ReloadRefusedError; readonly 'outcome-quota': typeof OutcomeQuotaError;
   readonly 'slow-consumer': typeof SlowConsumerError; readonly 'limit-exceeded': typeof LimitExceededError;
   readonly 'too-many-connections': typeof TooManyConnectionsError; readonly 'memory-budget': typeof MemoryBudgetError;
   readonly unresponsive: typeof UnresponsiveError; readonly 'disk-full': typeof DiskFullError;

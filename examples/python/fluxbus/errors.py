@@ -304,6 +304,12 @@ class ReloadRefusedError(_CodedError):
     default_code = ErrorCode.RELOAD_REFUSED
 
 
+class OutcomeQuotaError(_CodedError):
+    """``outcome-quota`` (since fluxd 0.4.0, SPEC §15.4): the dispatch was not sent: its user already holds
+    ``maxOutcomes`` dispatch outcomes kept for ``recover`` (each for the outcome window after it settles)."""
+    default_code = ErrorCode.OUTCOME_QUOTA
+
+
 class SlowConsumerError(_CodedError):
     """``slow-consumer``: more than ``maxBacklog`` bytes waited unwritten for this connection (closed)."""
     default_code = ErrorCode.SLOW_CONSUMER
@@ -362,7 +368,7 @@ ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
-    DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError,
+    DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, OutcomeQuotaError,
 )}
 
 

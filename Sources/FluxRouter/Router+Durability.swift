@@ -53,14 +53,34 @@ extension Router {
         if n > 0 { pendingSessionCounts[key.uid] = n } else { pendingSessionCounts.removeValue(forKey: key.uid) }
     }
 
-    /// Keeps an outcome, charged to its user's share of the memory budget (always: an outcome that was not kept
-    /// would later read as never sent), and returns what the log let go of.
+    /// Keeps an outcome, charged to its user's share of the memory budget, and returns what the log let go of.
+    /// It is always kept (an outcome that was not would later read as never sent); when the user's share has no
+    /// room for it, the stores' error objects of more than `keptErrorBytes` in it are kept as their code alone
+    /// (SPEC §15.4), so what is charged beyond the share is a few hundred bytes per result.
     func rememberOutcome(_ key: SessionKey, seq: UInt64, results: [TargetResult]) {
         releaseOutcomes(outcomes.expire(now: now))
-        let entry = OutcomeLog.Entry(seq: seq, results: results)
-        memory.force(outcomeAccount(key.uid), entry.bytes(key))
+        let account = outcomeAccount(key.uid)
+        var results = results
+        var entry = OutcomeLog.Entry(seq: seq, results: results)
+        if !memory.charge(account, entry.bytes(key)) {
+            for i in results.indices {
+                guard case .rejected(let error) = results[i].outcome, error.count > Self.keptErrorBytes else { continue }
+                let code = (try? Envelope(body: Array(error)))?.string("code").value ?? "rejected"
+                var j = JSONBuilder(capacity: 160 + code.utf8.count)
+                j.object { o in
+                    o.field("code", code)
+                    o.field("message", "(the store's error of \(error.count) bytes was not kept: uid \(key.uid)'s memory share was full)")
+                }
+                results[i].outcome = .rejected(j.bytes[...])
+            }
+            entry = OutcomeLog.Entry(seq: seq, results: results)
+            memory.force(account, entry.bytes(key))
+        }
         releaseOutcomes(outcomes.insert(key, seq: seq, results: results, at: now))
     }
+
+    /// The largest store error object an outcome keeps whatever its user's memory share.
+    static let keptErrorBytes = 256
 
     func expireOutcomes() {
         releaseOutcomes(outcomes.expire(now: now))

@@ -292,4 +292,28 @@ extension DurabilityTests {
         bus.send(3, #"{"op":"recover","id":"r","ids":["x-1"]}"#)
         #expect(bus.take(3).first?.rawText("outcomes")?.contains(#""status":"settled","seq":1001"#) == true)
     }
+
+    @Test("an outcome is kept whatever its user's memory share, but a large store error in it is then kept as its code alone")
+    func outcomeOverTheShareKeepsTheCode() {
+        let bus = Self.durableBus(MemoryJournal()) { $0.memory.perUser = 200_000 }
+        bus.store(1, "todos", handles: ["todo/*"])
+        _ = bus.take(1)
+        bus.feed(.connected(2, PeerCredentials(pid: 2, uid: 1000)))
+        bus.send(2, #"{"op":"hello","protocol":1,"role":"client","session":"s"}"#)
+        _ = bus.take(2)
+        let message = String(repeating: "x", count: 300_000)
+        for (seq, id) in ["small", "large"].enumerated() {
+            bus.send(2, #"{"op":"dispatch","id":"\#(id)","type":"todo/x","settle":true}"#)
+            let text = id == "small" ? "no" : message
+            bus.send(1, #"{"op":"reject","store":"todos","seq":\#(seq + 1),"error":{"code":"\#(id)-code","message":"\#(text)"}}"#)
+        }
+        #expect(bus.take(2).map(\.op) == ["settled", "settled"])
+        #expect(bus.router.memory.used < 1_000_000)
+        bus.send(2, #"{"op":"recover","id":"r","ids":["small","large"]}"#)
+        let outcomes = bus.take(2).first?.rawText("outcomes") ?? ""
+        #expect(outcomes.contains(#"{"code":"small-code","message":"no"}"#))
+        #expect(outcomes.contains(#"{"code":"large-code","message":"(the store's error of 300"#))
+        #expect(outcomes.utf8.count < 2000)
+    }
+
 }

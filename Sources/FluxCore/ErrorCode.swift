@@ -73,6 +73,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// outcomes it may hold in the outcome window (`maxOutcomes` per user): its outcome could not be kept for
     /// `recover`, so it is refused and not sent. Another user's dispatches are unaffected. Survives.
     case outcomeQuota = "outcome-quota"
+    /// Since fluxd 0.4.0 (SPEC §15.2): the peer's user holds its share of the journal's disk (`--disk-per-user`):
+    /// its new work is refused (a `dispatch` or a new registration survives; a store's state or patch closes the
+    /// store's connection, its action redelivered later) while other users' work goes on.
+    case diskQuota = "disk-quota"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

@@ -132,6 +132,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
         if let journal {
             for note in journal.openingNotes { logger.notice("journal: \(note)") }
+            journalNotesLogged = journal.openingNotes.count
+            logger.info("journal: keeping at most \(journal.retainBytes) bytes of history (--retain-bytes), \(journal.diskPerUser) per user (--disk-per-user)")
             core.router.restore(from: journal.recovered, now: loop.now)
             for problem in core.router.restoreProblems { logger.error("journal: \(problem)") }
             journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
@@ -200,6 +202,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         if !journal.hasStaged && !heldForJournal && journal.refusal == nil { return true }
         switch journal.commit(now: loop.now) {
         case .written:
+            if journal.openingNotes.count != journalNotesLogged { logJournalNotes(journal) }
             if heldForJournal {
                 heldForJournal = false
                 logger.notice("journal: written again; the frames held back go out")
@@ -220,6 +223,17 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             // `always` promised the records durable before their frames: they are not, so the frames stay.
             return journal.options.durability != .always
         }
+    }
+
+    /// Journal notes logged so far (those of opening it are logged at start; later ones, e.g. history deleted to
+    /// make room, as they come).
+    @exclusivity(unchecked) private var journalNotesLogged = Int.max
+
+    private func logJournalNotes(_ journal: Journal) {
+        let notes = journal.openingNotes
+        if journalNotesLogged > notes.count { journalNotesLogged = notes.count; return }
+        for note in notes[journalNotesLogged...] { logger.warning("journal: \(note)") }
+        journalNotesLogged = notes.count
     }
 
     /// The journal's timer: syncs in `batch` mode, and retries a full disk.

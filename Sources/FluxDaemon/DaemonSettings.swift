@@ -26,7 +26,7 @@ public enum DaemonSettings {
         for key in ["log_level", "log_format"] { keys[key] = Key(type: .string, live: true) }
         for key in ["ephemeral", "replay", "close_stalled_stores"] { keys[key] = Key(type: .bool, live: false) }
         for key in ["max_frame", "queue_limit", "queue_timeout", "sync_interval", "segment_bytes", "checkpoint_bytes", "retain_actions",
-                    "retain_hours", "store_window", "handshake_timeout", "max_backlog", "delta_history", "fair_pending",
+                    "retain_hours", "retain_bytes", "disk_per_user", "store_window", "handshake_timeout", "max_backlog", "delta_history", "fair_pending",
                     "max_queries", "max_query_bytes", "max_subscriptions", "max_wait_for", "max_connections",
                     "max_connections_per_user", "max_handshakes", "max_handshakes_per_user", "max_stores_per_connection",
                     "memory_budget", "memory_per_user", "max_outcomes", "connection_allowance", "ping_interval", "max_pings_out",

@@ -23,13 +23,38 @@ public protocol JournalWriting: AnyObject {
     var refusal: JournalRefusal? { get }
     /// Persists (durably, before any of them is revealed) that seqs up to `upTo` may be handed out.
     func reserveSeq(upTo: UInt64)
-    func register(store: String, handles: [String], waitFor: [String])
+    /// Each record is charged to the user (`uid`) whose work made it: an action to its dispatcher, a registration
+    /// to the registering peer, a result, snapshot or patch to the store's owner (SPEC §15.2, disk shares).
+    func register(store: String, handles: [String], waitFor: [String], uid: UInt32)
     func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
                 session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String])
-    func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64)
-    func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
+    func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32)
+    func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32)
     /// SPEC §16: a store's change as a patch (the bytes it wrote).
-    func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>)
+    func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32)
+    /// The journal's bytes user `uid` holds now: its records since the newest checkpoint and its part of the
+    /// checkpoints kept (history behind a checkpoint is not counted: it is reclaimed when space is short).
+    func diskUse(of uid: UInt32) -> Int
+    /// The most a user may hold (`diskUse`) before its new work is refused `disk-quota`.
+    var diskPerUser: Int { get }
+    /// Whether `diskUse(of: uid)` is at least `diskPerUser` (cheap while the journal holds less than a share).
+    func isOverDiskShare(_ uid: UInt32) -> Bool
+}
+
+extension JournalWriting {
+    /// Records charged to no user (tests, and fluxd's own records).
+    public func register(store: String, handles: [String], waitFor: [String]) {
+        register(store: store, handles: handles, waitFor: waitFor, uid: .max)
+    }
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
+        result(seq: seq, store: store, outcome: outcome, version: version, uid: .max)
+    }
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
+        snapshot(store: store, version: version, seq: seq, state: state, uid: .max)
+    }
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
+        self.patch(store: store, version: version, seq: seq, patch: patch, uid: .max)
+    }
 }
 
 /// Why the journal accepts no new work.
@@ -44,38 +69,42 @@ public enum JournalRefusal: Sendable, Equatable {
 public final class MemoryJournal: JournalWriting {
     public private(set) var records: [[UInt8]] = []
     public var refusal: JournalRefusal?
+    /// Bytes of records per user (never reclaimed: tests set `diskPerUser` to see refusals).
+    public private(set) var bytesByUser: [UInt32: Int] = [:]
+    public var diskPerUser = Int.max
 
     public init() {}
 
-    public func reserveSeq(upTo: UInt64) { add { RecordEncoder.seqReserve(upTo, into: &$0) } }
-    public func register(store: String, handles: [String], waitFor: [String]) {
-        add { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
+    public func reserveSeq(upTo: UInt64) { add(.max) { RecordEncoder.seqReserve(upTo, into: &$0) } }
+    public func register(store: String, handles: [String], waitFor: [String], uid: UInt32) {
+        add(uid) { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
     }
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
                        session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
-        add {
+        add(uid) {
             RecordEncoder.action(seq: seq, time: 0, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
                                  session: session, uid: uid, payload: payload, targets: targets, into: &$0)
         }
     }
-    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
-        add { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
+        add(uid) { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
     }
-    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
-        add { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
+        add(uid) { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
     }
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
+        add(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+    }
+    public func diskUse(of uid: UInt32) -> Int { bytesByUser[uid] ?? 0 }
+    public func isOverDiskShare(_ uid: UInt32) -> Bool { diskUse(of: uid) >= diskPerUser }
 
-    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
-        add { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
-    }
-
-    private func add(_ encode: (inout [UInt8]) -> Void) {
+    private func add(_ uid: UInt32, _ encode: (inout [UInt8]) -> Void) {
         var body: [UInt8] = []
         encode(&body)
+        bytesByUser[uid, default: 0] += body.count + recordHeaderSize
         records.append(body)
     }
 
-    /// The records decoded.
     public func decoded() -> [JournalRecord] {
         records.map { try! RecordDecoder.decode($0, 0..<$0.count) }
     }
@@ -131,6 +160,14 @@ public final class Journal: JournalWriting {
         /// than the newest `retainActions` actions or than `retainAge` ms.
         public var retainActions: UInt64 = 1_000_000
         public var retainAge: UInt64 = 7 * 24 * 3600 * 1000
+        /// ... and the journal's files take at most this many bytes: segments behind a checkpoint are deleted,
+        /// oldest first, once the files hold more, whatever `retainActions` and `retainAge` say. 0: half the data
+        /// directory's file system, at most 4 GiB (`Journal.retainBytes` says what was chosen).
+        public var retainBytes = 0
+        /// The journal's bytes one user may hold (`Journal.diskUse(of:)`) before its new work is refused
+        /// `disk-quota`: its records since the newest checkpoint and its part of the checkpoints kept. 0: a
+        /// quarter of `retainBytes`, at least twice `checkpointMinBytes`.
+        public var diskPerUser = 0
 
         public init(directory: String) { self.directory = directory }
     }
@@ -168,6 +205,8 @@ public final class Journal: JournalWriting {
         public var actions: UInt64 = 0
         /// Why its history cannot all be read (damage found in a segment behind a checkpoint), if so.
         public var damage: String?
+        /// The file's size once it is closed (0 for the segment being written: `writer.written` is).
+        public var bytes = 0
     }
     @exclusivity(unchecked) public private(set) var segmentInfos: [SegmentInfo] = []
     /// The size of the last checkpoint written (see `Options.checkpointMinBytes`).
@@ -175,9 +214,24 @@ public final class Journal: JournalWriting {
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
     public private(set) var checkpoints = 0
     public private(set) var segmentsDeleted = 0
-    /// Produces a checkpoint's records (the router's `checkpointRecords`): set by the host; without it no
-    /// checkpoint is written and no segment deleted.
-    public var checkpointSource: (((JournalRecord) -> Void) -> Void)?
+    /// Produces a checkpoint's records, each with the user it is charged to (the router's `checkpointRecords`):
+    /// set by the host; without it no checkpoint is written and no segment deleted.
+    public var checkpointSource: (((JournalRecord, UInt32) -> Void) -> Void)?
+    /// Segments deleted to make room (beyond `retainBytes`, or while the disk was full) since the journal opened.
+    public private(set) var segmentsReclaimed = 0
+
+    // Disk shares (SPEC §15.2). A user's bytes are its records in the segment being written (since the newest
+    // checkpoint) plus its records in the checkpoints kept. History behind a checkpoint is charged to nobody: it
+    // is what is let go of when space is short.
+    /// Bytes per user in the current segment (what `payer` has staged since it changed is added when read).
+    @exclusivity(unchecked) private var tailUsers: [UInt32: Int] = [:]
+    /// The user the last staged records were charged to, and their bytes not yet in `tailUsers` (one dictionary
+    /// update per change of user, not per record).
+    @exclusivity(unchecked) private var payer: UInt32 = .max
+    @exclusivity(unchecked) private var payerBytes = 0
+    /// The checkpoints kept (at most the newest two), oldest first: number, size, bytes per user (unknown for
+    /// one written by an earlier run: charged to nobody).
+    @exclusivity(unchecked) private var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = []
 
     /// `batch` mode's syncs, on a thread of their own.
     private let background = BackgroundSync()
@@ -206,6 +260,10 @@ public final class Journal: JournalWriting {
         self.makeFile = makeFile
         let dir = options.directory
         try Self.makeDirectory(dir)
+        var fs = statvfs()
+        let fsBytes = statvfs(dir, &fs) == 0 ? Int(fs.f_blocks) * Int(fs.f_frsize) : Int.max
+        retainBytes = options.retainBytes > 0 ? options.retainBytes : min(4 << 30, fsBytes / 2)
+        diskPerUser = options.diskPerUser > 0 ? options.diskPerUser : max(retainBytes / 4, 2 * options.checkpointMinBytes)
         lock = LockFile(fd: try Self.lock(dir))
         do {
             epoch = try Self.readOrMakeEpoch(dir)
@@ -227,7 +285,11 @@ public final class Journal: JournalWriting {
                 segmentInfos.append(SegmentInfo(number: segmentNumber))
             }
             reservedEnd = (try? writer.file.length()) ?? writer.written  // zeros a previous run reserved
-            reserveSpace()  // at start too: a full disk is refused from the start
+            for i in segmentInfos.indices where segmentInfos[i].number != segmentNumber {
+                segmentInfos[i].bytes = Self.fileSize(dir + "/" + Self.segmentName(segmentInfos[i].number))
+            }
+            checkpointFiles = Self.checkpoints(dir).suffix(2).map { ($0.number, Self.fileSize($0.path), [:]) }
+            reserveSpace()  // at start too: a full disk is refused from the start (after reclaiming history)
         }
     }
 
@@ -244,12 +306,12 @@ public final class Journal: JournalWriting {
     // MARK: - JournalWriting
 
     public func reserveSeq(upTo: UInt64) {
-        stage { RecordEncoder.seqReserve(upTo, into: &$0) }
+        stage(.max) { RecordEncoder.seqReserve(upTo, into: &$0) }
         mustSync = true
     }
 
-    public func register(store: String, handles: [String], waitFor: [String]) {
-        stage { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
+    public func register(store: String, handles: [String], waitFor: [String], uid: UInt32) {
+        stage(uid) { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
     }
 
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
@@ -261,27 +323,86 @@ public final class Journal: JournalWriting {
         segmentInfos[last].lastSeq = seq
         segmentInfos[last].actions += 1
         segmentInfos[last].lastTime = time
-        stage {
+        stage(uid) {
             RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
                                  session: session, uid: uid, payload: payload, targets: targets, into: &$0)
         }
     }
 
-    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
-        stage { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
+        stage(uid) { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
     }
 
-    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
-        stage { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
+        stage(uid) { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
     }
 
-    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
-        stage { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
+        stage(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
     }
 
     @inline(__always)
-    private func stage(_ encode: (inout [UInt8]) -> Void) {
+    private func stage(_ uid: UInt32, _ encode: (inout [UInt8]) -> Void) {
+        let before = writer.staged.count
         writer.appendEncoded(encode)
+        let bytes = writer.staged.count - before
+        if uid == payer { payerBytes += bytes } else { chargeTail(uid, bytes) }
+    }
+
+    private func chargeTail(_ uid: UInt32, _ bytes: Int) {
+        if payerBytes > 0 { tailUsers[payer, default: 0] += payerBytes }
+        payer = uid
+        payerBytes = bytes
+    }
+
+    // MARK: - Disk shares
+
+    /// The retention and share in force (`Options.retainBytes`, `Options.diskPerUser`, made concrete).
+    public let retainBytes: Int
+    public let diskPerUser: Int
+
+    public func diskUse(of uid: UInt32) -> Int {
+        var n = (tailUsers[uid] ?? 0) + (uid == payer ? payerBytes : 0)
+        for c in checkpointFiles { n += c.users[uid] ?? 0 }
+        return n
+    }
+
+    @inline(__always)
+    public func isOverDiskShare(_ uid: UInt32) -> Bool {
+        // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
+        // over it, and the dispatch path pays two additions.)
+        guard writer.written + writer.staged.count + checkpointFiles.reduce(0, { $0 + $1.bytes }) >= diskPerUser else { return false }
+        return diskUse(of: uid) >= diskPerUser
+    }
+
+    /// Bytes the journal's files take: every segment, the one being written included, and the checkpoints kept.
+    public var retainedBytes: Int {
+        var n = writer.written
+        for info in segmentInfos where info.number != segmentNumber { n += info.bytes }
+        for c in checkpointFiles { n += c.bytes }
+        return n
+    }
+
+    /// The newest checkpoint's number: segments up to it are history, and may be deleted.
+    private var coveredThrough: Int { checkpointFiles.last?.number ?? 0 }
+
+    /// Deletes the oldest segment behind the newest checkpoint (whatever the retention window: space is short);
+    /// false when there is none.
+    private func reclaimOldest(_ why: String) -> Bool {
+        guard let first = segmentInfos.first, first.number <= coveredThrough, first.number < segmentNumber else { return false }
+        unlink(options.directory + "/" + Self.segmentName(first.number))
+        segmentInfos.removeFirst()
+        segmentsDeleted += 1
+        segmentsReclaimed += 1
+        if segmentsReclaimed == 1 || segmentsReclaimed % 64 == 0 {
+            openingNotes.append("deleted history segment \(first.number) (seqs \(first.firstSeq ?? 0)-\(first.lastSeq ?? 0)) before its retention window ended: \(why) (\(segmentsReclaimed) so far)")
+        }
+        return true
+    }
+
+    static func fileSize(_ path: String) -> Int {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : 0
     }
 
     // MARK: - Committing
@@ -303,8 +424,15 @@ public final class Journal: JournalWriting {
         if case .failed = refusal { return .failed }
         if writer.stagedCount > 0 {
             let bytes = writer.staged.count
-            do {
-                try writer.write()
+            do throws(StorageError) {
+                while true {
+                    do {
+                        try writer.write()
+                        break
+                    } catch {
+                        guard error.isDiskFull, reclaimOldest("the disk is full") else { throw error }
+                    }
+                }
             } catch {
                 if error.isDiskFull {
                     reservedEnd = writer.written  // the writer cut the file back to its last whole record
@@ -356,8 +484,16 @@ public final class Journal: JournalWriting {
             if isDiskFull { refusal = nil }
             return
         }
-        do {
-            try writer.file.reserve(upTo: end, writeZeros: writeZeros)
+        do throws(StorageError) {
+            while true {
+                do {
+                    try writer.file.reserve(upTo: end, writeZeros: writeZeros)
+                    break
+                } catch {
+                    // Space is short: history behind the newest checkpoint goes first, oldest first.
+                    guard error.isDiskFull, reclaimOldest("the disk is full") else { throw error }
+                }
+            }
             reservedEnd = end
             if isDiskFull { refusal = nil }
         } catch {
@@ -429,6 +565,7 @@ public final class Journal: JournalWriting {
             try Self.syncDirectory(options.directory)
             try? writer.file.truncate(to: writer.written)  // a closed segment keeps no zeros past its records
             writer.file.close()
+            if let i = segmentInfos.lastIndex(where: { $0.number == segmentNumber }) { segmentInfos[i].bytes = writer.written }
             writer = next
             segmentNumber += 1
             segmentInfos.append(SegmentInfo(number: segmentNumber))
@@ -450,18 +587,20 @@ public final class Journal: JournalWriting {
         var file = SegmentHeader.bytes()
         var body: [UInt8] = []
         var oversized: Int?
-        func add(_ record: JournalRecord) {
+        var users: [UInt32: Int] = [:]
+        func add(_ record: JournalRecord, _ uid: UInt32) {
             body.removeAll(keepingCapacity: true)
             RecordEncoder.record(record, into: &body)
             // (fluxd refuses states a record cannot hold before accepting them; this keeps a defect from
             // crashing a stop: the checkpoint is not written, the segments stay and replay.)
             guard body.count <= maxRecordBytes else { oversized = body.count; return }
             appendRecord(body, to: &file)
+            users[uid, default: 0] += body.count + recordHeaderSize
         }
-        checkpointSource { add($0) }
+        checkpointSource { add($0, $1) }
         for info in segmentInfos where info.number <= n {
             add(.segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
-                                lastTime: info.lastTime, actions: info.actions))
+                                lastTime: info.lastTime, actions: info.actions), .max)
         }
         if let oversized {
             openingNotes.append("no checkpoint written: a record of \(oversized) bytes is over the \(maxRecordBytes) a record may hold")
@@ -477,6 +616,13 @@ public final class Journal: JournalWriting {
         }
         checkpoints += 1
         for old in Self.checkpoints(dir).dropLast(2) { unlink(old.path) }
+        checkpointFiles.append((n, file.count, users))
+        if checkpointFiles.count > 2 { checkpointFiles.removeFirst(checkpointFiles.count - 2) }
+        // What the segments through n held is in the checkpoint now: the users' tail bytes start again.
+        if n >= segmentNumber - 1 {
+            tailUsers.removeAll(keepingCapacity: true)
+            payerBytes = 0
+        }
         applyRetention(coveredThrough: n)
     }
 
@@ -490,7 +636,11 @@ public final class Journal: JournalWriting {
             let newer = segmentInfos.dropFirst().reduce(UInt64(0)) { $0 + $1.actions }
             let beyondCount = newer >= options.retainActions
             let beyondAge = first.lastTime < keepFromTime
-            guard beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1 else { break }
+            if !(beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1) {
+                guard retainedBytes > retainBytes else { break }
+                guard reclaimOldest("the journal holds more than --retain-bytes \(retainBytes)") else { break }
+                continue
+            }
             unlink(options.directory + "/" + Self.segmentName(first.number))
             segmentInfos.removeFirst()
             segmentsDeleted += 1

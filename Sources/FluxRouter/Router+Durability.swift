@@ -24,7 +24,27 @@ extension Router {
 
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
         guard journaling, let journal else { return }
-        journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version)
+        // (A result fluxd gave, `unavailable`, is the dispatcher's work; a store's answer is its owner's.)
+        let uid: UInt32
+        if case .unavailable = result { uid = action.dispatcher.account.uid } else { uid = store.payerUID }
+        journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version, uid: uid)
+    }
+
+    /// Whether `peer`'s user holds its share of the journal's disk (SPEC §15.2).
+    func overDiskShare(_ peer: Peer) -> Bool { journaling && journal!.isOverDiskShare(peer.account.uid) }
+
+    /// Refuses new work of a user over its disk share with `disk-quota` (the connection survives).
+    func failDiskQuota(_ peer: Peer, _ what: String, _ out: inout Output) {
+        let uid = peer.account.uid
+        fail(peer, .diskQuota, "uid \(uid) holds \(journal!.diskUse(of: uid)) bytes of fluxd's journal, its share (--disk-per-user \(journal!.diskPerUser)); \(what). Its share frees as the journal is checkpointed", &out)
+    }
+
+    /// A store whose owner is over its disk share answered with a state: closed with `disk-quota`, its action
+    /// unanswered (redelivered once it registered again).
+    func failStoreOverDiskShare(_ peer: Peer, _ store: StoreEntry, _ out: inout Output) {
+        let uid = peer.account.uid
+        out.log(.warning, "store \"\(store.name)\": uid \(uid) holds its share of the journal's disk; closing its connection")
+        fail(peer, .diskQuota, "uid \(uid) holds \(journal!.diskUse(of: uid)) bytes of fluxd's journal, its share (--disk-per-user \(journal!.diskPerUser)); the state for store \"\(store.name)\" was not accepted", &out, ref: store.name, fatal: true)
     }
 
     /// Keeps the outcome of a settled dispatch made under a session, for `recover` (SPEC §15.4).
@@ -185,33 +205,34 @@ extension Router {
     /// alone (the seq high-water mark; each registered store's registration, retained snapshot and position; the
     /// unsettled actions with the results they have; the outcomes kept for `recover`). Read in this order by
     /// `JournalState.apply`.
-    public func checkpointRecords(_ emit: (JournalRecord) -> Void) {
-        emit(.seqReserve(max(lastSeq, reservedSeq)))
+    public func checkpointRecords(_ emit: (JournalRecord, UInt32) -> Void) {
+        emit(.seqReserve(max(lastSeq, reservedSeq)), .max)
         for name in stores.keys.sorted() {
             let store = stores[name]!
             guard store.wasRegistered || store.hasRetained else { continue }
-            if store.wasRegistered { emit(.register(store: name, handles: store.handles, waitFor: store.waitFor)) }
+            let owner = store.payerUID
+            if store.wasRegistered { emit(.register(store: name, handles: store.handles, waitFor: store.waitFor), owner) }
             if let snapshot = retainedSnapshot(store) {  // (a state kept as a tree is rendered: SPEC §16.5)
                 let state = withExtendedLifetime(snapshot) { ArraySlice(Array(snapshot.bytes[store.stateRange])) }
-                emit(.snapshot(store: name, version: store.version, seq: store.snapshotSeq, state: state))
+                emit(.snapshot(store: name, version: store.version, seq: store.snapshotSeq, state: state), store.retainedBy?.uid ?? owner)
             }
-            emit(.storePosition(store: name, version: store.version, seq: store.seq))
+            emit(.storePosition(store: name, version: store.version, seq: store.seq), owner)
         }
         for action in unsettledActions() {
             emit(.action(ActionEntry(
                 seq: action.seq, time: 0, typeJSON: action.typeJSON, origin: action.origin,
                 cause: action.cause.map { UInt64($0) }, id: action.id, session: action.session,
                 uid: action.session == nil ? 0 : action.dispatcher.account.uid, payload: action.payload,
-                targets: action.targets.map(\.name))))
+                targets: action.targets.map(\.name))), action.dispatcher.account.uid)
             for (i, store) in action.targets.enumerated() {
                 if let result = action.result(at: i) {
-                    emit(.result(seq: action.seq, store: store.name, outcome: result.journaled, version: action.version(at: i)))
+                    emit(.result(seq: action.seq, store: store.name, outcome: result.journaled, version: action.version(at: i)), action.dispatcher.account.uid)
                 }
             }
         }
         expireOutcomes()
         for (key, entry) in outcomes.all {
-            emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results))
+            emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results), key.uid)
         }
     }
 

@@ -142,6 +142,9 @@ final class StoreEntry {
     @exclusivity(unchecked) var registrationCost = 0
     /// Who its retained snapshot is charged to, and how much.
     @exclusivity(unchecked) var retainedBy: MemoryBudget.Account?
+    /// The user the store's journal records are charged to (its owner's; once it is gone, whoever registered or
+    /// retained it last; else nobody).
+    var payerUID: UInt32 { ownerPeer?.account.uid ?? registeredBy?.uid ?? retainedBy?.uid ?? .max }
     @exclusivity(unchecked) var retainedCost = 0
 
     init(name: String, key: UInt32) {

@@ -17,6 +17,10 @@ extension Router {
             logRefusedRegistration(peer, name, "journal", &out)
             return failJournal(peer, refusal, &out)  // a new name must be journaled; a known one resumes
         }
+        if journaling, !(stores[name]?.wasRegistered ?? false), journal!.isOverDiskShare(peer.account.uid) {
+            logRefusedRegistration(peer, name, ErrorCode.diskQuota.rawValue, &out)
+            return failDiskQuota(peer, "the registration of store \"\(name)\" was not accepted", &out)
+        }
         let store = entry(name)
         if let owner = store.owner {
             return refuseRegistration(peer, name, .nameTaken, "store \"\(name)\" is owned by peer \(owner)", &out)
@@ -58,7 +62,7 @@ extension Router {
         upStores.insert(name)
         if config.storeTimeout > 0 { scheduleSweep() }
         if !store.wasRegistered || store.handles != handles || store.waitFor != waitFor {
-            journal?.register(store: name, handles: handles, waitFor: waitFor)
+            journal?.register(store: name, handles: handles, waitFor: waitFor, uid: peer.account.uid)
         }
         store.handles = handles
         store.waitFor = waitFor
@@ -198,6 +202,7 @@ extension Router {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out)
         }
         if journaling, let refusal = journal!.refusal { return failJournal(peer, refusal, &out) }
+        if journaling, journal!.isOverDiskShare(peer.account.uid) { return failDiskQuota(peer, "this dispatch was not accepted", &out) }
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out)
         }
@@ -315,6 +320,11 @@ extension Router {
             return fail(peer, .badMessage, "answer for seq \(seq) out of order: the oldest unanswered action of \"\(name)\" is \(expected)", &out, ref: name)
         }
         let result: StoreResult
+        if request.isDone, request.state != nil || request.patch != nil, overDiskShare(peer) {
+            // The state would be journaled on the reserve the others need: the store's connection closes, and the
+            // action is delivered again once it registered again (as with the memory budget, SPEC §10).
+            return failStoreOverDiskShare(peer, store, &out)
+        }
         if request.isDone {
             if let span = request.state {
                 // R4/R5: the new state is published before the result is recorded, so every subscriber has the
@@ -415,7 +425,7 @@ extension Router {
         // connection closes, until a newer state replaces it.
         guard chargeRetained(store, 96 + store.nameJSON.count + state.count) else { return false }
         store.version += 1
-        if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state) }
+        if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state, uid: store.payerUID) }
         let frame = snapshotFrame(store, seq: seq, state: state)
         store.snapshot = frame
         store.snapshotSeq = seq
@@ -445,6 +455,7 @@ extension Router {
         guard let store = ownedStore(peer, request.store) else {
             return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
         }
+        if overDiskShare(peer) { return failStoreOverDiskShare(peer, store, &out) }
         if preparesPatch(peer, store, request.body, request.patch.range, base: request.base, &out) { return }
         switch publishPatch(store, patch: request.body[request.patch.range], base: request.base, seq: store.seq, &out) {
         case .applied, .empty: break
@@ -457,6 +468,7 @@ extension Router {
         guard let store = ownedStore(peer, request.store) else {
             return fail(peer, .forbidden, "store \"\(request.store)\" is not yours", &out, ref: request.store)
         }
+        if overDiskShare(peer) { return failStoreOverDiskShare(peer, store, &out) }
         if !store.pathSubscribers.isEmpty,
            preparesParse(peer, store, .body(request.body, request.state.range), body: request.body, &out) { return }
         let state = request.body[request.state.range]

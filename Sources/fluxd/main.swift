@@ -72,6 +72,10 @@ struct Fluxd: ParsableCommand {
     var retainActions: UInt64 = 1_000_000
     @Option(name: .long, help: ArgumentHelp("History kept: actions younger than this many hours.", valueName: "hours"))
     var retainHours: UInt64 = 7 * 24
+    @Option(name: .long, help: ArgumentHelp("History kept: at most this many bytes of journal files (older segments behind a checkpoint are deleted first, whatever --retain-actions and --retain-hours say). 0: half the data directory's file system, at most 4 GiB.", valueName: "bytes"))
+    var retainBytes: Int = 0
+    @Option(name: .long, help: ArgumentHelp("The journal's bytes one user (uid) may hold (its records since the last checkpoint and its part of the checkpoints) before its new work is refused disk-quota. 0: a quarter of the retained bytes.", valueName: "bytes"))
+    var diskPerUser: Int = 0
 
     @Option(name: .long, help: ArgumentHelp("Actions delivered to a store before it answers the first.", valueName: "n"))
     var storeWindow: Int = 64
@@ -376,6 +380,8 @@ struct Fluxd: ParsableCommand {
             options.checkpointMinBytes = max(4096, checkpointBytes)
             options.retainActions = retainActions
             options.retainAge = retainHours * 3600 * 1000
+            options.retainBytes = max(0, retainBytes)
+            options.diskPerUser = max(0, diskPerUser)
             options.outcomes = OutcomeLog(capacity: config.router.maxOutcomes, window: config.router.outcomeWindow)
             do {
                 journal = try Journal(options: options)

@@ -231,6 +231,7 @@ struct EnvelopeVectorTests {
             // since fluxd 0.4.0 (config reload, SPEC §8.11)
             "reload-refused": false,
             "outcome-quota": false,
+            "disk-quota": false,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

@@ -125,6 +125,53 @@ struct JournalTests {
         #expect(repaired.recovered.actionCount == 0)
     }
 
+    @Test("disk shares: each record is charged to its user until a checkpoint holds it; --retain-bytes deletes covered history oldest first whatever the count and age")
+    func diskSharesAndRetainBytes() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 8192
+        options.checkpointMinBytes = 4096
+        options.retainBytes = 40_000
+        options.diskPerUser = 6000
+        let journal = try Journal(options: options)
+        journal.checkpointSource = { emit in emit(.snapshot(store: "big", version: 1, seq: 0, state: ArraySlice("[1]".utf8)), 7) }
+        let payload = ArraySlice(("\"" + String(repeating: "x", count: 1000) + "\"").utf8)
+        func dispatch(_ seq: UInt64, uid: UInt32) {
+            journal.action(seq: seq, typeJSON: ArraySlice(#""t""#.utf8), origin: 1, cause: nil, id: nil, session: nil,
+                           uid: uid, payload: payload, targets: ["s"])
+        }
+        // Five 1 KB actions of uid 1000 and one of uid 2000 in the current segment: charged to them.
+        for seq in 1...5 { dispatch(UInt64(seq), uid: 1000) }
+        dispatch(6, uid: 2000)
+        #expect(journal.diskUse(of: 1000) > 5000 && journal.diskUse(of: 1000) < 5300)
+        #expect(journal.diskUse(of: 2000) > 1000 && journal.diskUse(of: 2000) < 1100)
+        #expect(!journal.isOverDiskShare(1000))
+        dispatch(7, uid: 1000)
+        #expect(journal.isOverDiskShare(1000))
+        #expect(!journal.isOverDiskShare(2000))
+        // The commit rolls the segment over (past 4096 bytes) and checkpoints it: the users' bytes are now
+        // history, charged to nobody, and the checkpoint's records to the user they were emitted with.
+        #expect(journal.commit(now: 0) == .written)
+        #expect(journal.checkpoints == 1)
+        #expect(journal.diskUse(of: 1000) == 0 && !journal.isOverDiskShare(1000))
+        #expect(journal.diskUse(of: 7) > 0)
+        // Far more history than --retain-bytes (with the default count and age windows, which would keep it all):
+        // the oldest covered segments go, and the files stay within about the bound (plus one segment).
+        for seq in 8...400 {
+            dispatch(UInt64(seq), uid: 1000)
+            _ = journal.commit(now: 0)
+        }
+        #expect(journal.segmentsReclaimed > 0)
+        #expect(journal.retainedBytes <= 40_000 + 8192 + 2048)
+        // (On disk, the segment being written also holds the zeros reserved past its records.)
+        let closed = Journal.segments(dir.path).dropLast().map { Journal.fileSize($0.path) }.reduce(0, +)
+            + Journal.checkpoints(dir.path).map { Journal.fileSize($0.path) }.reduce(0, +)
+        #expect(closed <= 40_000 + 2048)
+        let page = journal.history(from: nil, limit: 1)
+        #expect(page.first > 100)  // the oldest seqs are gone
+    }
+
     @Test("segments roll over with a checkpoint; a restart reads the checkpoint and what follows; retention deletes covered history beyond the window")
     func checkpointsAndRetention() throws {
         let dir = Dir()
@@ -137,7 +184,8 @@ struct JournalTests {
             let journal = try Journal(options: options)
             // The checkpoint source replays what was journaled so far (what the router's state would be).
             let mirror = MemoryJournal()
-            journal.checkpointSource = { emit in
+            journal.checkpointSource = { emitCharged in
+                func emit(_ r: JournalRecord) { emitCharged(r, 0) }
                 var s = JournalState()
                 for r in mirror.decoded() { s.apply(r) }
                 emit(.seqReserve(s.nextSeq - 1))
@@ -179,7 +227,7 @@ struct JournalTests {
         let journal = try Journal(options: options)
         // A checkpoint of about 64 KiB (one large retained state): the next one waits for as many bytes of records.
         let big = ArraySlice(Array("[\"\(String(repeating: "x", count: 64 << 10))\"]".utf8))
-        journal.checkpointSource = { emit in emit(.snapshot(store: "big", version: 1, seq: 0, state: big)) }
+        journal.checkpointSource = { emit in emit(.snapshot(store: "big", version: 1, seq: 0, state: big), 0) }
         var writtenAtCheckpoint: [UInt64] = []
         for batch in 0..<400 {
             let seqs = UInt64(batch * 10 + 1)...UInt64(batch * 10 + 10)

@@ -152,7 +152,7 @@ struct DurabilityTests {
         let journal = MemoryJournal()
         let bus = Self.firstRun(journal)
         var checkpoint = JournalState()
-        bus.router.checkpointRecords { checkpoint.apply($0) }
+        bus.router.checkpointRecords { r, _ in checkpoint.apply(r) }
         let full = journal.state()
         #expect(checkpoint.stores == full.stores)
         #expect(checkpoint.pending == full.pending)
@@ -314,6 +314,54 @@ extension DurabilityTests {
         #expect(outcomes.contains(#"{"code":"small-code","message":"no"}"#))
         #expect(outcomes.contains(#"{"code":"large-code","message":"(the store's error of 300"#))
         #expect(outcomes.utf8.count < 2000)
+    }
+
+
+    @Test("a user over its share of the journal's disk gets disk-quota for new work (dispatch, a new registration, a store's state) while another user's work goes on")
+    func diskQuota() {
+        let journal = MemoryJournal()
+        journal.diskPerUser = 4000
+        let bus = Self.durableBus(journal)
+        bus.feed(.connected(1, PeerCredentials(pid: 1, uid: 1000)))
+        bus.send(1, #"{"op":"hello","protocol":1,"role":"store"}"#)
+        bus.send(1, #"{"op":"register","store":"big","handles":["big/*"]}"#)
+        bus.feed(.connected(2, PeerCredentials(pid: 2, uid: 1000)))
+        bus.send(2, #"{"op":"hello","protocol":1,"role":"client"}"#)
+        bus.feed(.connected(3, PeerCredentials(pid: 3, uid: 2000)))
+        bus.send(3, #"{"op":"hello","protocol":1,"role":"client"}"#)
+        bus.feed(.connected(4, PeerCredentials(pid: 4, uid: 2000)))
+        bus.send(4, #"{"op":"hello","protocol":1,"role":"store"}"#)
+        bus.send(4, #"{"op":"register","store":"small","handles":["small/*"]}"#)
+        for p: PeerID in 1...4 { _ = bus.take(p) }
+        // uid 1000 dispatches a 3 KB payload and its store answers with a 3 KB state: over its 4000 bytes.
+        let big = String(repeating: "x", count: 3000)
+        bus.send(2, #"{"op":"dispatch","id":"a","type":"big/x","settle":true,"payload":"\#(big)"}"#)
+        #expect(bus.take(1).map(\.op) == ["action"])
+        #expect(journal.isOverDiskShare(1000) == false)
+        bus.send(1, #"{"op":"done","store":"big","seq":1,"state":"\#(big)"}"#)
+        #expect(bus.take(2).map(\.op) == ["settled"])
+        #expect(journal.isOverDiskShare(1000))
+        // Its next dispatch is refused with its own code; a registration of a new name too.
+        bus.send(2, #"{"op":"dispatch","id":"b","type":"big/x","settle":true}"#)
+        let refused = bus.take(2)
+        #expect(refused.first?.str("code") == "disk-quota")
+        #expect(refused.first?.str("message")?.contains("uid 1000") == true)
+        bus.send(1, #"{"op":"register","store":"another","handles":["x/*"]}"#)
+        #expect(bus.take(1).first?.str("code") == "disk-quota")
+        // The other user goes on: dispatch, its store answers with a state, settled.
+        bus.send(3, #"{"op":"dispatch","id":"c","type":"small/x","settle":true}"#)
+        #expect(bus.take(4).map(\.op) == ["action"])
+        bus.send(4, #"{"op":"done","store":"small","seq":2,"state":{"n":1}}"#)
+        #expect(bus.take(3).map(\.op) == ["settled"])
+        // A dispatch of the other user to uid 1000's store is accepted (the dispatcher is within its share); the
+        // store's answer with a state is not: its connection is closed with disk-quota, the action unanswered.
+        bus.send(3, #"{"op":"dispatch","id":"d","type":"big/x","settle":true}"#)
+        #expect(bus.take(1).map(\.op) == ["action"])
+        bus.send(1, #"{"op":"done","store":"big","seq":3,"state":"again"}"#)
+        let closed = bus.take(1)
+        #expect(closed.first?.str("code") == "disk-quota")
+        #expect(closed.first?.rawText("fatal") == "true")
+        #expect(bus.take(3).isEmpty)
     }
 
 }

@@ -51,7 +51,7 @@ export declare const ResultStatus: { readonly DONE: 'done'; readonly REJECTED: '
 /** The error codes of SPEC §11. */
 export type ErrorCode = 'bad-frame' | 'too-large' | 'bad-json' | 'bad-message' | 'unknown-op' | 'handshake-required'
   | 'unsupported-version' | 'timeout' | 'forbidden' | 'name-taken' | 'cycle' | 'unknown-store' | 'no-handler'
-  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'reload-refused' | 'outcome-quota' | 'slow-consumer' | 'limit-exceeded'
+  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'reload-refused' | 'outcome-quota' | 'disk-quota' | 'slow-consumer' | 'limit-exceeded'
   | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained'
   | 'patch-failed';
 export declare const ErrorCodes: {
@@ -60,7 +60,7 @@ export declare const ErrorCodes: {
   readonly UNSUPPORTED_VERSION: 'unsupported-version'; readonly TIMEOUT: 'timeout'; readonly FORBIDDEN: 'forbidden';
   readonly NAME_TAKEN: 'name-taken'; readonly CYCLE: 'cycle'; readonly UNKNOWN_STORE: 'unknown-store';
   readonly NO_HANDLER: 'no-handler'; readonly OVERLOADED: 'overloaded'; readonly STORE_UNAVAILABLE: 'store-unavailable';
-  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly RELOAD_REFUSED: 'reload-refused'; readonly OUTCOME_QUOTA: 'outcome-quota'; readonly SLOW_CONSUMER: 'slow-consumer';
+  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly RELOAD_REFUSED: 'reload-refused'; readonly OUTCOME_QUOTA: 'outcome-quota'; readonly DISK_QUOTA: 'disk-quota'; readonly SLOW_CONSUMER: 'slow-consumer';
   readonly LIMIT_EXCEEDED: 'limit-exceeded'; readonly TOO_MANY_CONNECTIONS: 'too-many-connections';
   readonly MEMORY_BUDGET: 'memory-budget'; readonly UNRESPONSIVE: 'unresponsive';
   readonly DISK_FULL: 'disk-full'; readonly JOURNAL_FAILED: 'journal-failed'; readonly NOT_RETAINED: 'not-retained';

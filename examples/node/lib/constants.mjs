@@ -50,6 +50,7 @@ export const ErrorCodes = Object.freeze({
   /** `reload` changed nothing: no config file, a bad file, or a change that takes a restart (not fatal) */
   RELOAD_REFUSED: 'reload-refused',
   OUTCOME_QUOTA: 'outcome-quota',
+  DISK_QUOTA: 'disk-quota',
   SLOW_CONSUMER: 'slow-consumer',
   /** a per-connection limit (live queries, query bytes, subscriptions, waitFor) refused a request; not fatal */
   LIMIT_EXCEEDED: 'limit-exceeded',

@@ -23,7 +23,7 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
                      OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StateTooLargeError,
                      StoreUnavailableError,
-                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError,
+                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError,
                      UnresponsiveError, UnsupportedVersionError, WrongServerUIDError, error_class)
 from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
                        Op, RecoverStatus, ResultStatus, Role, StoreStatus)
@@ -47,7 +47,7 @@ __all__ = [
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
     "ShuttingDownError", "SlowConsumerError", "StateTooLargeError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
-    "UnknownWorkerError", "ReloadRefusedError", "OutcomeQuotaError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    "UnknownWorkerError", "ReloadRefusedError", "OutcomeQuotaError", "DiskQuotaError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
     # patches (SPEC §16)
     "PatchError", "PointerError", "draft", "patch",
     # reconnection

@@ -310,6 +310,12 @@ class OutcomeQuotaError(_CodedError):
     default_code = ErrorCode.OUTCOME_QUOTA
 
 
+class DiskQuotaError(_CodedError):
+    """``disk-quota`` (since fluxd 0.4.0, SPEC §15.2): this user holds its share of fluxd's journal
+    (``--disk-per-user``); its new work is refused until a checkpoint frees it (a store's state closes the store)."""
+    default_code = ErrorCode.DISK_QUOTA
+
+
 class SlowConsumerError(_CodedError):
     """``slow-consumer``: more than ``maxBacklog`` bytes waited unwritten for this connection (closed)."""
     default_code = ErrorCode.SLOW_CONSUMER
@@ -368,7 +374,7 @@ ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
-    DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, OutcomeQuotaError,
+    DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, OutcomeQuotaError, DiskQuotaError,
 )}
 
 

@@ -150,6 +150,7 @@ class ErrorCode:
     UNKNOWN_WORKER = "unknown-worker"
     RELOAD_REFUSED = "reload-refused"
     OUTCOME_QUOTA = "outcome-quota"
+    DISK_QUOTA = "disk-quota"
     SLOW_CONSUMER = "slow-consumer"
     LIMIT_EXCEEDED = "limit-exceeded"
     TOO_MANY_CONNECTIONS = "too-many-connections"
@@ -167,7 +168,7 @@ ERROR_CODES: Tuple[str, ...] = (
     ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.TIMEOUT, ErrorCode.FORBIDDEN,
     ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
     ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.RELOAD_REFUSED,
-    ErrorCode.OUTCOME_QUOTA, ErrorCode.SLOW_CONSUMER,
+    ErrorCode.OUTCOME_QUOTA, ErrorCode.DISK_QUOTA, ErrorCode.SLOW_CONSUMER,
     ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
     ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED, ErrorCode.PATCH_FAILED,
 )

@@ -6,7 +6,9 @@ with protocol/schemas/index.json) needs a row; every input that is not a protoco
 a row for an op that does not exist, or for an op fluxd only sends, fails; every test a row names must exist:
 `File.func` or `Module/File.func` (a `@Test` function in Tests/[Module/]File.swift), `attack KEY` (a key of
 Benchmarks/attack.py's ATTACKS list) or `path/test_x.py::test_name` (a pytest function). Each row needs a status
-that starts with "met", "partly" or "open".
+that starts with "met", "partly" or "open". Every op fluxd receives also needs an entry in the `worstCases` table of
+Tests/IntegrationTests/OpMatrixTests.swift (the generated matrix fails at run time without one; this says so before
+the build).
 
     python3 scripts/check-op-matrix.py              # check the repository
     python3 scripts/check-op-matrix.py --self-test  # show that the check fails on broken tables
@@ -77,6 +79,30 @@ def model_ops(swift_text):
     if missing:
         raise CheckError(f"ProtocolModel.swift: no direction found for {missing}")
     return directions
+
+
+def swift_case_names(swift_text):
+    """{Swift case name: wire op} of `Op`."""
+    body = re.search(r"public enum Op\b[^{]*\{(.*?)public var directions", swift_text, re.S).group(1)
+    out = {}
+    for line in body.splitlines():
+        line = line.split("//")[0].strip()
+        if line.startswith("case "):
+            for item in line[len("case "):].split(","):
+                cm = re.fullmatch(r'\s*(\w+)(?:\s*=\s*"([^"]+)")?\s*', item)
+                if cm:
+                    out[cm.group(1)] = cm.group(2) or cm.group(1)
+    return out
+
+
+def matrix_ops(root):
+    """The ops of Tests/IntegrationTests/OpMatrixTests.swift's `worstCases` table (wire spelling)."""
+    text = (root / "Tests/IntegrationTests/OpMatrixTests.swift").read_text()
+    m = re.search(r"static let worstCases: \[Op: WorstCase\] = \[(.*?)\n    \]", text, re.S)
+    if not m:
+        raise CheckError("Tests/IntegrationTests/OpMatrixTests.swift: no `worstCases` table found")
+    names = swift_case_names((root / "Sources/FluxCore/ProtocolModel.swift").read_text())
+    return {names.get(n, n) for n in re.findall(r"\.(\w+):", m.group(1))}
 
 
 def schema_ops(index):
@@ -215,6 +241,8 @@ def check(doc, root):
     for name in sorted(received - covered_ops):
         problems.append(f"docs/limits.md: no row for the op `{name}` (fluxd receives it): add its worst-case input, "
                         f"the bound it meets and the test that shows it")
+    for name in sorted(received - matrix_ops(root)):
+        problems.append(f"Tests/IntegrationTests/OpMatrixTests.swift: no worst case for the op `{name}` in `worstCases`")
     for name in REQUIRED_INPUTS:
         if name not in covered_inputs:
             problems.append(f"docs/limits.md: no row for the input {name!r}")

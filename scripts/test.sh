@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every FluxBus test on this machine, installing what is missing first:
+#   0. scripts/check-op-matrix.py: docs/limits.md has a worst-case row for every op fluxd receives (issue 25);
 #   1. a clean `swift build` that must have no warnings in FluxBus's own sources;
 #      then the man pages of fluxd and fluxctl generated and rendered (scripts/man.sh, into .build/man);
 #   2. `swift test`: unit tests of the core and router, SDK tests, and integration tests that start the real
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
         --fuzz-seconds=*) fuzz_seconds=${1#--fuzz-seconds=}; shift ;;
         --asan) asan=1; shift ;;
         --no-asan) asan=0; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -43,6 +44,11 @@ print_timings() {
     printf '%5d s  total\n' $((SECONDS - run_start))
 }
 trap print_timings EXIT
+
+echo "==> worst case per input (scripts/check-op-matrix.py: a row in docs/limits.md for every op fluxd receives)"
+python3 scripts/check-op-matrix.py --self-test
+python3 scripts/check-op-matrix.py
+step_done "worst case per input (docs/limits.md)"
 
 echo "==> swift build"
 log=$(mktemp)

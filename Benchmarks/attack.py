@@ -146,10 +146,12 @@ class Peer:
             if pred(body):
                 return body
 
-    def hello(self, role="client", name="peer", heartbeat=False, timeout=10.0):
+    def hello(self, role="client", name="peer", heartbeat=False, timeout=10.0, session=None):
         h = {"op": "hello", "protocol": 1, "role": role, "name": name}
         if heartbeat:
             h["heartbeat"] = True
+        if session:
+            h["session"] = session
         try:
             self.send(enc(h))
         except OSError:
@@ -574,6 +576,14 @@ class Bus:
         self.dir = tempfile.mkdtemp(prefix=f"fluxbus-attack-{key}-", dir=bench.tmp)
         self.sock = os.path.join(self.dir, "fluxd.sock")
         self.data = os.path.join(self.dir, "data")
+        self.tmpfs = None
+        if "--data-tmpfs-mib" in fluxd_args:  # the data folder on a file system of its own, this size (root only)
+            i = fluxd_args.index("--data-tmpfs-mib")
+            mib = fluxd_args[i + 1]
+            fluxd_args = fluxd_args[:i] + fluxd_args[i + 2:]
+            os.makedirs(self.data, mode=0o700)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", self.data], check=True)
+            self.tmpfs = self.data
         args = [a.replace("{data}", self.data) for a in fluxd_args]
         self.durable = "--data-dir" in args
         if "--socket-mode" in args:
@@ -653,6 +663,9 @@ class Bus:
         self.fluxd.stop()
         for f in self.old_fluxds:
             f.stop(signal.SIGKILL)
+        if self.tmpfs:
+            subprocess.run(["umount", "-l", self.tmpfs], check=False)
+            self.tmpfs = None
 
 
 class RssWatchdog:
@@ -2141,6 +2154,9 @@ class Bench:
         # issue 25: what all peers share (the metrics endpoint first)
         ("12a", "1,000 stores x 64 reject codes, then metrics scrapes", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
         ("12b", "80 slow clients on the metrics endpoint (slowloris)", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
+        ("14a", "120,000 settled session dispatches from another user against a down store", DURABLE_SHARED),
+        ("14b", "recover of 4,096 ids with 102,400 actions unsettled", DURABLE_SHARED),
+        ("15", "another user's 900 KB actions and states on a 256 MiB journal disk", DURABLE_SHARED + ["--data-tmpfs-mib", "256"]),
     ]
 
     # 12a, 12b ------------------------------------------------------------------------------------------------
@@ -2222,6 +2238,179 @@ class Bench:
         d["slow_ended_by_fluxd"] = ended
         return d
 
+    # 14a, 14b, 15 ------------------------------------------------------------------------------------------
+    def own_session_dispatch(self, bus, session, rid):
+        """The well-behaved user's settled dispatch under `session` to the bench store; returns its connection."""
+        mine = ready_peer(bus.sock, name="mine", session=session)
+        mine.send(enc({"op": "dispatch", "id": rid, "type": "b0/act", "settle": True}))
+        mine.until(lambda b: op_of(b) in ("settled", "error") and rid.encode() in b, 20, f"settled {rid}")
+        return mine
+
+    def recover_status(self, peer, ids, timeout=60.0):
+        t0 = now()
+        peer.send(enc({"op": "recover", "id": "rc", "ids": ids}))
+        body = peer.until(lambda b: op_of(b) in ("recovered", "error"), timeout, "recovered")
+        took = round(now() - t0, 3)
+        if op_of(body) != "recovered":
+            return took, {"error": code_of(body)}
+        counts = {}
+        for o in json.loads(body)["outcomes"]:
+            tally(counts, o["status"])
+        return took, counts
+
+    def down_store(self, bus, name, uid):
+        """A store of `uid` registered and gone: actions for it queue (queueLimit), then settle unavailable."""
+        s = ready_peer(bus.sock, role="store", name=name, uid=uid)
+        s.send(enc({"op": "register", "store": name, "handles": [f"{name}/*"]}))
+        s.until(lambda b: op_of(b) in ("registered", "error"), 20, f"registered {name}")
+        s.close()
+
+    def pipelined(self, peer, frames, window=512, timeout=120.0, answer=("settled", "error")):
+        """Sends `frames` keeping up to `window` unanswered; returns {op or error code: count}."""
+        counts, sent, got, deadline = {}, 0, 0, now() + timeout
+        frames = list(frames)
+        while got < len(frames) and now() < deadline:
+            batch = []
+            while sent < len(frames) and sent - got < window:
+                batch.append(frames[sent])
+                sent += 1
+            if batch:
+                peer.send(b"".join(batch))
+            body = peer.frame(max(0.001, deadline - now()))
+            if body is None:
+                tally(counts, "eof")
+                break
+            op = op_of(body)
+            if op in answer:
+                got += 1
+                tally(counts, code_of(body) if op == "error" else op)
+        return counts
+
+    def attack_outcome_flood(self, bus):
+        """The well-behaved user settles one dispatch under its session; another user then makes 120,000 settled
+        dispatches under a session against its own store that is down (the first 1,024 queue, the rest settle at
+        once as unavailable); then the well-behaved user recovers its dispatch."""
+        u = self.users()
+        n = self.n(120_000)
+        d = {"dispatches": n, "users": u}
+        mine = self.own_session_dispatch(bus, "well-behaved-session", "mine-1")
+        self.down_store(bus, "down14", u["attacker"])
+        flooder = ready_peer(bus.sock, name="outcome-flooder", uid=u["attacker"], session="flood")
+        t0 = now()
+        frames = (enc(b'{"op":"dispatch","id":"f-%d","type":"down14/x","settle":true}' % i) for i in range(n))
+        d["attacker_answers"] = self.pipelined(flooder, frames, timeout=300.0)
+        d["flood_seconds"] = round(now() - t0, 2)
+        took, d["recover_mine"] = self.recover_status(mine, ["mine-1"])
+        d["recover_mine_seconds"] = took
+        flooder.close()
+        mine.close()
+        return d
+
+    def attack_recover_unsettled(self, bus):
+        """Another user leaves 102,400 actions unsettled (100 stores of its own, down, their queues full); the
+        well-behaved user then sends one `recover` naming 4,096 ids, three times."""
+        u = self.users()
+        stores = self.n(100)
+        d = {"stores": stores, "users": u}
+        for i in range(stores):
+            self.down_store(bus, f"q{i}", u["attacker"])
+        conns = [ready_peer(bus.sock, name=f"filler{c}", uid=u["attacker"]) for c in range(2)]
+        t0 = now()
+        for i in range(stores):
+            c = conns[i % 2]
+            c.send(b"".join(enc(b'{"op":"dispatch","type":"q%d/x"}' % i) for _ in range(1024)))
+        info = bus.info(60)
+        d["unsettled"] = info.get("pending")
+        d["fill_seconds"] = round(now() - t0, 2)
+        mine = self.own_session_dispatch(bus, "well-behaved-session", "mine-1")
+        d["recovers"] = []
+        for _ in range(3):
+            took, counts = self.recover_status(mine, ["mine-1"] + [f"x-{i}" for i in range(4095)])
+            d["recovers"].append({"seconds": took, "outcomes": counts})
+        for c in conns:
+            c.close()
+        mine.close()
+        return d
+
+    def attack_disk_flood(self, bus):
+        """On a 256 MiB file system for the journal, another user's store answers each of that user's 900 KB
+        actions with a new 900 KB state, as fast as they go, for 20 s (4 in flight); then fluxd is restarted and
+        the well-behaved user dispatches again."""
+        u = self.users()
+        seconds = max(5.0, 20.0 * self.scale)
+        d = {"seconds": seconds, "users": u}
+        filler = b"x" * (900 * 1024)
+        store = ready_peer(bus.sock, role="store", name="disk-flood-store", uid=u["attacker"])
+        store.send(enc({"op": "register", "store": "flood15", "handles": ["flood15/*"]}))
+        store.until(lambda b: op_of(b) in ("registered", "error"), 20, "registered flood15")
+        store_counts = {}
+        stop = threading.Event()
+
+        def answer():
+            while not stop.is_set():
+                try:
+                    body = store.frame(0.5)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if body is None:
+                    tally(store_counts, "closed")
+                    break
+                op = op_of(body)
+                if op == "action":
+                    seq = json.loads(body)["seq"]
+                    store.send(enc(b'{"op":"done","store":"flood15","seq":%d,"state":"%d%s"}' % (seq, seq, filler)))
+                    tally(store_counts, "answered")
+                elif op == "error":
+                    tally(store_counts, code_of(body))
+        t = threading.Thread(target=answer, daemon=True)
+        t.start()
+        client = ready_peer(bus.sock, name="disk-flooder", uid=u["attacker"])
+        counts, sent, got, i = {}, 0, 0, 0
+        t0 = now()
+        used_max = 0
+        while now() - t0 < seconds:
+            while sent - got < 4:
+                client.send(enc(b'{"op":"dispatch","id":"d%d","type":"flood15/x","settle":true,"payload":"%s"}' % (i, filler)))
+                sent += 1
+                i += 1
+            try:
+                body = client.frame(2.0)
+            except socket.timeout:
+                tally(counts, "no answer in 2 s")
+                got = sent  # the store was closed: its actions wait for it
+                continue
+            if body is None:
+                tally(counts, "eof")
+                break
+            op = op_of(body)
+            if op in ("settled", "error"):
+                got += 1
+                tally(counts, code_of(body) if op == "error" else op)
+            st = os.statvfs(bus.data)
+            used_max = max(used_max, (st.f_blocks - st.f_bfree) * st.f_frsize)
+        stop.set()
+        t.join(3)
+        d["flood_seconds"] = round(now() - t0, 1)
+        d["attacker_answers"] = counts
+        d["attacker_store"] = store_counts
+        d["disk_used_max_mib"] = round(used_max / 1048576, 1)
+        with open(bus.fluxd_log, "rb") as f:
+            text = f.read()
+        d["log_disk_full"] = text.count(b"the disk is full")
+        d["log_segments_reclaimed"] = text.count(b"deleted history segment")
+        d["log_shares"] = (re.search(rb"keeping at most [^\n]*", text) or re.search(rb"$", text)).group(0).decode()[:160]
+        client.close()
+        store.close()
+        d["restart"] = self.restart_after(bus, signal.SIGTERM, 20, 60)
+        after = ready_peer(bus.sock, name="after-restart")
+        after.send(enc({"op": "dispatch", "id": "after", "type": "b0/act", "settle": True}))
+        body = after.until(lambda b: op_of(b) in ("settled", "error"), 30, "settled after")
+        d["after_restart_dispatch"] = op_of(body) if op_of(body) == "settled" else code_of(body)
+        after.close()
+        return d
+
     def run(self):
         fns = {"0": self.attack_none, "1": self.attack_waitfor, "1b": lambda b: self.attack_waitfor(b, self.n(200)), "2a": lambda b: self.attack_queries(b, True),
                "2b": lambda b: self.attack_queries(b, False), "3": self.attack_subscribes,
@@ -2235,7 +2424,8 @@ class Bench:
                "8a": self.attack_path_subscribe_repeat, "8b": self.attack_many_path_subscriptions,
                "9": self.attack_restart_journal, "10": self.attack_todo_reregister,
                "11": self.attack_equivalent_keys,
-               "12a": self.attack_metrics_series, "12b": self.attack_metrics_slowloris}
+               "12a": self.attack_metrics_series, "12b": self.attack_metrics_slowloris,
+               "14a": self.attack_outcome_flood, "14b": self.attack_recover_unsettled, "15": self.attack_disk_flood}
         only = set(self.args.only.split(",")) if self.args.only else None
         t0 = now()
         for key, title, fargs in self.ATTACKS:
@@ -2438,6 +2628,21 @@ def attacker_summary(r):
         return (f"{d['stores']:,} stores x {d['codes']} reject codes ({d.get('fill_seconds')} s to make): scrapes "
                 + ", ".join(f"{x['seconds']} s ({size(x['bytes'])}, {x['rejected_series']:,} series; info after "
                             f"{x['info_after_s']} s)" for x in sc))
+    if k == "14a":
+        return (f"{d['dispatches']:,} session dispatches of another user ({d.get('flood_seconds')} s): its answers "
+                f"{fmt_counts(d.get('attacker_answers', {}))}; the well-behaved user's earlier outcome on recover: "
+                f"{fmt_counts(d.get('recover_mine', {}))}")
+    if k == "14b":
+        rc = d.get("recovers", [])
+        return (f"{d.get('unsettled')} actions unsettled ({d['stores']} down stores of another user); recover of 4,096 "
+                "ids: " + ", ".join(f"{x['seconds']} s ({fmt_counts(x['outcomes'])})" for x in rc))
+    if k == "15":
+        r = d.get("restart", {})
+        return (f"{d.get('flood_seconds')} s of 900 KB actions and states from another user: its answers "
+                f"{fmt_counts(d.get('attacker_answers', {}))}, its store {fmt_counts(d.get('attacker_store', {}))}; "
+                f"disk used at most {d.get('disk_used_max_mib')} of 256 MiB; 'disk is full' log lines "
+                f"{d.get('log_disk_full')}, history segments deleted early {d.get('log_segments_reclaimed')}; restart "
+                f"{r.get('restart_seconds')} s, then the well-behaved user's dispatch: {d.get('after_restart_dispatch')}")
     if k == "12b":
         sc = d.get("scrapes", [])
         return (f"{d['slow']} slow clients (half a request head each): real scrapes "
@@ -2676,6 +2881,26 @@ def par_equivalent(r, d):
 
 
 PARAGRAPHS.update({
+    "14a": lambda r, d: (
+        users_text(d) + "The well-behaved user settles one dispatch under its session; another user then makes "
+        f"{d['dispatches']:,} dispatches with `settle` under its own session to a store of its own that is down (the "
+        "first 1,024 queue, the rest settle at once as unavailable), pipelined 512 at a time; then the well-behaved "
+        "user `recover`s its dispatch. Before issue 25 one ring of 100,000 outcomes served every user: the flood "
+        "pushed the well-behaved user's outcome out in 1.4 s and `recover` answered `unknown` (its library then "
+        "reports the dispatch as not sent). Now each user holds at most `--max-outcomes` (100,000), the flood's "
+        "excess is refused `outcome-quota`, and no other user's outcome goes before the window ends."),
+    "14b": lambda r, d: (
+        users_text(d) + f"Another user registers {d['stores']} stores and leaves them down, then fills their queues "
+        "(1,024 actions each, no settlement asked) from two connections; the well-behaved user then sends `recover` "
+        "with 4,096 ids (one of them its own settled dispatch), three times. Before issue 25 `recover` scanned every "
+        "unsettled action on the bus (138-206 ms of loop per call at this size); now each id is one look-up."),
+    "15": lambda r, d: (
+        users_text(d) + "fluxd's data folder is a 256 MiB file system of its own (tmpfs) and fluxd runs with the "
+        "default retention and disk share (" + d.get("log_shares", "") + "). Another user's store answers each of "
+        f"that user's 900 KB actions with a new 900 KB state, 4 in flight, for {d['seconds']:g} s; then fluxd is "
+        "stopped (SIGTERM) and started again, and the well-behaved user dispatches. Before issue 25 the disk was full "
+        "in 2 s, every peer got `disk-full`, then every frame to every peer was held (an `info` timed out at 60 s), "
+        "nothing was reclaimed, and after the restart dispatches got `disk-full` at once."),
     "6a": par_copy_bomb, "6b": par_copy_bomb, "6c": par_copy_bomb,
     "7a": par_quadratic, "7b": par_quadratic,
     "8a": par_path_repeat, "8b": par_many_paths,

@@ -484,7 +484,9 @@ private func connectionRead(_ stream: UnsafeMutablePointer<uv_stream_t>?, _ nrea
     if nread > 0 {
         connection.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread))
     } else if nread < 0 {
+        let start = EventLoop.clock()  // (`received` measures its own hold)
         connection.readFailed(nread)
+        connection.eventLoop.holdEnded(since: start)
     }
 }
 

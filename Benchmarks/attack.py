@@ -43,6 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PERIOD = 0.01  # the well-behaved client's interval: 100 round trips/s
 OP_RE = re.compile(rb'"op":"([^"]*)"')
+SEQ_RE = re.compile(rb'"seq":(\d+)')
 CODE_RE = re.compile(rb'"code":"([^"]*)"')
 KIND_RE = re.compile(rb'"kind":"([^"]*)"')
 STORE_RE = re.compile(rb'"store":"([^"]*)"')
@@ -576,15 +577,24 @@ class Bus:
         self.dir = tempfile.mkdtemp(prefix=f"fluxbus-attack-{key}-", dir=bench.tmp)
         self.sock = os.path.join(self.dir, "fluxd.sock")
         self.data = os.path.join(self.dir, "data")
-        self.tmpfs = None
-        if "--data-tmpfs-mib" in fluxd_args:  # the data folder on a file system of its own, this size (root only)
-            i = fluxd_args.index("--data-tmpfs-mib")
-            mib = fluxd_args[i + 1]
+        self.mounted = None
+        if "--data-ext4-mib" in fluxd_args:  # (15) the data folder on an ext4 file system of its own (root only)
+            i = fluxd_args.index("--data-ext4-mib")
+            mib = int(fluxd_args[i + 1])
             fluxd_args = fluxd_args[:i] + fluxd_args[i + 2:]
+            image = os.path.join(self.dir, "data.img")
+            with open(image, "wb") as f:
+                f.truncate(mib << 20)
+            subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
             os.makedirs(self.data, mode=0o700)
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", self.data], check=True)
-            self.tmpfs = self.data
-        args = [a.replace("{data}", self.data) for a in fluxd_args]
+            subprocess.run(["mount", "-o", "loop", image, self.data], check=True)
+            os.chmod(self.data, 0o700)
+            self.mounted = self.data
+        self.config = os.path.join(self.dir, "fluxd.toml")
+        if any("{config}" in a for a in fluxd_args):  # (13b) a config file of the most a config file may hold
+            with open(self.config, "w") as f:
+                f.write(max_size_config())
+        args = [a.replace("{data}", self.data).replace("{config}", self.config) for a in fluxd_args]
         self.durable = "--data-dir" in args
         if "--socket-mode" in args:
             os.chmod(self.dir, 0o755)  # other users reach the socket (fluxd refuses a folder others may write)
@@ -663,9 +673,9 @@ class Bus:
         self.fluxd.stop()
         for f in self.old_fluxds:
             f.stop(signal.SIGKILL)
-        if self.tmpfs:
-            subprocess.run(["umount", "-l", self.tmpfs], check=False)
-            self.tmpfs = None
+        if self.mounted:
+            subprocess.run(["umount", self.mounted], check=False)  # (detaches the loop device too)
+            self.mounted = None
 
 
 class RssWatchdog:
@@ -2154,10 +2164,135 @@ class Bench:
         # issue 25: what all peers share (the metrics endpoint first)
         ("12a", "1,000 stores x 64 reject codes, then metrics scrapes", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
         ("12b", "80 slow clients on the metrics endpoint (slowloris)", DURABLE_SHARED + ["--metrics", "127.0.0.1:0"]),
+        ("13a", "history from the oldest seq and 10 state-at in a row on a journal of 1M actions", DURABLE_SHARED),
+        ("13b", "reload of a config file of the maximum size (1 MiB), 10 in a row and a SIGHUP",
+         DURABLE_SHARED + ["--config", "{config}"]),
         ("14a", "120,000 settled session dispatches from another user against a down store", DURABLE_SHARED),
         ("14b", "recover of 4,096 ids with 102,400 actions unsettled", DURABLE_SHARED),
-        ("15", "another user's 900 KB actions and states on a 256 MiB journal disk", DURABLE_SHARED + ["--data-tmpfs-mib", "256"]),
+        ("15", "another user's 900 KB actions and states on a 256 MiB journal disk", DURABLE_SHARED + ["--data-ext4-mib", "256"]),
     ]
+
+    # 13a, 13b ------------------------------------------------------------------------------------------------
+    def fill_journal(self, sock, n):
+        """A store registers `h` and answers `done` to each of `n` actions that a client dispatches (1,000 in flight,
+        pipelined: below the store's queueLimit, so none is refused): (seconds, actions answered)."""
+        store = ready_peer(sock, role="store", name="journal-filler")
+        store.send(enc({"op": "register", "store": "h", "handles": ["h/*"], "state": {"n": 0}}))
+        store.until(lambda b: op_of(b) == "registered", 30, "registered h")
+        client = ready_peer(sock, name="journal-dispatcher")
+        t0 = now()
+        sent = answered = 0
+        one = enc(b'{"op":"dispatch","type":"h/a","payload":{"k":"some payload of a typical size"}}')
+        while answered < n:
+            k = min(n - sent, 1000 - (sent - answered))
+            if k > 0:
+                client.send(one * k)
+                sent += k
+            body = store.frame(60)
+            if body is None:
+                raise EOFError("the filling store's connection was closed")
+            answers = []
+            while body is not None:
+                if op_of(body) == "action":
+                    seq = SEQ_RE.search(body).group(1)
+                    answers.append(enc(b'{"op":"done","store":"h","seq":%s}' % seq))
+                body = store._take()
+            if answers:
+                store.send(b"".join(answers))
+                answered += len(answers)
+        secs = now() - t0
+        store.close()
+        client.close()
+        return secs, answered
+
+    @staticmethod
+    def timed_request(peer, frame, rid, reply_op, timeout=120.0):
+        """Sends one request and waits for its reply or error (by id): (seconds, op or error code, body)."""
+        t0 = now()
+        peer.s.settimeout(timeout)
+        peer.send(enc(frame))
+        ref = b'"%s"' % rid.encode()
+        body = peer.until(lambda b: op_of(b) in (reply_op, "error") and ref in b[:400], timeout, reply_op)
+        return round(now() - t0, 3), (reply_op if op_of(body) == reply_op else code_of(body)), body
+
+    def attack_journal_reads(self, bus):
+        """A journal of 1M actions (a store answers each), then a privileged reader (fluxd's own uid) asks `history`
+        from the oldest seq, then 10 `state-at` in a row (each waits for the one before), then 10 pipelined at once
+        (the per-connection limit refuses what passes it); an `info` from another connection is timed during each
+        read."""
+        n = self.n(1_000_000)
+        d = {"actions": n}
+        secs, answered = self.fill_journal(bus.sock, n)
+        d["fill_seconds"], d["answered"] = round(secs, 1), answered
+        reader = ready_peer(bus.sock, name="journal-reader")  # fluxd's own uid: privileged (SPEC 8.11)
+        i0 = bus.info()
+        d["loop_hold_before_reads_us"] = load_of(i0).get("longestLoopHoldMicros")
+        d["rss_before_reads_kib"] = proc_status(bus.fluxd.pid).get("VmRSS")
+
+        def during(frame, rid, reply_op):
+            box = {}
+            t = threading.Thread(target=lambda: box.update(r=self.timed_request(reader, frame, rid, reply_op)))
+            t.start()
+            i_t0 = now()
+            bus.info()
+            info_s = round(now() - i_t0, 3)
+            t.join()
+            return box.get("r", (None, "no answer", b"")), info_s
+
+        (secs, outcome, body), info_s = during({"op": "history", "id": "h0", "limit": 1000}, "h0", "history")
+        d["history"] = {"seconds": secs, "outcome": outcome, "bytes": len(body), "info_during_s": info_s,
+                        "entries": body.count(b'"seq":')}
+        d["state_at"] = []
+        for i in range(10):
+            rid = f"s{i}"
+            (secs, outcome, body), info_s = during({"op": "state-at", "id": rid, "store": "h", "seq": n // 2 + i},
+                                                   rid, "state-at")
+            d["state_at"].append({"seconds": secs, "outcome": outcome, "info_during_s": info_s})
+        reader.s.settimeout(300)
+        t0 = now()
+        reader.send(b"".join(enc({"op": "state-at", "id": f"p{i}", "store": "h", "seq": i + 1}) for i in range(10)))
+        got = {}
+        while len(got) < 10:
+            body = reader.until(lambda b: op_of(b) in ("state-at", "error"), 300, "pipelined state-at")
+            m = re.search(rb'"(?:id|ref)":"(p\d+)"', body)
+            if m:
+                got[m.group(1).decode()] = "state-at" if op_of(body) == "state-at" else code_of(body)
+        d["pipelined"] = {"seconds": round(now() - t0, 3), "outcomes": fmt_counts_plain(got)}
+        d["rss_after_reads_kib"] = proc_status(bus.fluxd.pid).get("VmRSS")
+        reader.close()
+        return d
+
+    def attack_big_reload(self, bus):
+        """fluxd runs with a config file of the most a config file may hold (1 MiB: one worker with a large env
+        table, the rest comment lines); a privileged client (fluxd's own uid) sends `reload` 10 times in a row
+        (each waits for the one before), then 4 at once, and fluxd gets a SIGHUP; an `info` from another connection
+        is timed during each reload."""
+        d = {"config_bytes": os.path.getsize(bus.config)}
+        admin = ready_peer(bus.sock, name="reloader")
+        d["reloads"] = []
+        for i in range(10):
+            box = {}
+            rid = f"r{i}"
+            t = threading.Thread(target=lambda: box.update(r=self.timed_request(admin, {"op": "reload", "id": rid},
+                                                                                rid, "reloaded")))
+            t.start()
+            i_t0 = now()
+            bus.info()
+            info_s = round(now() - i_t0, 3)
+            t.join()
+            secs, outcome, _ = box.get("r", (None, "no answer", b""))
+            d["reloads"].append({"seconds": secs, "outcome": outcome, "info_during_s": info_s})
+        t0 = now()
+        admin.send(b"".join(enc({"op": "reload", "id": f"q{i}"}) for i in range(4)))
+        outcomes = []
+        for _ in range(4):
+            body = admin.until(lambda b: op_of(b) in ("reloaded", "error"), 60, "pipelined reload")
+            outcomes.append(op_of(body) if op_of(body) == "reloaded" else code_of(body))
+        d["pipelined"] = {"seconds": round(now() - t0, 3), "outcomes": outcomes}
+        os.kill(bus.fluxd.pid, signal.SIGHUP)
+        bus.info()
+        admin.close()
+        return d
 
     # 12a, 12b ------------------------------------------------------------------------------------------------
     def metrics_url(self, bus, timeout=20.0):
@@ -2265,11 +2400,13 @@ class Bench:
         s.until(lambda b: op_of(b) in ("registered", "error"), 20, f"registered {name}")
         s.close()
 
-    def pipelined(self, peer, frames, window=512, timeout=120.0, answer=("settled", "error")):
-        """Sends `frames` keeping up to `window` unanswered; returns {op or error code: count}."""
+    def pipelined(self, peer, frames, window=512, timeout=120.0, answer=("settled", "error"), expect=None):
+        """Sends `frames` keeping up to `window` unanswered until `expect` (all) are answered; returns {op or error
+        code: count}."""
         counts, sent, got, deadline = {}, 0, 0, now() + timeout
         frames = list(frames)
-        while got < len(frames) and now() < deadline:
+        expect = len(frames) if expect is None else expect
+        while got < expect and now() < deadline:
             batch = []
             while sent < len(frames) and sent - got < window:
                 batch.append(frames[sent])
@@ -2298,7 +2435,8 @@ class Bench:
         flooder = ready_peer(bus.sock, name="outcome-flooder", uid=u["attacker"], session="flood")
         t0 = now()
         frames = (enc(b'{"op":"dispatch","id":"f-%d","type":"down14/x","settle":true}' % i) for i in range(n))
-        d["attacker_answers"] = self.pipelined(flooder, frames, timeout=300.0)
+        # (A window above queueLimit: the first 1,024 stay queued, unanswered, for the store that is down.)
+        d["attacker_answers"] = self.pipelined(flooder, frames, window=4096, timeout=300.0, expect=n - 1024)
         d["flood_seconds"] = round(now() - t0, 2)
         took, d["recover_mine"] = self.recover_status(mine, ["mine-1"])
         d["recover_mine_seconds"] = took
@@ -2319,8 +2457,11 @@ class Bench:
         for i in range(stores):
             c = conns[i % 2]
             c.send(b"".join(enc(b'{"op":"dispatch","type":"q%d/x"}' % i) for _ in range(1024)))
+        for c in conns:  # every dispatch read (and queued) before the recovers
+            c.send(enc({"op": "ping", "id": "filled"}))
+            c.until(lambda b: op_of(b) == "pong", 120, "pong filled")
         info = bus.info(60)
-        d["unsettled"] = info.get("pending")
+        d["unsettled"] = sum(st.get("queued", 0) + st.get("inflight", 0) for st in info.get("stores", []))
         d["fill_seconds"] = round(now() - t0, 2)
         mine = self.own_session_dispatch(bus, "well-behaved-session", "mine-1")
         d["recovers"] = []
@@ -2425,6 +2566,7 @@ class Bench:
                "9": self.attack_restart_journal, "10": self.attack_todo_reregister,
                "11": self.attack_equivalent_keys,
                "12a": self.attack_metrics_series, "12b": self.attack_metrics_slowloris,
+               "13a": self.attack_journal_reads, "13b": self.attack_big_reload,
                "14a": self.attack_outcome_flood, "14b": self.attack_recover_unsettled, "15": self.attack_disk_flood}
         only = set(self.args.only.split(",")) if self.args.only else None
         t0 = now()
@@ -2648,6 +2790,21 @@ def attacker_summary(r):
         return (f"{d['slow']} slow clients (half a request head each): real scrapes "
                 + ", ".join(f"{x['seconds']} s" + ("" if x["answered"] else " (no answer)") for x in sc)
                 + f"; {d.get('slow_ended_by_fluxd')} of {d['slow']} slow connections ended by fluxd")
+    if k == "13a":
+        h, sa = d.get("history", {}), d.get("state_at", [])
+        return (f"{d['actions']:,} actions ({d.get('fill_seconds')} s to journal); history from the oldest seq "
+                f"{h.get('seconds')} s ({h.get('outcome')}, {h.get('entries')} entries; info during it "
+                f"{h.get('info_during_s')} s); 10 state-at in a row "
+                + ", ".join(f"{x['seconds']}" for x in sa) + " s (info during them at most "
+                + f"{max((x['info_during_s'] for x in sa), default=None)} s); 10 pipelined: "
+                + f"{d.get('pipelined', {}).get('outcomes')}")
+    if k == "13b":
+        rl = d.get("reloads", [])
+        return (f"a {size(d['config_bytes'])} config file: 10 reloads in a row "
+                + ", ".join(f"{x['seconds']}" for x in rl) + " s ("
+                + ", ".join(sorted({str(x['outcome']) for x in rl})) + "; info during them at most "
+                + f"{max((x['info_during_s'] for x in rl), default=None)} s); 4 at once: "
+                + f"{d.get('pipelined', {}).get('outcomes')}")
     if k == "11":
         bad = [f"{c['case']} ({c['encoding']})" for c in d["cases"] if not c["agree"]]
         return (f"{len(d['cases'])} patches naming e\\u0301 against a state keyed \\u00e9: {d['agree']} agree, "
@@ -2895,7 +3052,7 @@ PARAGRAPHS.update({
         "with 4,096 ids (one of them its own settled dispatch), three times. Before issue 25 `recover` scanned every "
         "unsettled action on the bus (138-206 ms of loop per call at this size); now each id is one look-up."),
     "15": lambda r, d: (
-        users_text(d) + "fluxd's data folder is a 256 MiB file system of its own (tmpfs) and fluxd runs with the "
+        users_text(d) + "fluxd's data folder is a 256 MiB ext4 file system of its own (a loop device) and fluxd runs with the "
         "default retention and disk share (" + d.get("log_shares", "") + "). Another user's store answers each of "
         f"that user's 900 KB actions with a new 900 KB state, 4 in flight, for {d['seconds']:g} s; then fluxd is "
         "stopped (SIGTERM) and started again, and the well-behaved user dispatches. Before issue 25 the disk was full "
@@ -2916,7 +3073,42 @@ PARAGRAPHS.update({
         f"{d['slow']} TCP connections to the metrics endpoint each send half a request head and never the rest "
         "(slowloris); meanwhile the driver scrapes three times, one after the other. Before issue 25 the endpoint "
         "served one connection at a time with 2 s for its head, so a real scrape waited behind every slow one."),
+    "13a": lambda r, d: (
+        f"A store answers {d['actions']:,} dispatched actions (journaled: about that many action and result records), "
+        "then a reader with fluxd's own uid (history needs privilege, SPEC 8.11) asks `history` from the oldest seq "
+        "(limit 1000), then 10 `state-at` of that store one after the other (each reads every segment), then 10 at "
+        "once on one connection (4 outstanding per connection are taken, the rest refused `overloaded`); during "
+        "each read the driver times an `info` from another connection. Before issue 25 the reads ran on fluxd's "
+        "loop: the history page held it 1.07 s (RSS +76 MB: whole segments read), each state-at 0.63 s. "
+        + attacker_summary(r) + "."),
+    "13b": lambda r, d: (
+        f"fluxd runs with a config file of {size(d['config_bytes'])} (the most one may hold: a worker with a "
+        "2,000-key env table, the rest comment lines); a client with fluxd's own uid sends `reload` 10 times, one "
+        "after the other, then 4 at once (answered in order, one reload at a time), then fluxd gets a SIGHUP; an "
+        "`info` from another connection is timed during each reload. Before issue 25 the file was read and parsed "
+        "on fluxd's loop. " + attacker_summary(r) + "."),
 })
+
+
+def max_size_config():
+    """(13b) A config file of the most fluxd reads (SupervisorConfig.maxBytes, 1 MiB): one worker whose env table
+    holds 2,000 keys, padded with comment lines."""
+    lines = ["[fluxd]", 'log_level = "info"', "", "[workers.pad]", 'command = "true"', 'restart = "never"', "",
+             "[workers.pad.env]"]
+    lines += [f'KEY_{i:05d} = "value number {i} of the largest config file fluxd accepts"' for i in range(2000)]
+    text = "\n".join(lines) + "\n"
+    pad = "# padding: a config file of the most fluxd reads (1 MiB) .....................................\n"
+    limit = (1 << 20) - 64
+    while len(text) + len(pad) <= limit:
+        text += pad
+    return text
+
+
+def fmt_counts_plain(got):
+    out = {}
+    for v in got.values():
+        out[v] = out.get(v, 0) + 1
+    return out
 
 
 def machine():
@@ -3074,7 +3266,7 @@ def main():
     ap.add_argument("--todo-store", required=True)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--only", help="comma-separated attack keys (0,1,1b,2a,2b,3,4a,4b,4c,5a,5b,6a,6b,6c,7a,7b,8a,8b,"
-                                   "9,10,11,12a,12b; 6 and up select their group, e.g. 12)")
+                                   "9,10,11,12a,12b,13a,13b; 6 and up select their group, e.g. 12)")
     ap.add_argument("--freeze-timeout", type=float, default=20.0,
                     help="seconds an attack of issue 24 waits for fluxd's answer before reporting it frozen")
     ap.add_argument("--attack-cap", type=float, default=150.0,

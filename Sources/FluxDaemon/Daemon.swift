@@ -140,15 +140,50 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             core.router.journal = journal
             let router = core.router
             journal.checkpointSource = { emit in router.checkpointRecords(emit) }
-            let operations = JournalOperations(journal: journal, lastSeq: { router.lastAcceptedSeq })
+            let operations = JournalOperations(journal: journal, lastSeq: { router.lastAcceptedSeq },
+                                               holdPath: getenv("FLUXD_TEST_HOLD_READS").map { String(cString: $0) })
             for op in [Op.history, .stateAt] {
-                core.handleHostOperation(op) { _, request in operations.answer(request) }
+                // Read on the reader thread (a history page from the oldest seq of a large journal held the loop
+                // a second); answered in order per peer, at most `maxDeferredPerPeer`/`Total` outstanding.
+                core.handleHostOperation(op) { [unowned self] peer, request in
+                    self.core.answerLater(peer, request) { ticket in
+                        let read = operations.prepare(request)
+                        self.offLoop(read) { [unowned self] answer in self.complete(ticket, with: answer) }
+                    }
+                }
             }
         }
     }
 
     /// The journal (nil: ephemeral).
     public let journal: Journal?
+    /// What the loop does with the result of each `offLoop` job, by its number (loop thread only). Lifecycle: an
+    /// entry is added by `offLoop` and removed when its result is taken (`woken`), or in `closeAll` (the job's
+    /// result, if it still comes, is never taken).
+    @exclusivity(unchecked) private var offLoopResults: [UInt64: (any Sendable) -> Void] = [:]
+    @exclusivity(unchecked) private var nextOffLoopJob: UInt64 = 1
+
+    /// Runs `work` on the reader thread (journal reads, config files: work that may take long, one job at a time,
+    /// in order, at a lower priority) and then `then` with its result on the loop thread. Loop thread only. Not
+    /// called once the daemon closed (nothing waits for it then).
+    public func offLoop<T: Sendable>(_ work: @escaping @Sendable () -> T, then: @escaping (T) -> Void) {
+        let number = nextOffLoopJob
+        nextOffLoopJob += 1
+        offLoopResults[number] = { result in then(result as! T) }
+        wakes.read(number) { work() }
+    }
+
+    /// Gives the answer of a host request the core took with `answerLater` (loop thread, from an `offLoop`
+    /// result): sent in its turn, counted and monitored like every answer.
+    public func complete(_ ticket: HostTicket, with answer: HostAnswer) {
+        if loop.longestHold != reportedHold {
+            reportedHold = loop.longestHold
+            router.longestLoopHold = loop.longestHoldNanoseconds / 1000
+        }
+        core.complete(ticket, with: answer, now: loop.now)
+        if journaled { loop.requestBeforeFlush() }
+        armDeadlineTimer()
+    }
     /// The metrics (with `config.metricsAddress`) and their endpoint, whose scrapes wake the loop to refresh them
     /// (`loop.onWake`). Lifecycle: the server is made in `start()` and stopped in `closeAll()`.
     public private(set) var metrics: FluxMetrics?
@@ -540,6 +575,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     private func woken() {
         let taken = wakes.take()
         for (peer, result) in taken.prepared { feed(.prepared(peer, result)) }
+        for (number, result) in taken.finished { offLoopResults.removeValue(forKey: number)?(result) }
         if taken.metricsWanted { refreshMetrics() }
     }
 
@@ -555,6 +591,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         listener = nil
         loop.onWake = nil
         wakes.stop()
+        offLoopResults = [:]
         metricsServer?.stop()
         metricsServer = nil
         for signal in signals { signal.close() }

@@ -72,18 +72,21 @@ public final class PluginHost {
             }
             daemon.onHangup = { [unowned self, unowned supervisor] in
                 self.logger.notice("SIGHUP: reloading the config", metadata: ["file": "\(supervisor.config.path)"])
+                // One SIGHUP reload waiting is enough: it reads the file as it is when its turn comes.
+                guard !self.hangupReloadWaiting else { return }
+                self.hangupReloadWaiting = true
                 // While stopping, the service manager has heard STOPPING=1: no READY=1 after it.
-                guard !self.terminating else {
-                    _ = self.reload()
-                    return
-                }
-                self.sent(self.notifier.reloading(status: "reloading \(supervisor.config.path)"))
-                let listening = "listening on \(self.daemon.config.socketPath)"
-                switch self.reload() {
-                case .success:
-                    self.sent(self.notifier.ready(status: "\(listening); config reloaded"))
-                case .failure:
-                    self.sent(self.notifier.ready(status: "\(listening); config reload failed, the running configuration is kept"))
+                let notify = !self.terminating
+                if notify { self.sent(self.notifier.reloading(status: "reloading \(supervisor.config.path)")) }
+                self.reload(started: { [unowned self] in self.hangupReloadWaiting = false }) { [unowned self] result in
+                    guard notify, !self.terminating else { return }
+                    let listening = "listening on \(self.daemon.config.socketPath)"
+                    switch result {
+                    case .success:
+                        self.sent(self.notifier.ready(status: "\(listening); config reloaded"))
+                    case .failure:
+                        self.sent(self.notifier.ready(status: "\(listening); config reload failed, the running configuration is kept"))
+                    }
                 }
             }
         } else {
@@ -91,25 +94,33 @@ public final class PluginHost {
                 self.logger.warning("SIGHUP: fluxd was started without --config: there is no file to reload")
             }
         }
-        daemon.core.handleHostOperation(.reload) { [unowned self] _, request in
+        daemon.core.handleHostOperation(.reload) { [unowned self] peer, request in
             guard case .reload(let id) = request else { return .error(.unknownOp, "not a reload") }
-            switch self.reload() {
-            case .failure(let refusal):
-                return .error(.reloadRefused, refusal.message)
-            case .success(let outcome):
-                var b = FrameBuilder(op: "reloaded")
-                b.string("id", id)
-                var workers = JSONBuilder()
-                workers.object { w in
-                    w.field("added", strings: outcome.added)
-                    w.field("removed", strings: outcome.removed)
-                    w.field("changed", strings: outcome.changed)
-                }
-                b.key("workers")
-                b.rawBytes(workers.bytes)
-                b.strings("settings", outcome.settings)
-                return .reply(b.finish())
+            guard self.supervisor != nil else { return Self.reloadAnswer(self.reload(), id: id) }
+            // The file is read and parsed on the reader thread, applied on the loop thread, in its turn.
+            return self.daemon.core.answerLater(peer, request) { ticket in
+                self.reload { [unowned self] result in self.daemon.complete(ticket, with: Self.reloadAnswer(result, id: id)) }
             }
+        }
+    }
+
+    private static func reloadAnswer(_ result: Result<ReloadOutcome, ReloadRefusal>, id: String) -> HostAnswer {
+        switch result {
+        case .failure(let refusal):
+            return .error(.reloadRefused, refusal.message)
+        case .success(let outcome):
+            var b = FrameBuilder(op: "reloaded")
+            b.string("id", id)
+            var workers = JSONBuilder()
+            workers.object { w in
+                w.field("added", strings: outcome.added)
+                w.field("removed", strings: outcome.removed)
+                w.field("changed", strings: outcome.changed)
+            }
+            b.key("workers")
+            b.rawBytes(workers.bytes)
+            b.strings("settings", outcome.settings)
+            return .reply(b.finish())
         }
     }
 
@@ -132,16 +143,64 @@ public final class PluginHost {
     /// that does not parse, or that changes a setting that takes a restart and that the command line does not set,
     /// is refused as a whole and the running configuration is kept.
     public func reload() -> Result<ReloadOutcome, ReloadRefusal> {
+        guard let supervisor else { return apply(nil) }
+        return apply(Self.load(path: supervisor.config.path, executableDirectory: executableDirectory))
+    }
+
+    /// `reload()` with the file read and parsed on the daemon's reader thread (`Daemon.offLoop`: a config file of
+    /// up to 1 MiB is no work for the loop) and applied on the loop thread; `done` gets the outcome there.
+    /// Reloads run one at a time, in the order asked (two never interleave: each reads the file when its turn
+    /// comes, after the one before was applied); `started` is called when this one's read starts.
+    public func reload(started: (() -> Void)? = nil, then done: @escaping (Result<ReloadOutcome, ReloadRefusal>) -> Void) {
+        reloadQueue.append((started, done))
+        if reloadQueue.count == 1 { startNextReload() }
+    }
+
+    /// Reloads asked for, the first one in progress (loop thread). Lifecycle: each is removed once applied; those
+    /// left when the daemon closes are never finished (nothing waits for them then).
+    private var reloadQueue: [(started: (() -> Void)?, done: (Result<ReloadOutcome, ReloadRefusal>) -> Void)] = []
+    /// A SIGHUP reload is queued and has not started reading yet (a second SIGHUP then adds nothing).
+    private var hangupReloadWaiting = false
+
+    private func startNextReload() {
+        guard let next = reloadQueue.first else { return }
+        next.started?()
+        guard let supervisor else {
+            finishReload(apply(nil))
+            return
+        }
+        let path = supervisor.config.path, directory = executableDirectory
+        daemon.offLoop({ Self.load(path: path, executableDirectory: directory) }) { [unowned self] loaded in
+            self.finishReload(self.apply(loaded))
+        }
+    }
+
+    private func finishReload(_ result: Result<ReloadOutcome, ReloadRefusal>) {
+        let done = reloadQueue.removeFirst().done
+        done(result)
+        startNextReload()
+    }
+
+    /// Reads and parses the config file (any thread).
+    private static func load(path: String, executableDirectory: String?) -> Result<SupervisorConfig, ConfigError> {
+        do {
+            return .success(try SupervisorConfig.load(path: path, executableDirectory: executableDirectory))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// Applies a config file read by `load` (nil: fluxd has no config file), all or nothing (loop thread).
+    private func apply(_ loaded: Result<SupervisorConfig, ConfigError>?) -> Result<ReloadOutcome, ReloadRefusal> {
         func refuse(_ message: String) -> Result<ReloadOutcome, ReloadRefusal> {
             logger.error("config reload failed; keeping the running configuration", metadata: ["reason": "\(message)"])
             return .failure(ReloadRefusal(message: message))
         }
-        guard let supervisor else { return refuse("fluxd was started without --config: there is no file to reload") }
+        guard let supervisor, let loaded else { return refuse("fluxd was started without --config: there is no file to reload") }
         let fresh: SupervisorConfig
-        do {
-            fresh = try SupervisorConfig.load(path: supervisor.config.path, executableDirectory: executableDirectory)
-        } catch {
-            return refuse("bad config: \(error)")
+        switch loaded {
+        case .success(let config): fresh = config
+        case .failure(let error): return refuse("bad config: \(error)")
         }
         var (live, restart) = DaemonSettings.changes(from: runningSettings, to: fresh.settings, commandLine: commandLine)
         if fresh.adminUIDs != supervisor.config.adminUIDs { restart.append("admin_users") }

@@ -239,6 +239,8 @@ public final class Journal: JournalWriting {
     private let lock: LockFile
     @exclusivity(unchecked) private var writer: SegmentWriter
     var writerForReads: SegmentWriter { writer }
+    /// The segment being written (`JournalReadView` reads it only up to what was written).
+    var currentSegmentNumber: Int { segmentNumber }
     @exclusivity(unchecked) private var segmentNumber: Int
     /// A reservation staged: the next commit syncs, whatever the mode.
     @exclusivity(unchecked) private var mustSync = false

@@ -49,6 +49,12 @@ public struct DaemonCoreConfig: Sendable {
     /// A monitor whose connection has more than this many bytes waiting misses events (and is told how many with
     /// `missed` before the next one it gets).
     public var monitorBacklogLimit = 1 << 20
+    /// Host requests answered later (`DaemonCore.answerLater`: fluxd's journal reads and reloads, done off the
+    /// loop thread) outstanding at most per connection, and in all; one more is refused `overloaded` at once. The
+    /// total counts a request until its answer arrives, even when its peer closed first, so the work queued off
+    /// the loop never exceeds it.
+    public var maxDeferredPerPeer = 4
+    public var maxDeferredTotal = 16
 
     public init(router: RouterConfig = RouterConfig()) {
         self.router = router
@@ -61,6 +67,21 @@ public enum HostAnswer: Sendable {
     case reply(Frame)
     /// A refusal: the peer gets `error` with this code and message, `ref` the request's id.
     case error(ErrorCode, String)
+    /// Answered later through `DaemonCore.complete(_:with:now:)`: what `DaemonCore.answerLater` returns once it
+    /// took the request (a handler returns it only from there).
+    case later
+}
+
+/// A host request answered later (`DaemonCore.answerLater`): handed to the work that answers it, and back to the
+/// core with the answer (`DaemonCore.complete`). Any thread may hold it; the core takes it on its thread only.
+public struct HostTicket: Hashable, Sendable {
+    /// The peer that asked.
+    public let peer: PeerID
+    let serial: UInt64
+    let request: String?
+
+    public static func == (a: HostTicket, b: HostTicket) -> Bool { a.serial == b.serial }
+    public func hash(into hasher: inout Hasher) { hasher.combine(serial) }
 }
 
 /// The one host of fluxd's semantics: the `Router` (SPEC R1-R7, §10) plus the policies that need to know about
@@ -102,6 +123,19 @@ public final class DaemonCore: RouterEffectSink {
     @exclusivity(unchecked) private var accounted: [PeerID: Int] = [:]
     /// Monitor events dropped per monitor since its last delivered one.
     @exclusivity(unchecked) private var missedEvents: [PeerID: Int] = [:]
+    /// Per peer with a host answer outstanding (`answerLater`): its host requests in order, each with its answer
+    /// once known; answers leave from the front only, so a peer's host requests are answered in the order it sent
+    /// them. Removed when the peer closes (answers that arrive later are dropped).
+    @exclusivity(unchecked) private var hostQueues: [PeerID: [QueuedHostAnswer]] = [:]
+    /// Tickets handed out and not completed yet (their peers may have closed): `maxDeferredTotal` bounds them.
+    @exclusivity(unchecked) private var outstandingTickets: Set<UInt64> = []
+    @exclusivity(unchecked) private var nextTicket: UInt64 = 1
+
+    private struct QueuedHostAnswer {
+        var serial: UInt64?
+        var ref: String?
+        var answer: HostAnswer?
+    }
 
     private struct Later {
         var hostRequests: [(PeerID, HostRequest)] = []
@@ -130,7 +164,8 @@ public final class DaemonCore: RouterEffectSink {
     }
 
     /// Answers host operation `op` (SPEC §8.11) with `handler`: the router validates the request, the handler
-    /// answers it (after the event that carried it; it may feed the core).
+    /// answers it (after the event that carried it; it may feed the core), at once or, through `answerLater`,
+    /// once work done elsewhere is finished.
     public func handleHostOperation(_ op: Op, with handler: @escaping (PeerID, HostRequest) -> HostAnswer) {
         precondition(op.isHostOperation || op == .history || op == .stateAt, "\(op) is not answered by a host")
         hostHandlers[op] = handler
@@ -163,6 +198,69 @@ public final class DaemonCore: RouterEffectSink {
     /// once it is done).
     public var isHandling: Bool { feeding }
 
+    // MARK: - Host answers that come later
+
+    /// For a host-operation handler whose answer takes work the core's thread must not wait for (fluxd: journal
+    /// reads, a reload's file): within the limits (`maxDeferredPerPeer`, `maxDeferredTotal`), takes the request,
+    /// calls `start` with its ticket (which starts the work: it must not feed the core) and returns `.later`, for
+    /// the handler to return; past them, returns `.error(.overloaded, ...)` and does not call `start`.
+    ///
+    /// The answer is given with `complete(_:with:now:)`. Until it is, the peer's later host requests wait behind
+    /// it (answered in order); its other requests (dispatches, `info`, ...) are answered as usual.
+    public func answerLater(_ peer: PeerID, _ request: HostRequest, start: (HostTicket) -> Void) -> HostAnswer {
+        let queued = hostQueues[peer]?.count(where: { $0.serial != nil }) ?? 0
+        if queued >= config.maxDeferredPerPeer {
+            return .error(.overloaded, "\(request.op.rawValue): this connection already waits for \(queued) answers of journal reads or reloads (at most \(config.maxDeferredPerPeer)); ask again once one came")
+        }
+        if outstandingTickets.count >= config.maxDeferredTotal {
+            return .error(.overloaded, "\(request.op.rawValue): fluxd already works on \(outstandingTickets.count) journal reads or reloads (at most \(config.maxDeferredTotal)); ask again later")
+        }
+        let ticket = HostTicket(peer: peer, serial: nextTicket, request: request.id)
+        nextTicket += 1
+        outstandingTickets.insert(ticket.serial)
+        hostQueues[peer, default: []].append(QueuedHostAnswer(serial: ticket.serial, ref: request.id, answer: nil))
+        start(ticket)
+        return .later
+    }
+
+    /// The answer of a request taken by `answerLater` (on the core's thread, not from within `handle`): sent
+    /// once every host request the peer sent before it is answered. Dropped when the peer closed meanwhile; a
+    /// ticket completed twice is ignored the second time.
+    public func complete(_ ticket: HostTicket, with answer: HostAnswer, now: Millis) {
+        precondition(!feeding, "DaemonCore.complete called while handling an event")
+        guard outstandingTickets.remove(ticket.serial) != nil else { return }
+        guard var queue = hostQueues[ticket.peer],
+              let i = queue.firstIndex(where: { $0.serial == ticket.serial }) else { return }
+        if case .later = answer {
+            assertionFailure("a host answer completed with .later")
+            queue[i].answer = .error(.unknownOp, "\(ticket.request ?? "the request") was completed without an answer")
+        } else {
+            queue[i].answer = answer
+        }
+        hostQueues[ticket.peer] = queue
+        releaseHostAnswers(of: ticket.peer, now: now)
+    }
+
+    /// Host answers taken by `answerLater` and not completed yet (their peers may have closed).
+    public var deferredHostAnswers: Int { outstandingTickets.count }
+
+    /// Sends the answers at the front of `peer`'s queue that are known.
+    private func releaseHostAnswers(of peer: PeerID, now: Millis) {
+        while let front = hostQueues[peer]?.first, let answer = front.answer {
+            hostQueues[peer]!.removeFirst()
+            if hostQueues[peer]!.isEmpty { hostQueues.removeValue(forKey: peer) }
+            deliverHostAnswer(answer, to: peer, ref: front.ref, now: now)
+        }
+    }
+
+    private func deliverHostAnswer(_ answer: HostAnswer, to peer: PeerID, ref: String?, now: Millis) {
+        switch answer {
+        case .reply(let frame): handle(.hostReply(peer, frame), now: now)
+        case .error(let code, let message): handle(.hostError(peer, code, message: message, ref: ref), now: now)
+        case .later: break
+        }
+    }
+
     private func finish(now: Millis) {
         while !later.isEmpty {
             let work = later
@@ -172,9 +270,11 @@ public final class DaemonCore: RouterEffectSink {
             for (peer, request) in work.hostRequests {
                 let answer = hostHandlers[request.op].map { $0(peer, request) }
                     ?? .error(.unknownOp, "unknown op \"\(request.op.rawValue)\"")
-                switch answer {
-                case .reply(let frame): handle(.hostReply(peer, frame), now: now)
-                case .error(let code, let message): handle(.hostError(peer, code, message: message, ref: request.id), now: now)
+                if case .later = answer { continue }  // queued by `answerLater`
+                if hostQueues[peer] != nil {  // behind an answer that comes later: this one waits its turn
+                    hostQueues[peer]!.append(QueuedHostAnswer(serial: nil, ref: request.id, answer: answer))
+                } else {
+                    deliverHostAnswer(answer, to: peer, ref: request.id, now: now)
                 }
             }
             for (peer, preparation) in work.preparations where !transport.startPreparation(preparation, for: peer) {
@@ -186,6 +286,7 @@ public final class DaemonCore: RouterEffectSink {
     }
 
     private func forget(_ peer: PeerID) {
+        hostQueues.removeValue(forKey: peer)  // (its tickets stay outstanding until their work is done)
         cuttingOff.remove(peer)
         accounted.removeValue(forKey: peer)
         missedEvents.removeValue(forKey: peer)

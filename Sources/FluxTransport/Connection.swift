@@ -484,7 +484,9 @@ private func connectionRead(_ stream: UnsafeMutablePointer<uv_stream_t>?, _ nrea
     if nread > 0 {
         connection.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread))
     } else if nread < 0 {
+        let start = EventLoop.clock()  // (`received` measures its own hold)
         connection.readFailed(nread)
+        connection.eventLoop.holdEnded(since: start)
     }
 }
 
@@ -492,5 +494,7 @@ private func connectionWritten(_ req: UnsafeMutablePointer<uv_write_t>?, _ statu
     let request = Unmanaged<WriteRequest>.fromOpaque(req!.pointee.data).takeRetainedValue()
     // Write callbacks (also UV_ECANCELED ones) run before the handle's close callback: the owner is still there.
     let connection = Unmanaged<Connection>.fromOpaque(req!.pointee.handle.pointee.data).takeUnretainedValue()
+    let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
     connection.written(byteCount: request.header.byteCount, status: status)
+    connection.eventLoop.holdEnded(since: start)
 }

@@ -189,6 +189,8 @@ public final class EventLoop {
 
     /// One turn for each connection waiting for one (called by the idle handle, before this iteration's poll).
     func takeTurns() {
+        let start = fluxbus_ticks()  // (each turn is a hold too; this also counts the idle callback's own work)
+        defer { holdEnded(since: start) }
         let turns = waitingTurns
         waitingTurns.removeAll(keepingCapacity: true)
         for connection in turns where connection.resumeTurn() { waitingTurns.append(connection) }
@@ -217,12 +219,11 @@ public final class EventLoop {
     }
 
     func handleAsync(stop: Bool, wake: Bool) {
-        if wake, let onWake {
-            // A hold of its own: what the owner does when woken (fluxd: the results of work done off the loop).
-            let start = fluxbus_ticks()
-            onWake()
-            holdEnded(since: start)
-        }
+        // A hold of its own: what the owner does when woken (fluxd: the results of work done off the loop) or
+        // asked to stop.
+        let start = fluxbus_ticks()
+        defer { holdEnded(since: start) }
+        if wake, let onWake { onWake() }
         if stop {
             if let onStopRequest { onStopRequest() } else { self.stop() }
         }

@@ -76,8 +76,14 @@ private func handleOwnerCloseCallback(_ handle: UnsafeMutablePointer<uv_handle_t
     guard let handle, let data = handle.pointee.data else {
         preconditionFailure("closed handle without an owner")
     }
-    let owner = Unmanaged<HandleOwner>.fromOpaque(data).takeRetainedValue()
-    owner.finishClose()
+    let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
+    let loop: EventLoop
+    do {
+        let owner = Unmanaged<HandleOwner>.fromOpaque(data).takeRetainedValue()
+        loop = owner.eventLoop
+        owner.finishClose()  // (the owner, and what it held, may be released at the end of this scope)
+    }
+    loop.holdEnded(since: start)
 }
 
 /// The owner of a handle found by `uv_walk` (nil for handles we did not create).

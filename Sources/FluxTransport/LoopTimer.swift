@@ -21,7 +21,10 @@ public final class LoopTimer: HandleOwner {
     public func start(after timeout: UInt64, repeat interval: UInt64 = 0) {
         precondition(!closeStarted, "LoopTimer.start after close")
         uvMust(uv_timer_start(typed(uv_timer_t.self), { timer in
-            Unmanaged<LoopTimer>.fromOpaque(timer!.pointee.data).takeUnretainedValue().handler?()
+            let owner = Unmanaged<LoopTimer>.fromOpaque(timer!.pointee.data).takeUnretainedValue()
+            let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
+            owner.handler?()
+            owner.eventLoop.holdEnded(since: start)
         }, timeout, interval), "uv_timer_start")
     }
 
@@ -59,7 +62,10 @@ public final class SignalWatcher: HandleOwner {
         adopt()
         do {
             try uvCheck(uv_signal_start(watcher, { watcher, signal in
-                Unmanaged<SignalWatcher>.fromOpaque(watcher!.pointee.data).takeUnretainedValue().handler?(signal)
+                let owner = Unmanaged<SignalWatcher>.fromOpaque(watcher!.pointee.data).takeUnretainedValue()
+                let start = EventLoop.clock()
+                owner.handler?(signal)
+                owner.eventLoop.holdEnded(since: start)
             }, signal), "uv_signal_start")
         } catch {
             closeHandle()

@@ -351,5 +351,7 @@ public final class PipeListener: HandleOwner {
 
 private func listenerReadable(_ handle: UnsafeMutablePointer<uv_poll_t>?, _ status: Int32, _ events: Int32) {
     let listener = Unmanaged<PipeListener>.fromOpaque(handle!.pointee.data).takeUnretainedValue()
+    let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
     listener.acceptWaiting(status: status)
+    listener.eventLoop.holdEnded(since: start)
 }

@@ -245,6 +245,8 @@ final class OutputPipe: HandleOwner {
     func startReading() {
         let rc = uv_read_start(stream, connectionAllocShared, { stream, nread, buf in
             let pipe = Unmanaged<OutputPipe>.fromOpaque(stream!.pointee.data).takeUnretainedValue()
+            let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
+            defer { pipe.eventLoop.holdEnded(since: start) }
             if nread > 0 {
                 pipe.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread))
             } else if nread < 0 {
@@ -291,7 +293,9 @@ final class OutputPipe: HandleOwner {
 
 private func childProcessExited(_ process: UnsafeMutablePointer<uv_process_t>?, _ status: Int64, _ signal: Int32) {
     let child = Unmanaged<ChildProcess>.fromOpaque(process!.pointee.data).takeUnretainedValue()
+    let start = EventLoop.clock()  // every callback the loop runs counts towards its longest hold
     child.exited(status: status, signal: signal)
+    child.eventLoop.holdEnded(since: start)
 }
 
 /// The loop's shared read buffer (see `EventLoop.init`): every read is consumed before the next alloc.

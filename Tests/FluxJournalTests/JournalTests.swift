@@ -217,6 +217,43 @@ struct JournalTests {
         #expect(again.stateAt(store: "todos", version: 199, seq: nil)?.state == Array("[199]".utf8))
     }
 
+    @Test("a read view sees the journal as it was when it was made: later appends, new segments and retention's deletes (of the very files it reads) change nothing it reads, on another thread")
+    func readViewIsASnapshot() async throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 4096
+        options.retainActions = 20
+        let journal = try Journal(options: options)
+        journal.checkpointSource = { emit in emit(.register(store: "todos", handles: ["todo/*"], waitFor: [])) }
+        Self.fill(journal, actions: 1...40)
+        _ = journal.commit(now: 0)
+        let firstBefore = journal.history(from: nil, limit: 1).first
+        let historyView = journal.readView(historyFrom: nil)
+        let stateView = journal.readView()
+        let expectedPage = historyView.history(from: nil, limit: 1000)
+        let expectedState = stateView.stateAt(store: "todos", version: 30, seq: nil)
+        #expect(expectedState?.state == Array("[30]".utf8))
+        // The loop goes on: more actions, segments rolled over, checkpoints, old segments deleted.
+        for batch in 0..<10 {
+            Self.fill(journal, actions: UInt64(41 + batch * 10)...UInt64(50 + batch * 10))
+            _ = journal.commit(now: 0)
+        }
+        #expect(journal.segmentsDeleted > 0)
+        #expect(journal.history(from: nil, limit: 1).first > firstBefore, "retention deleted what the views hold")
+        let (page, state) = await Task.detached {
+            (historyView.history(from: nil, limit: 1000), stateView.stateAt(store: "todos", version: 30, seq: nil))
+        }.value
+        #expect(page == expectedPage)
+        #expect(page.entries.first?.action.seq == firstBefore)
+        #expect(page.entries.last?.action.seq == 40)
+        #expect(state == expectedState)
+        // A page from the oldest seq stops once full and answered.
+        let small = historyView.history(from: nil, limit: 3)
+        #expect(small.entries.map(\.action.seq) == [firstBefore, firstBefore + 1, firstBefore + 2])
+        #expect(small.entries.allSatisfy { $0.results.count == 1 })
+    }
+
     @Test("checkpoints come by bytes since the last one (at least checkpointMinBytes and the last checkpoint's size), not only when a segment fills")
     func checkpointsByBytes() throws {
         let dir = Dir()

@@ -149,6 +149,117 @@ struct DaemonCoreTests {
         #expect(asked.filter { $0.op == .reload }.count == 4, "reload reached the host for fluxd's user, root and the admins")
     }
 
+    /// A harness whose `workers` handler answers later (as fluxd's journal reads do) and `restart-worker` at once.
+    final class Deferred {
+        let h: Harness
+        var tickets: [HostTicket] = []
+        init(_ configure: (inout DaemonCoreConfig) -> Void = { _ in }) {
+            h = Harness(configure)
+            h.core.handleHostOperation(.workers) { [unowned self] peer, request in
+                self.h.core.answerLater(peer, request) { self.tickets.append($0) }
+            }
+            h.core.handleHostOperation(.restartWorker) { _, _ in .error(.unknownWorker, "no worker named \"x\"") }
+        }
+        func reply(_ id: String) -> HostAnswer {
+            var b = FrameBuilder(op: "workers")
+            b.string("id", id)
+            b.key("workers")
+            b.rawBytes(Array(#"[]"#.utf8))
+            return .reply(b.finish())
+        }
+        func complete(_ i: Int, _ id: String) { h.core.complete(tickets[i], with: reply(id), now: h.now) }
+        func ids(_ peer: PeerID) -> [String] {
+            h.transport.take(peer).map { $0.string("id").value ?? $0.string("ref").value ?? "?" }
+        }
+    }
+
+    @Test("host answers that come later: a peer's host requests are answered in the order it sent them, its other requests at once, and the router counts them")
+    func deferredAnswersKeepOrder() {
+        let d = Deferred()
+        d.h.join(2, role: "client")
+        d.h.join(3, role: "client")
+        d.h.send(2, #"{"op":"workers","id":"w1"}"#)
+        d.h.send(2, #"{"op":"workers","id":"w2"}"#)
+        d.h.send(2, #"{"op":"restart-worker","id":"r1","name":"x"}"#)  // answered at once, but sent after w1, w2
+        d.h.send(2, #"{"op":"info","id":"i"}"#)  // not a host operation: answered at once
+        #expect(d.ids(2) == ["i"])
+        d.h.send(3, #"{"op":"restart-worker","id":"r3","name":"x"}"#)  // another peer does not wait
+        #expect(d.ids(3) == ["r3"])
+        #expect(d.tickets.count == 2 && d.h.core.deferredHostAnswers == 2)
+        let framesOut = d.h.core.router.counters.traffic.framesOut
+        d.complete(1, "w2")  // the second one's answer first: it waits for w1's
+        #expect(d.ids(2).isEmpty)
+        d.complete(0, "w1")
+        #expect(d.ids(2) == ["w1", "w2", "r1"])
+        #expect(d.h.core.router.counters.traffic.framesOut == framesOut + 3)
+        #expect(d.h.core.router.counters.errors["unknown-worker"] == 2)
+        #expect(d.h.core.deferredHostAnswers == 0)
+        d.complete(0, "w1")  // a ticket completed twice: ignored
+        #expect(d.ids(2).isEmpty)
+        // With nothing outstanding, host answers go out at once again.
+        d.h.send(2, #"{"op":"restart-worker","id":"r2","name":"x"}"#)
+        #expect(d.ids(2) == ["r2"])
+    }
+
+    @Test("a peer that closes before its later answer arrives: the answer is dropped, nothing of it is kept, and it still counts until it arrives")
+    func deferredAnswerForClosedPeer() {
+        let d = Deferred { $0.maxDeferredTotal = 1 }
+        d.h.join(2, role: "client")
+        d.h.join(3, role: "client")
+        d.h.send(2, #"{"op":"workers","id":"w1"}"#)
+        d.h.send(2, #"{"op":"restart-worker","id":"r1","name":"x"}"#)
+        d.h.core.handle(.closed(2), now: d.h.now)
+        _ = d.h.transport.take(2)
+        // Its work is still under way: the total still counts it.
+        d.h.send(3, #"{"op":"workers","id":"w3"}"#)
+        let refused = d.h.transport.take(3)
+        #expect(refused.map { $0.string("code").value } == ["overloaded"])
+        #expect(d.h.core.deferredHostAnswers == 1)
+        let framesOut = d.h.core.router.counters.traffic.framesOut
+        d.complete(0, "w1")
+        #expect(d.h.transport.take(2).isEmpty, "nothing is written for a closed peer")
+        #expect(d.h.core.router.counters.traffic.framesOut == framesOut)
+        #expect(d.h.core.deferredHostAnswers == 0)
+        d.h.send(3, #"{"op":"workers","id":"w4"}"#)
+        #expect(d.tickets.count == 2)
+        d.complete(1, "w4")
+        #expect(d.ids(3) == ["w4"])
+    }
+
+    @Test("later answers outstanding are bounded per connection and in all: one more is refused overloaded at once (with ref, not fatal), in its turn")
+    func deferredAnswerLimits() {
+        let d = Deferred {
+            $0.maxDeferredPerPeer = 2
+            $0.maxDeferredTotal = 3
+        }
+        d.h.join(2, role: "client")
+        d.h.join(3, role: "client")
+        d.h.send(2, #"{"op":"workers","id":"a"}"#)
+        d.h.send(2, #"{"op":"workers","id":"b"}"#)
+        d.h.send(2, #"{"op":"workers","id":"c"}"#)  // a third from this connection: refused, after a and b
+        #expect(d.tickets.count == 2)
+        #expect(d.h.transport.take(2).isEmpty)
+        d.h.join(4, role: "client")
+        d.h.send(3, #"{"op":"workers","id":"d"}"#)
+        d.h.send(4, #"{"op":"workers","id":"e"}"#)  // a fourth in all: refused at once (nothing before it)
+        let refused = d.h.transport.take(4)
+        #expect(refused.map { $0.string("code").value } == ["overloaded"])
+        #expect(refused.first?.string("ref").value == "e")
+        #expect(refused.first?.bool("fatal").value == false)
+        d.complete(0, "a")
+        d.complete(1, "b")
+        let answers = d.h.transport.take(2)
+        #expect(answers.map { $0.string("id").value ?? $0.string("ref").value } == ["a", "b", "c"])
+        #expect(answers.last?.string("code").value == "overloaded")
+        #expect(!d.h.transport.closes.contains { [2, 3, 4].contains($0.0) })
+        #expect(d.h.core.router.counters.errors["overloaded"] == 2)
+        d.complete(2, "d")
+        #expect(d.ids(3) == ["d"])
+        // Room again: taken.
+        d.h.send(4, #"{"op":"workers","id":"f"}"#)
+        #expect(d.tickets.count == 4)
+    }
+
     @Test("host operations are answered by their handlers through the router: replies counted, errors coded with ref")
     func hostOperations() {
         let h = Harness()

@@ -225,7 +225,7 @@ struct JournalTests {
         options.segmentBytes = 4096
         options.retainActions = 20
         let journal = try Journal(options: options)
-        journal.checkpointSource = { emit in emit(.register(store: "todos", handles: ["todo/*"], waitFor: [])) }
+        journal.checkpointSource = { emit in emit(.register(store: "todos", handles: ["todo/*"], waitFor: []), 0) }
         Self.fill(journal, actions: 1...40)
         _ = journal.commit(now: 0)
         let firstBefore = journal.history(from: nil, limit: 1).first

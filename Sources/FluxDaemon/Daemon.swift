@@ -179,6 +179,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         if loop.longestHold != reportedHold {
             reportedHold = loop.longestHold
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
+            router.longestLoopHoldAt = loop.longestHoldSite
         }
         core.complete(ticket, with: answer, now: loop.now)
         if journaled { loop.requestBeforeFlush() }
@@ -358,6 +359,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             logger.info("metrics on http://\(metricsServer!.address)/metrics")
         }
         loop.onWake = { [unowned self] in self.woken() }
+        let wakes = self.wakes
+        loop.releaseElsewhere = { wakes.release($0) }
         phase = .running
         loop.onStopRequest = { [unowned self] in self.shutdown() }
         if config.listenDescriptor != nil {
@@ -460,6 +463,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         if loop.longestHold != reportedHold {
             reportedHold = loop.longestHold
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
+            router.longestLoopHoldAt = loop.longestHoldSite
         }
         core.handle(event, now: loop.now)
         if journaled { loop.requestBeforeFlush() }
@@ -590,6 +594,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         listener?.close()
         listener = nil
         loop.onWake = nil
+        loop.releaseElsewhere = nil
         wakes.stop()
         offLoopResults = [:]
         metricsServer?.stop()

@@ -47,6 +47,11 @@ final class WakeReasons: Sendable {
         preparations.run { withExtendedLifetime(garbage) {} }
     }
 
+    /// Releases `value` on the preparations thread (a connection's long queue of frames).
+    func release(_ value: any Sendable) {
+        preparations.run { withExtendedLifetime(value) {} }
+    }
+
     /// Runs `work` on the reader thread; its result is taken on the loop thread after the wake-up, as `number`.
     func read(_ number: UInt64, _ work: @escaping @Sendable () -> any Sendable) {
         reads.run { [self] in

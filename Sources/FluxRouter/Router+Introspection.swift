@@ -92,6 +92,7 @@ extension Router {
             l.field("handshakes", handshakes.count)
             l.field("storeNames", self.stores.count)
             l.field("longestLoopHoldMicros", longestLoopHold)
+            if !longestLoopHoldAt.isEmpty { l.field("longestLoopHoldAt", longestLoopHoldAt) }
             l.field("maxCycleCheckSteps", maxCycleCheckSteps)
             l.field("patchSteps", Int(clamping: patchSteps))
             l.field("pathMatchSteps", Int(clamping: pathSteps))

@@ -126,6 +126,8 @@ public final class Router {
     /// The longest time one loop callback held fluxd's loop, in microseconds, as the host measured it (shown in
     /// `info`; the router only reports it).
     @exclusivity(unchecked) public var longestLoopHold: UInt64 = 0
+    /// Where the host measured it (a source location naming the kind of callback), shown in `info` beside it.
+    @exclusivity(unchecked) public var longestLoopHoldAt = ""
     /// Connections the host failed to accept, by errno name (e.g. `EMFILE`), as it counted them (shown in `info`).
     @exclusivity(unchecked) public var acceptErrors: [String: UInt64] = [:]
 

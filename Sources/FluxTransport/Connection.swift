@@ -198,9 +198,25 @@ public final class Connection: HandleOwner {
     /// Drops every queued frame not yet handed to the kernel (a write in flight completes). For a peer about to
     /// be closed as a slow consumer: what is sent after this goes out right after the write in flight.
     public func discardQueued() {
-        pending.removeAll()
+        dropPending()
         replaceable.removeAll()
         pendingBytes = 0
+    }
+
+    /// The most frames one write takes (see `flush`): IOV_MAX, what one `writev` takes anyway.
+    static let maxFramesPerWrite = 1024
+
+    /// Frames above which dropping a queue is left to another thread (`EventLoop.releaseElsewhere`): releasing
+    /// 64 MiB of small frames one by one held the loop for tens of milliseconds.
+    static let releaseElsewhereAbove = 1024
+
+    /// Drops every pending frame: a long queue is released off the loop thread.
+    private func dropPending() {
+        if pending.count > Self.releaseElsewhereAbove {
+            eventLoop.release(pending.take())
+        } else {
+            pending.removeAll()
+        }
     }
 
     /// Closes the connection. With `afterFlush`, stops reading and closes once every frame queued so far has been
@@ -348,8 +364,15 @@ public final class Connection: HandleOwner {
     func flush() {
         isDirty = false
         guard phase != .closing, !pending.isEmpty, writesInFlight == 0 else { return }
-        let count = pending.count
-        let total = pendingBytes
+        // At most `maxFramesPerWrite` frames a write: the work of one flush (iovecs, retains, releases) stays
+        // bounded however far behind the peer is (a write of 450,000 queued frames held the loop 25 ms); the rest
+        // goes out in the next iterations.
+        let count = min(pending.count, Self.maxFramesPerWrite)
+        var total = pendingBytes
+        if count < pending.count {
+            total = 0
+            for i in 0..<count { total &+= pending[i].bytes.count }
+        }
         var request: WriteRequest?
         // > 0: bytes left for `uv_write` (request made); 0: all written by `uv_try_write`; < 0: a libuv error.
         let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int in
@@ -375,16 +398,28 @@ public final class Connection: HandleOwner {
                 bufs[first].base = bufs[first].base! + skip
                 bufs[first].len -= skip
             }
-            let made = WriteRequest.make(frames: pending.array, byteCount: remaining)
+            let made = WriteRequest.make(frames: pending.prefix(count), byteCount: remaining)
             request = made
             // libuv copies the uv_buf_t array; the frames themselves stay alive in the request.
             let status = uv_write(made.uvRequest, stream, bufs.baseAddress! + first, UInt32(count - first),
                                   connectionWritten)
             return status < 0 ? Int(status) : remaining
         }
-        pending.removeAll()
-        if !replaceable.isEmpty { replaceable.removeAll(keepingCapacity: true) }
-        pendingBytes = 0
+        let left = pending.count - count
+        if left == 0 {
+            pending.removeAll()
+            if !replaceable.isEmpty { replaceable.removeAll(keepingCapacity: true) }
+            pendingBytes = 0
+        } else {
+            pending.removeFirst(count)
+            pendingBytes -= total
+            if !replaceable.isEmpty {
+                // Coalescing keys point into what is left (those written are no longer replaceable).
+                var kept: [UInt32: Int] = [:]
+                for (key, index) in replaceable where index >= count { kept[key] = index - count }
+                replaceable = kept
+            }
+        }
         if rc < 0 {
             if let request {
                 // The callback will not run: release the request here.
@@ -394,7 +429,12 @@ public final class Connection: HandleOwner {
             if closeReason == nil { closeReason = .error(UVError(code: Int32(rc), operation: operation)) }
             closeNow()
         } else if rc == 0 {
-            if phase == .draining { closeIfDrained() }
+            if left > 0 {
+                isDirty = true
+                eventLoop.markDirty(self)  // the rest in the next iteration's flush
+            } else if phase == .draining {
+                closeIfDrained()
+            }
         } else {
             writesInFlight += 1
             inFlightBytes += rc
@@ -427,7 +467,7 @@ public final class Connection: HandleOwner {
     private func closeNow() {
         guard phase != .closing else { return }
         phase = .closing
-        pending.removeAll()
+        dropPending()
         replaceable.removeAll()
         pendingBytes = 0
         closeHandle()

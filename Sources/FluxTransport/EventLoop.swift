@@ -39,6 +39,15 @@ public final class EventLoop {
     public var onStopRequest: (() -> Void)?
     /// Called on the loop thread after `remote.wake()` (several wakes may be coalesced into one call).
     public var onWake: (() -> Void)?
+    /// Where values whose release is long work go (a connection's queue of hundreds of thousands of frames, dropped
+    /// when it is cut off or closed): released on another thread by the owner (fluxd's preparations thread). Nil:
+    /// released here.
+    public var releaseElsewhere: ((any Sendable) -> Void)?
+
+    /// Drops `value` through `releaseElsewhere` when there is one.
+    func release(_ value: any Sendable) {
+        if let releaseElsewhere { releaseElsewhere(value) }
+    }
     /// Called on the loop thread before the next flush of the connections' queued frames (at the latest at the end
     /// of this loop iteration, after its I/O callbacks) once `requestBeforeFlush()` was called: the owner sends
     /// what it deferred while handling a batch of reads, and writes its journal. (A flag, not a call per flush:
@@ -122,10 +131,17 @@ public final class EventLoop {
 
     /// Records a hold that started at `start` (an `EventLoop.clock()` reading) and ends now.
     @inline(__always)
-    public func holdEnded(since start: UInt64) {
+    public func holdEnded(since start: UInt64, file: StaticString = #fileID, line: UInt = #line) {
         let held = fluxbus_ticks() &- start
-        if held > storedLongestHold { storedLongestHold = held }
+        if held > storedLongestHold {
+            storedLongestHold = held
+            longestHoldSite = "\(file):\(line)"
+        }
     }
+
+    /// Where the longest hold was measured (the source file and line of the callback that measured it: what kind
+    /// of callback it was), for `info.load.longestLoopHoldAt`.
+    public private(set) var longestHoldSite = ""
 
     /// `longestHold` in nanoseconds.
     public var longestHoldNanoseconds: UInt64 {
@@ -194,7 +210,7 @@ public final class EventLoop {
         let turns = waitingTurns
         waitingTurns.removeAll(keepingCapacity: true)
         for connection in turns where connection.resumeTurn() { waitingTurns.append(connection) }
-        if waitingTurns.isEmpty { turnTaker?.stop() }
+        if waitingTurns.isEmpty && dirty.isEmpty { turnTaker?.stop() }
     }
 
     /// Connections with frames waiting for this iteration's flush.
@@ -216,6 +232,9 @@ public final class EventLoop {
         swap(&dirty, &flushing)
         for connection in flushing { connection.flush() }
         flushing.removeAll(keepingCapacity: true)
+        // A connection with more than one write's worth of frames is dirty again: the idle handle keeps the next
+        // poll from blocking, so the rest goes out in the next iteration.
+        if !dirty.isEmpty { turnTaker?.start() }
     }
 
     func handleAsync(stop: Bool, wake: Bool) {

@@ -42,6 +42,29 @@ struct ConnectionWriteTests {
         try pair.finish()
     }
 
+    @Test("a write takes at most maxFramesPerWrite frames; the rest goes out in the following iterations without waiting for an event, intact and in order")
+    func writesAreBounded() throws {
+        let pair = try SocketPair(type: SOCK_SEQPACKET)
+        let per = Connection.maxFramesPerWrite
+        let texts = (0..<(2 * per + 10)).map { "f\($0)" }
+        for text in texts { pair.connection.send(frame(text)) }
+        var decoded: [String] = []
+        var records: [Int] = []
+        for _ in 0..<3 {
+            pair.runOnce()  // (would block if the rest waited for an event: the idle handle keeps it from blocking)
+            guard case .bytes(let record) = pair.peerRead() else { break }
+            var decoder = FrameDecoder(maxFrame: .max)
+            decoder.append(record)
+            var n = 0
+            while case .frame(let body)? = decoder.next() { decoded.append(String(decoding: body, as: UTF8.self)); n += 1 }
+            records.append(n)
+        }
+        #expect(records == [per, per, 10])
+        #expect(decoded.count == texts.count && decoded == texts, "in order, none lost")
+        #expect(pair.connection.queuedBytes == 0)
+        try pair.finish()
+    }
+
     @Test("frames queued in different loop iterations go out in one write per iteration")
     func oneWritePerIteration() throws {
         let pair = try SocketPair(type: SOCK_SEQPACKET)

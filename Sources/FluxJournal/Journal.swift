@@ -57,6 +57,12 @@ extension JournalWriting {
     }
 }
 
+/// A checkpoint's content taken on the loop thread, turned into records (each with the user it is charged to) on
+/// whichever thread writes the checkpoint (`Journal.checkpointCapture`).
+public protocol CheckpointContent: Sendable {
+    func emit(_ emit: (JournalRecord, UInt32) -> Void)
+}
+
 /// Why the journal accepts no new work.
 public enum JournalRefusal: Sendable, Equatable {
     /// A write failed for lack of space: retried; accepted work finishes; new work waits for space.
@@ -164,6 +170,11 @@ public final class Journal: JournalWriting {
         /// oldest first, once the files hold more, whatever `retainActions` and `retainAge` say. 0: half the data
         /// directory's file system, at most 4 GiB (`Journal.retainBytes` says what was chosen).
         public var retainBytes = 0
+        /// Whether rollovers and checkpoints do their slow part (the closed segment's `fdatasync`, the directory's,
+        /// encoding and writing the checkpoint, deleting what it makes unneeded) on the sync thread, in order,
+        /// instead of on the caller's (the loop) thread. Needs `checkpointCapture`; not in `always` mode (its syncs
+        /// are on the loop by design).
+        public var backgroundCheckpoints = false
         /// The journal's bytes one user may hold (`Journal.diskUse(of:)`) before its new work is refused
         /// `disk-quota`: its records since the newest checkpoint and its part of the checkpoints kept. 0: a
         /// quarter of `retainBytes`, at least twice `checkpointMinBytes`.
@@ -217,6 +228,20 @@ public final class Journal: JournalWriting {
     /// Produces a checkpoint's records, each with the user it is charged to (the router's `checkpointRecords`):
     /// set by the host; without it no checkpoint is written and no segment deleted.
     public var checkpointSource: (((JournalRecord, UInt32) -> Void) -> Void)?
+    /// Takes a checkpoint's content (the router's `checkpointCapture`), cheaply, to be encoded where the
+    /// checkpoint is written; preferred to `checkpointSource` when set.
+    public var checkpointCapture: (() -> any CheckpointContent)?
+    /// Checkpoints handed to the sync thread and not yet seen finished (loop thread).
+    @exclusivity(unchecked) private var checkpointsInFlight = 0
+    private let finished = FinishedCheckpoints()
+    /// Whether slow work goes to the sync thread (`Options.backgroundCheckpoints`, not in `always` mode).
+    private var inBackground: Bool {
+        options.backgroundCheckpoints && options.durability != .always && checkpointCapture != nil && !closing
+    }
+    @exclusivity(unchecked) private var closing = false
+    /// A closed segment's sync was handed to the sync thread: a sync here waits for it first (the next segment's
+    /// records must not be durable before the closed one's).
+    @exclusivity(unchecked) private var rolledInBackground = false
     /// Segments deleted to make room (beyond `retainBytes`, or while the disk was full) since the journal opened.
     public private(set) var segmentsReclaimed = 0
 
@@ -232,6 +257,8 @@ public final class Journal: JournalWriting {
     /// The checkpoints kept (at most the newest two), oldest first: number, size, bytes per user (unknown for
     /// one written by an earlier run: charged to nobody).
     @exclusivity(unchecked) private var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = []
+    /// The users' bytes of closed segments whose checkpoint is not written yet (still theirs until it is).
+    @exclusivity(unchecked) private var retiredTails: [(number: Int, bytes: Int, users: [UInt32: Int])] = []
 
     /// `batch` mode's syncs, on a thread of their own.
     private let background = BackgroundSync()
@@ -351,6 +378,11 @@ public final class Journal: JournalWriting {
         if uid == payer { payerBytes += bytes } else { chargeTail(uid, bytes) }
     }
 
+    private func flushPayer() {
+        if payerBytes > 0 { tailUsers[payer, default: 0] += payerBytes }
+        payerBytes = 0
+    }
+
     private func chargeTail(_ uid: UInt32, _ bytes: Int) {
         if payerBytes > 0 { tailUsers[payer, default: 0] += payerBytes }
         payer = uid
@@ -366,6 +398,7 @@ public final class Journal: JournalWriting {
     public func diskUse(of uid: UInt32) -> Int {
         var n = (tailUsers[uid] ?? 0) + (uid == payer ? payerBytes : 0)
         for c in checkpointFiles { n += c.users[uid] ?? 0 }
+        for t in retiredTails { n += t.users[uid] ?? 0 }
         return n
     }
 
@@ -373,7 +406,8 @@ public final class Journal: JournalWriting {
     public func isOverDiskShare(_ uid: UInt32) -> Bool {
         // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
         // over it, and the dispatch path pays two additions.)
-        guard writer.written + writer.staged.count + checkpointFiles.reduce(0, { $0 + $1.bytes }) >= diskPerUser else { return false }
+        guard writer.written + writer.staged.count + checkpointFiles.reduce(0, { $0 + $1.bytes })
+                + retiredTails.reduce(0, { $0 + $1.bytes }) >= diskPerUser else { return false }
         return diskUse(of: uid) >= diskPerUser
     }
 
@@ -390,9 +424,9 @@ public final class Journal: JournalWriting {
 
     /// Deletes the oldest segment behind the newest checkpoint (whatever the retention window: space is short);
     /// false when there is none.
-    private func reclaimOldest(_ why: String) -> Bool {
+    private func reclaimOldest(_ why: String, now: Bool = true) -> Bool {
         guard let first = segmentInfos.first, first.number <= coveredThrough, first.number < segmentNumber else { return false }
-        unlink(options.directory + "/" + Self.segmentName(first.number))
+        deleteSegmentFile(first.number, now: now)
         segmentInfos.removeFirst()
         segmentsDeleted += 1
         segmentsReclaimed += 1
@@ -424,6 +458,7 @@ public final class Journal: JournalWriting {
     /// Call before writing the frames of this loop iteration; frames may be written only after `.written`.
     public func commit(now: UInt64) -> CommitResult {
         if case .failed = refusal { return .failed }
+        if checkpointsInFlight > 0 { takeFinished() }
         if writer.stagedCount > 0 {
             let bytes = writer.staged.count
             do throws(StorageError) {
@@ -522,6 +557,7 @@ public final class Journal: JournalWriting {
     /// Returns false if the sync failed (fluxd stops accepting).
     @discardableResult
     public func syncIfDue(now: UInt64) -> Bool {
+        if checkpointsInFlight > 0 { takeFinished() }
         if let failure = background.takeFailure() {
             refusal = .failed("the journal could not be synced (\(failure)); fluxd accepts nothing more and must be restarted")
             return false
@@ -545,6 +581,14 @@ public final class Journal: JournalWriting {
     @discardableResult
     public func sync(now: UInt64) -> Bool {
         if case .failed = refusal { return false }
+        if rolledInBackground {
+            rolledInBackground = false
+            background.wait()
+            if let failure = background.takeFailure() {
+                refusal = .failed("the journal could not be synced (\(failure)); fluxd accepts nothing more and must be restarted")
+                return false
+            }
+        }
         guard hasUnsynced else { lastSync = now; return true }
         let started = syncObserver != nil ? monotonicNanoseconds() : 0
         do {
@@ -561,12 +605,31 @@ public final class Journal: JournalWriting {
 
     /// Starts a new segment after syncing the full one.
     private func rollOver(now: UInt64) {
-        guard sync(now: now) else { return }
+        // The closed segment is made durable before anything of the next one is (on the sync thread, in order,
+        // when the slow work goes there).
+        let fd = inBackground ? writer.file.duplicateDescriptor() : nil
+        if fd == nil { guard sync(now: now) else { return } }
         do {
-            let next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
-            try Self.syncDirectory(options.directory)
+            let next: SegmentWriter
+            do {
+                next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
+            } catch {
+                if let fd { Glibc.close(fd) }
+                throw error
+            }
             try? writer.file.truncate(to: writer.written)  // a closed segment keeps no zeros past its records
+            if let fd {
+                if writer.synced < writer.written { background.sync(fd, path: writer.file.path, observer: syncObserver) } else { Glibc.close(fd) }
+                rolledInBackground = true
+                let dir = options.directory
+                background.run { try? Self.syncDirectory(dir) }
+            } else {
+                try Self.syncDirectory(options.directory)
+            }
             writer.file.close()
+            flushPayer()
+            retiredTails.append((segmentNumber, writer.written, tailUsers))
+            tailUsers.removeAll(keepingCapacity: true)
             if let i = segmentInfos.lastIndex(where: { $0.number == segmentNumber }) { segmentInfos[i].bytes = writer.written }
             writer = next
             segmentNumber += 1
@@ -583,13 +646,45 @@ public final class Journal: JournalWriting {
 
     /// Writes the checkpoint of everything through segment `n` (the state right now: nothing is staged), then
     /// deletes what it makes unneeded: older checkpoints but the previous one, and segments it covers whose
-    /// actions are all beyond the retention window.
+    /// actions are all beyond the retention window. With `Options.backgroundCheckpoints` the content is taken
+    /// here and the rest happens on the sync thread; `settleBackground` (or the next commit or timer) sees it done.
     public func checkpoint(through n: Int, now: UInt64) {
-        guard let checkpointSource else { return }
+        let summaries: [JournalRecord] = segmentInfos.filter { $0.number <= n }.map { info in
+            .segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
+                            lastTime: info.lastTime, actions: info.actions)
+        }
+        let dir = options.directory
+        if let checkpointCapture {
+            let content = checkpointCapture()
+            if inBackground {
+                checkpointsInFlight += 1
+                let finished = self.finished
+                background.run {
+                    finished.add(Self.writeCheckpoint(n, dir: dir, summaries: summaries) { content.emit($0) })
+                }
+                return
+            }
+            finish(Self.writeCheckpoint(n, dir: dir, summaries: summaries) { content.emit($0) })
+        } else if let checkpointSource {
+            finish(Self.writeCheckpoint(n, dir: dir, summaries: summaries, checkpointSource))
+        }
+    }
+
+    /// A checkpoint written (or why not).
+    struct WrittenCheckpoint: Sendable {
+        var number: Int
+        var bytes = 0
+        var users: [UInt32: Int] = [:]
+        var problem: String?
+    }
+
+    /// Encodes and writes checkpoint `n` atomically, then deletes older ones but the previous one (any thread).
+    static func writeCheckpoint(_ n: Int, dir: String, summaries: [JournalRecord],
+                                _ records: (((JournalRecord, UInt32) -> Void) -> Void)) -> WrittenCheckpoint {
         var file = SegmentHeader.bytes()
         var body: [UInt8] = []
         var oversized: Int?
-        var users: [UInt32: Int] = [:]
+        var result = WrittenCheckpoint(number: n)
         func add(_ record: JournalRecord, _ uid: UInt32) {
             body.removeAll(keepingCapacity: true)
             RecordEncoder.record(record, into: &body)
@@ -597,35 +692,59 @@ public final class Journal: JournalWriting {
             // crashing a stop: the checkpoint is not written, the segments stay and replay.)
             guard body.count <= maxRecordBytes else { oversized = body.count; return }
             appendRecord(body, to: &file)
-            users[uid, default: 0] += body.count + recordHeaderSize
+            result.users[uid, default: 0] += body.count + recordHeaderSize
         }
-        checkpointSource { add($0, $1) }
-        for info in segmentInfos where info.number <= n {
-            add(.segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
-                                lastTime: info.lastTime, actions: info.actions), .max)
-        }
+        records { add($0, $1) }
+        for summary in summaries { add(summary, .max) }
         if let oversized {
-            openingNotes.append("no checkpoint written: a record of \(oversized) bytes is over the \(maxRecordBytes) a record may hold")
-            return
+            result.problem = "no checkpoint written: a record of \(oversized) bytes is over the \(maxRecordBytes) a record may hold"
+            return result
         }
-        let dir = options.directory
-        lastCheckpointBytes = file.count
         do {
-            try Self.writeFileAtomically(dir + "/" + Self.checkpointName(n), file, dir: dir)
+            try writeFileAtomically(dir + "/" + checkpointName(n), file, dir: dir)
         } catch {
-            openingNotes.append("could not write a checkpoint: \(error)")
+            result.problem = "could not write a checkpoint: \(error)"
+            return result
+        }
+        result.bytes = file.count
+        for old in checkpoints(dir).dropLast(2) { unlink(old.path) }
+        return result
+    }
+
+    /// Takes in a written checkpoint (loop thread): its size and users, the closed segments' tails it covers, and
+    /// retention.
+    private func finish(_ written: WrittenCheckpoint) {
+        if let problem = written.problem {
+            openingNotes.append(problem)
             return
         }
+        let n = written.number
+        lastCheckpointBytes = written.bytes
         checkpoints += 1
-        for old in Self.checkpoints(dir).dropLast(2) { unlink(old.path) }
-        checkpointFiles.append((n, file.count, users))
+        checkpointFiles.append((n, written.bytes, written.users))
         if checkpointFiles.count > 2 { checkpointFiles.removeFirst(checkpointFiles.count - 2) }
-        // What the segments through n held is in the checkpoint now: the users' tail bytes start again.
-        if n >= segmentNumber - 1 {
+        // What the segments through n held is in the checkpoint now: their users' bytes are the checkpoint's.
+        retiredTails.removeAll { $0.number <= n }
+        if n >= segmentNumber {
             tailUsers.removeAll(keepingCapacity: true)
             payerBytes = 0
         }
         applyRetention(coveredThrough: n)
+    }
+
+    /// Takes in the checkpoints the sync thread finished (loop thread; cheap when none is in flight).
+    private func takeFinished() {
+        guard checkpointsInFlight > 0 else { return }
+        for written in finished.take() {
+            checkpointsInFlight -= 1
+            finish(written)
+        }
+    }
+
+    /// Waits for the sync thread's work and takes in what it finished (tests; a clean stop).
+    public func settleBackground() {
+        background.wait()
+        takeFinished()
     }
 
     /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
@@ -640,19 +759,27 @@ public final class Journal: JournalWriting {
             let beyondAge = first.lastTime < keepFromTime
             if !(beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1) {
                 guard retainedBytes > retainBytes else { break }
-                guard reclaimOldest("the journal holds more than --retain-bytes \(retainBytes)") else { break }
+                guard reclaimOldest("the journal holds more than --retain-bytes \(retainBytes)", now: false) else { break }
                 continue
             }
-            unlink(options.directory + "/" + Self.segmentName(first.number))
+            deleteSegmentFile(first.number)
             segmentInfos.removeFirst()
             segmentsDeleted += 1
         }
     }
 
+    /// Deletes a segment's file: on the sync thread when slow work goes there (after the checkpoint that covers
+    /// it, which is queued before), else here.
+    private func deleteSegmentFile(_ number: Int, now: Bool = false) {
+        let path = options.directory + "/" + Self.segmentName(number)
+        if inBackground && !now { background.run { unlink(path) } } else { unlink(path) }
+    }
+
     /// Syncs, writes a checkpoint of everything (so the next start reads just that), and closes: a clean stop.
     /// The data directory is unlocked when it returns (another journal may open it).
     public func close(now: UInt64) {
-        background.wait()
+        settleBackground()
+        closing = true  // (its checkpoint is written here, before the lock goes)
         defer { lock.release() }
         guard commit(now: now) == .written, sync(now: now) else {
             writer.file.close()

@@ -411,8 +411,25 @@ final class BackgroundSync: Sendable {
         }
     }
 
+    /// Runs `work` on the sync thread, after everything queued before it.
+    func run(_ work: @escaping @Sendable () -> Void) { queue.async(execute: work) }
+
     /// Waits until the sync under way (if any) is done.
     func wait() { queue.sync {} }
+}
+
+/// Checkpoints the sync thread wrote, waiting for the loop thread to take them in.
+final class FinishedCheckpoints: Sendable {
+    private let list = Mutex<[Journal.WrittenCheckpoint]>([])
+
+    func add(_ written: Journal.WrittenCheckpoint) { list.withLock { $0.append(written) } }
+
+    func take() -> [Journal.WrittenCheckpoint] {
+        list.withLock { l in
+            defer { l = [] }
+            return l
+        }
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (how long a sync took, for `Journal.syncObserver`; fluxd's metrics' clock).

@@ -206,34 +206,35 @@ extension Router {
     /// unsettled actions with the results they have; the outcomes kept for `recover`). Read in this order by
     /// `JournalState.apply`.
     public func checkpointRecords(_ emit: (JournalRecord, UInt32) -> Void) {
-        emit(.seqReserve(max(lastSeq, reservedSeq)), .max)
-        for name in stores.keys.sorted() {
-            let store = stores[name]!
-            guard store.wasRegistered || store.hasRetained else { continue }
-            let owner = store.payerUID
-            if store.wasRegistered { emit(.register(store: name, handles: store.handles, waitFor: store.waitFor), owner) }
-            if let snapshot = retainedSnapshot(store) {  // (a state kept as a tree is rendered: SPEC §16.5)
-                let state = withExtendedLifetime(snapshot) { ArraySlice(Array(snapshot.bytes[store.stateRange])) }
-                emit(.snapshot(store: name, version: store.version, seq: store.snapshotSeq, state: state), store.retainedBy?.uid ?? owner)
-            }
-            emit(.storePosition(store: name, version: store.version, seq: store.seq), owner)
-        }
-        for action in unsettledActions() {
-            emit(.action(ActionEntry(
-                seq: action.seq, time: 0, typeJSON: action.typeJSON, origin: action.origin,
-                cause: action.cause.map { UInt64($0) }, id: action.id, session: action.session,
-                uid: action.session == nil ? 0 : action.dispatcher.account.uid, payload: action.payload,
-                targets: action.targets.map(\.name))), action.dispatcher.account.uid)
-            for (i, store) in action.targets.enumerated() {
-                if let result = action.result(at: i) {
-                    emit(.result(seq: action.seq, store: store.name, outcome: result.journaled, version: action.version(at: i)), action.dispatcher.account.uid)
-                }
-            }
-        }
+        checkpointCapture().emit(emit)
+    }
+
+    /// What a checkpoint holds, taken on the loop thread at little cost (references to immutable frames, trees and
+    /// the outcome log's storage, and each unsettled action's results so far), to be encoded and written on
+    /// another thread (`CheckpointCapture.emit`): the loop does O(stores + unsettled actions) small copies, never
+    /// O(bytes) or a sort of the outcomes.
+    public func checkpointCapture() -> CheckpointCapture {
         expireOutcomes()
-        for (key, entry) in outcomes.all {
-            emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results), key.uid)
+        var c = CheckpointCapture(seqMark: max(lastSeq, reservedSeq), outcomes: outcomes)
+        c.stores.reserveCapacity(stores.count)
+        for (name, store) in stores {
+            guard store.wasRegistered || store.hasRetained else { continue }
+            var s = CheckpointCapture.Store(name: name, owner: store.payerUID, registered: store.wasRegistered,
+                                            handles: store.handles, waitFor: store.waitFor, version: store.version,
+                                            seq: store.seq, snapshotSeq: store.snapshotSeq)
+            if let snapshot = store.snapshot {
+                s.state = .frame(snapshot, store.stateRange)
+            } else if let tree = store.tree {
+                s.state = .tree(tree)  // (rendered off the loop: SPEC §16.5)
+            }
+            s.retainedBy = store.retainedBy?.uid ?? store.payerUID
+            c.stores.append(s)
         }
+        for store in stores.values {
+            for d in store.inflight { c.capture(d.action) }
+            for d in store.queue { c.capture(d.action) }
+        }
+        return c
     }
 
     // MARK: - Restoring (SPEC §15.1)
@@ -381,5 +382,89 @@ struct RecoverRequest {
             throw .badMessage("\"ids\" names \(ids.count) dispatches (at most \(Self.maxIDs) per recover)")
         }
         self.ids = ids
+    }
+}
+
+/// A checkpoint's content taken on the loop thread (`Router.checkpointCapture`), turned into records on any thread.
+/// Sendable: it holds immutable values (frames, trees, copied arrays and the outcome log's copy-on-write storage)
+/// and, of each unsettled action, only its `let` fields besides what was copied.
+public struct CheckpointCapture: CheckpointContent, @unchecked Sendable {
+    enum State {
+        case frame(Frame, Range<Int>)
+        case tree(JSONTree)
+    }
+
+    struct Store {
+        var name: String
+        var owner: UInt32
+        var registered: Bool
+        var handles: [String]
+        var waitFor: [String]
+        var version: UInt64
+        var seq: UInt64
+        var snapshotSeq: UInt64
+        var state: State?
+        var retainedBy: UInt32 = .max
+    }
+
+    struct Pending {
+        let action: ActionRecord  // (only its `let` fields are read off the loop)
+        let uid: UInt32
+        let session: ArraySlice<UInt8>?
+        let results: [(index: Int, outcome: ResultOutcome, version: UInt64)]
+    }
+
+    let seqMark: UInt64
+    let outcomes: OutcomeLog
+    var stores: [Store] = []
+    var pending: [Pending] = []
+    private var seen: Set<UInt64> = []
+
+    init(seqMark: UInt64, outcomes: OutcomeLog) {
+        self.seqMark = seqMark
+        self.outcomes = outcomes
+    }
+
+    /// An unsettled action (once, though several stores queue it).
+    mutating func capture(_ action: ActionRecord) {
+        guard seen.insert(action.seq).inserted else { return }
+        var results: [(index: Int, outcome: ResultOutcome, version: UInt64)] = []
+        for i in action.targets.indices {
+            if let r = action.result(at: i) { results.append((i, r.journaled, action.version(at: i))) }
+        }
+        pending.append(Pending(action: action, uid: action.dispatcher.account.uid, session: action.session,
+                               results: results))
+    }
+
+    /// The checkpoint's records, each with the user it is charged to, in the order `JournalState.apply` reads them.
+    public func emit(_ emit: (JournalRecord, UInt32) -> Void) {
+        emit(.seqReserve(seqMark), .max)
+        for s in stores.sorted(by: { $0.name < $1.name }) {
+            if s.registered { emit(.register(store: s.name, handles: s.handles, waitFor: s.waitFor), s.owner) }
+            switch s.state {
+            case .frame(let frame, let range)?:
+                let state = withExtendedLifetime(frame) { ArraySlice(Array(frame.bytes[range])) }
+                emit(.snapshot(store: s.name, version: s.version, seq: s.snapshotSeq, state: state), s.retainedBy)
+            case .tree(let tree)?:
+                emit(.snapshot(store: s.name, version: s.version, seq: s.snapshotSeq, state: tree.compactBytes[...]), s.retainedBy)
+            case nil:
+                break
+            }
+            emit(.storePosition(store: s.name, version: s.version, seq: s.seq), s.owner)
+        }
+        for p in pending.sorted(by: { $0.action.seq < $1.action.seq }) {
+            let action = p.action
+            emit(.action(ActionEntry(
+                seq: action.seq, time: 0, typeJSON: action.typeJSON, origin: action.origin,
+                cause: action.cause.map { UInt64($0) }, id: action.id, session: p.session,
+                uid: p.session == nil ? 0 : p.uid, payload: action.payload,
+                targets: action.targets.map(\.name))), p.uid)
+            for r in p.results {
+                emit(.result(seq: action.seq, store: action.targets[r.index].name, outcome: r.outcome, version: r.version), p.uid)
+            }
+        }
+        for (key, entry) in outcomes.all {
+            emit(.outcome(uid: key.uid, session: key.session, id: key.id, seq: entry.seq, results: entry.results), key.uid)
+        }
     }
 }

@@ -381,6 +381,7 @@ struct Fluxd: ParsableCommand {
             options.retainActions = retainActions
             options.retainAge = retainHours * 3600 * 1000
             options.retainBytes = max(0, retainBytes)
+            options.backgroundCheckpoints = true  // rollovers and checkpoints off the loop (docs/journal.md)
             options.diskPerUser = max(0, diskPerUser)
             options.outcomes = OutcomeLog(capacity: config.router.maxOutcomes, window: config.router.outcomeWindow)
             do {

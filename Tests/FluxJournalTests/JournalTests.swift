@@ -125,6 +125,53 @@ struct JournalTests {
         #expect(repaired.recovered.actionCount == 0)
     }
 
+    /// A checkpoint's content for the background path: one snapshot record charged to uid 7.
+    struct OneSnapshot: CheckpointContent {
+        func emit(_ emit: (JournalRecord, UInt32) -> Void) {
+            emit(.snapshot(store: "big", version: 1, seq: 0, state: ArraySlice("[1]".utf8)), 7)
+        }
+    }
+
+    @Test("background checkpoints: the closed segment's sync, the checkpoint and retention happen on the sync thread; a user's bytes stay charged until its checkpoint is written; a restart reads the checkpoint")
+    func backgroundCheckpoints() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 8192
+        options.checkpointMinBytes = 4096
+        options.retainActions = 20
+        options.backgroundCheckpoints = true
+        do {
+            let journal = try Journal(options: options)
+            journal.checkpointCapture = { OneSnapshot() }
+            let payload = ArraySlice(("\"" + String(repeating: "x", count: 1000) + "\"").utf8)
+            for seq in 1...5 {
+                journal.action(seq: UInt64(seq), typeJSON: ArraySlice(#""t""#.utf8), origin: 1, cause: nil, id: nil,
+                               session: nil, uid: 1000, payload: payload, targets: ["s"])
+            }
+            #expect(journal.commit(now: 0) == .written)  // rolls over: the checkpoint is queued
+            #expect(journal.diskUse(of: 1000) > 5000, "charged until its checkpoint is written")
+            journal.settleBackground()
+            #expect(journal.checkpoints == 1)
+            #expect(journal.diskUse(of: 1000) == 0 && journal.diskUse(of: 7) > 0)
+            for seq in 6...200 {
+                journal.action(seq: UInt64(seq), typeJSON: ArraySlice(#""t""#.utf8), origin: 1, cause: nil, id: nil,
+                               session: nil, uid: 1000, payload: payload, targets: ["s"])
+                _ = journal.commit(now: 0)
+            }
+            journal.settleBackground()
+            #expect(journal.checkpoints > 10)
+            #expect(journal.segmentsDeleted > 0)
+            journal.settleBackground()  // (the deletions were queued after the checkpoints)
+            #expect(Journal.segments(dir.path).count == journal.segmentInfos.count)
+            #expect(Journal.checkpoints(dir.path).count == 2)
+            journal.close(now: 0)
+        }
+        let reopened = try Journal(options: options)
+        #expect(reopened.recovered.stores["big"]?.snapshot?.version == 1)
+        #expect(reopened.history(from: nil, limit: 1000).entries.last?.action.seq == 200, "the history reads to the end")
+    }
+
     @Test("disk shares: each record is charged to its user until a checkpoint holds it; --retain-bytes deletes covered history oldest first whatever the count and age")
     func diskSharesAndRetainBytes() throws {
         let dir = Dir()

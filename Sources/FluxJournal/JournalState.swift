@@ -97,11 +97,57 @@ public struct OutcomeLog: Sendable {
     /// The most outcomes one user holds.
     public let capacity: Int
     public let window: UInt64
-    private var entries: [SessionKey: Entry] = [:]
+    private var entries = ShardedDictionary<SessionKey, Entry>()
     /// Each user's outcomes in the order they were kept (a key kept again appears twice: only its latest counts).
-    private var orders: [UInt32: Deque<(key: SessionKey, at: UInt64, seq: UInt64)>] = [:]
+    private var orders: [UInt32: Order] = [:]
     /// Each user's live outcomes.
     private var counts: [UInt32: Int] = [:]
+
+    /// One kept outcome, in its user's order.
+    struct Item: Sendable {
+        let key: SessionKey
+        let at: UInt64
+        let entry: Entry
+    }
+
+    /// A user's outcomes in order, in chunks of at most `chunkSize` that are never changed once full: a copy of the
+    /// log (a checkpoint's, `snapshot`) shares them, and the log's next change copies at most one chunk.
+    struct Order: Sendable {
+        var chunks: [[Item]] = []
+        /// Where the first chunk's live items start.
+        var head = 0
+
+        var first: Item? { chunks.first.map { $0[head] } }
+        var isEmpty: Bool { chunks.isEmpty }
+
+        mutating func append(_ item: Item) {
+            if chunks.isEmpty || chunks[chunks.count - 1].count >= OutcomeLog.chunkSize {
+                var chunk: [Item] = []
+                chunk.reserveCapacity(OutcomeLog.chunkSize)
+                chunks.append(chunk)
+            }
+            chunks[chunks.count - 1].append(item)
+        }
+
+        mutating func removeFirst() -> Item? {
+            guard let item = first else { return nil }
+            head += 1
+            if head == chunks[0].count {
+                chunks.removeFirst()
+                head = 0
+            }
+            return item
+        }
+
+        /// The items from the oldest.
+        func forEach(_ body: (Item) -> Void) {
+            for (i, chunk) in chunks.enumerated() {
+                for item in chunk[(i == 0 ? head : 0)...] { body(item) }
+            }
+        }
+    }
+
+    static let chunkSize = 1024
 
     public init(capacity: Int = 100_000, window: UInt64 = 600_000) {
         self.capacity = capacity
@@ -124,7 +170,7 @@ public struct OutcomeLog: Sendable {
         } else {
             counts[key.uid, default: 0] += 1
         }
-        orders[key.uid, default: []].append((key, at, seq))
+        orders[key.uid, default: Order()].append(Item(key: key, at: at, entry: entry))
         while count(of: key.uid) > capacity { if let d = dropOldest(of: key.uid) { dropped.append(d) } }
         return dropped
     }
@@ -148,7 +194,7 @@ public struct OutcomeLog: Sendable {
     private mutating func dropOldest(of uid: UInt32) -> Dropped? {
         guard let first = orders[uid]?.removeFirst() else { return nil }
         // The same key may have been kept again later: only its latest entry counts.
-        guard let e = entries[first.key], e.seq == first.seq else { return nil }
+        guard let e = entries[first.key], e.seq == first.entry.seq else { return nil }
         entries.removeValue(forKey: first.key)
         counts[uid, default: 1] -= 1
         if counts[uid] == 0 { counts.removeValue(forKey: uid) }
@@ -157,8 +203,34 @@ public struct OutcomeLog: Sendable {
 
     /// Every outcome, each user's oldest first (for a checkpoint).
     public var all: [(key: SessionKey, entry: Entry)] {
-        orders.keys.sorted().flatMap { uid in
-            orders[uid]!.compactMap { o in entries[o.key].flatMap { $0.seq == o.seq ? (o.key, $0) : nil } }
+        var out: [(key: SessionKey, entry: Entry)] = []
+        for uid in orders.keys.sorted() {
+            orders[uid]!.forEach { item in
+                if let e = entries[item.key], e.seq == item.entry.seq { out.append((item.key, e)) }
+            }
+        }
+        return out
+    }
+
+    /// The outcomes as they are now, for a checkpoint written on another thread: taking it costs a copy of one
+    /// chunk reference per 1,024 outcomes, and the log's next change copies at most one chunk per user.
+    public var snapshot: Snapshot { Snapshot(orders: orders) }
+
+    /// Outcomes taken by `snapshot`.
+    public struct Snapshot: Sendable {
+        let orders: [UInt32: Order]
+
+        /// Every outcome, each user's oldest first (a key kept twice: its latest).
+        public var all: [(key: SessionKey, entry: Entry)] {
+            var out: [(key: SessionKey, entry: Entry)] = []
+            for uid in orders.keys.sorted() {
+                var latest: [SessionKey: UInt64] = [:]
+                orders[uid]!.forEach { latest[$0.key] = $0.entry.seq }
+                orders[uid]!.forEach { item in
+                    if latest[item.key] == item.entry.seq { out.append((item.key, item.entry)) }
+                }
+            }
+            return out
         }
     }
 }
@@ -284,3 +356,47 @@ public struct JournalState: Sendable {
         }
     }
 }
+
+/// A dictionary in 64 shards by hash: it grows one shard at a time, so no insert rehashes more than about 1/64 of
+/// it (a 100,000-entry `Dictionary` doubling held fluxd's loop for 13-20 ms). For the maps a peer can fill on the
+/// loop (kept outcomes, unsettled session dispatches).
+public struct ShardedDictionary<Key: Hashable, Value> {
+    private var shards = [[Key: Value]](repeating: [:], count: 64)
+    public private(set) var count = 0
+
+    public init() {}
+
+    @inline(__always)
+    private static func shard(_ key: Key) -> Int { key.hashValue & 63 }
+
+    public subscript(key: Key) -> Value? {
+        get { shards[Self.shard(key)][key] }
+        set {
+            let i = Self.shard(key)
+            if let newValue {
+                if shards[i].updateValue(newValue, forKey: key) == nil { count += 1 }
+            } else if shards[i].removeValue(forKey: key) != nil {
+                count -= 1
+            }
+        }
+    }
+
+    /// Sets `value` for `key`; returns the value it replaced.
+    @discardableResult
+    public mutating func updateValue(_ value: Value, forKey key: Key) -> Value? {
+        let old = shards[Self.shard(key)].updateValue(value, forKey: key)
+        if old == nil { count += 1 }
+        return old
+    }
+
+    @discardableResult
+    public mutating func removeValue(forKey key: Key) -> Value? {
+        let old = shards[Self.shard(key)].removeValue(forKey: key)
+        if old != nil { count -= 1 }
+        return old
+    }
+
+    public var isEmpty: Bool { count == 0 }
+}
+
+extension ShardedDictionary: Sendable where Key: Sendable, Value: Sendable {}

@@ -215,7 +215,7 @@ extension Router {
     /// O(bytes) or a sort of the outcomes.
     public func checkpointCapture() -> CheckpointCapture {
         expireOutcomes()
-        var c = CheckpointCapture(seqMark: max(lastSeq, reservedSeq), outcomes: outcomes)
+        var c = CheckpointCapture(seqMark: max(lastSeq, reservedSeq), outcomes: outcomes.snapshot)
         c.stores.reserveCapacity(stores.count)
         for (name, store) in stores {
             guard store.wasRegistered || store.hasRetained else { continue }
@@ -415,12 +415,12 @@ public struct CheckpointCapture: CheckpointContent, @unchecked Sendable {
     }
 
     let seqMark: UInt64
-    let outcomes: OutcomeLog
+    let outcomes: OutcomeLog.Snapshot
     var stores: [Store] = []
     var pending: [Pending] = []
     private var seen: Set<UInt64> = []
 
-    init(seqMark: UInt64, outcomes: OutcomeLog) {
+    init(seqMark: UInt64, outcomes: OutcomeLog.Snapshot) {
         self.seqMark = seqMark
         self.outcomes = outcomes
     }

@@ -58,7 +58,7 @@ public final class Router {
     @exclusivity(unchecked) var outcomes: OutcomeLog
     /// Unsettled dispatches made under a session with `settle`, by (uid, session, id): `recover` looks its ids up
     /// here (SPEC §15.4), and each user's count of them, which with its kept outcomes makes its outcome quota.
-    @exclusivity(unchecked) var pendingSessions: [SessionKey: ActionRecord] = [:]
+    @exclusivity(unchecked) var pendingSessions = ShardedDictionary<SessionKey, ActionRecord>()
     @exclusivity(unchecked) var pendingSessionCounts: [UInt32: Int] = [:]
     /// The accounts kept outcomes are charged to, per user.
     @exclusivity(unchecked) var outcomeAccounts: [UInt32: MemoryBudget.Account] = [:]

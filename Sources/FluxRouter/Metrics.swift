@@ -45,6 +45,9 @@ public struct StoreStats: Sendable, Equatable {
     /// Distinct rejection codes counted on their own; more are counted as `other` (a store's codes are its own: it
     /// must not be able to grow fluxd's metrics without bound).
     public static let maxRejectionCodes = 64
+    /// The most a store's series can take (every code at its longest, and the latency histogram): charged to the
+    /// user that registers the store when metrics are on (`Router.register`), so series memory is its user's.
+    public static let worstCaseBytes = maxRejectionCodes * (256 + 64) + MemoryLayout<LatencyHistogram>.size + 2048
 
     public init() {}
 

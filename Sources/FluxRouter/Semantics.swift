@@ -32,6 +32,7 @@ extension Router {
         // A registered name is remembered for the whole run: it stays charged to the last connection that
         // registered it (and so to its user), which bounds how many names one user can make fluxd keep.
         let registrationCost = 256 + name.utf8.count + handles.reduce(0) { $0 + $1.utf8.count + 16 }
+            + (config.metricsClock != nil ? StoreStats.worstCaseBytes : 0)  // (its metrics series, at their most)
             + waitFor.reduce(0) { $0 + $1.utf8.count + 16 }
         // The initial state (used when no snapshot is retained) must fit too, checked before anything is announced:
         // its room is charged with the registration and handed back for `publish` to take below.

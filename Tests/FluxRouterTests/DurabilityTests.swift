@@ -364,4 +364,31 @@ extension DurabilityTests {
         #expect(bus.take(3).isEmpty)
     }
 
+
+    @Test("with metrics on, a store's registration is charged its series at their most (64 codes) to the registering user, and refused memory-budget past its share")
+    func seriesChargedToTheStoresUser() {
+        func registrationCharge(metrics: Bool) -> Int {
+            let bus = TestBus { if metrics { $0.metricsClock = { 0 } } }
+            bus.join(1, role: "store")
+            let before = bus.router.memory.byUser.values.reduce(0, +)
+            for i in 0..<20 { bus.send(1, #"{"op":"register","store":"s\#(i)","handles":["s\#(i)/*"]}"#) }
+            _ = bus.take(1)
+            return bus.router.memory.byUser.values.reduce(0, +) - before
+        }
+        let with = registrationCharge(metrics: true), without = registrationCharge(metrics: false)
+        #expect(with - without >= 20 * StoreStats.maxRejectionCodes * 256, "\(with) vs \(without)")
+        // A user whose share holds fewer stores' series is refused the next registration.
+        let bus = TestBus {
+            $0.metricsClock = { 0 }
+            $0.memory.perUser = 200_000
+        }
+        bus.join(1, role: "store")
+        var refused = 0
+        for i in 0..<20 {
+            bus.send(1, #"{"op":"register","store":"t\#(i)","handles":[]}"#)
+            if bus.take(1).contains(where: { $0.str("code") == "memory-budget" }) { refused += 1 }
+        }
+        #expect(refused > 0 && refused < 20)
+    }
+
 }

@@ -256,9 +256,19 @@ public final class Journal: JournalWriting {
     @exclusivity(unchecked) private var payerBytes = 0
     /// The checkpoints kept (at most the newest two), oldest first: number, size, bytes per user (unknown for
     /// one written by an earlier run: charged to nobody).
-    @exclusivity(unchecked) private var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = []
+    @exclusivity(unchecked) private var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
+        didSet { updateHeldElsewhere() }
+    }
     /// The users' bytes of closed segments whose checkpoint is not written yet (still theirs until it is).
-    @exclusivity(unchecked) private var retiredTails: [(number: Int, bytes: Int, users: [UInt32: Int])] = []
+    @exclusivity(unchecked) private var retiredTails: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
+        didSet { updateHeldElsewhere() }
+    }
+    /// The bytes of `checkpointFiles` and `retiredTails` (kept, for the dispatch path's `isOverDiskShare`).
+    @exclusivity(unchecked) private var heldElsewhere = 0
+
+    private func updateHeldElsewhere() {
+        heldElsewhere = checkpointFiles.reduce(0) { $0 + $1.bytes } + retiredTails.reduce(0) { $0 + $1.bytes }
+    }
 
     /// `batch` mode's syncs, on a thread of their own.
     private let background = BackgroundSync()
@@ -318,6 +328,7 @@ public final class Journal: JournalWriting {
                 segmentInfos[i].bytes = Self.fileSize(dir + "/" + Self.segmentName(segmentInfos[i].number))
             }
             checkpointFiles = Self.checkpoints(dir).suffix(2).map { ($0.number, Self.fileSize($0.path), [:]) }
+            updateHeldElsewhere()  // (observers do not run in init)
             reserveSpace()  // at start too: a full disk is refused from the start (after reclaiming history)
         }
     }
@@ -406,8 +417,7 @@ public final class Journal: JournalWriting {
     public func isOverDiskShare(_ uid: UInt32) -> Bool {
         // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
         // over it, and the dispatch path pays two additions.)
-        guard writer.written + writer.staged.count + checkpointFiles.reduce(0, { $0 + $1.bytes })
-                + retiredTails.reduce(0, { $0 + $1.bytes }) >= diskPerUser else { return false }
+        guard writer.written &+ writer.staged.count &+ heldElsewhere >= diskPerUser else { return false }
         return diskUse(of: uid) >= diskPerUser
     }
 

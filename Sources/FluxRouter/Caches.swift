@@ -8,6 +8,9 @@ import FluxCore
 /// consecutive actions mostly have the same type written the same way, which then costs no decoding or hashing.
 struct RouteTable {
     private var routes: [String: [StoreEntry]] = [:]
+    /// Every registered store's patterns, indexed: a type not cached costs lookups in proportion to its length,
+    /// not a match against every pattern on the bus.
+    private var index = PatternIndex()
     /// The route looked up last, with its type's JSON token (empty: none).
     private var lastType = ""
     private(set) var lastTypeJSON: [UInt8] = []
@@ -32,11 +35,7 @@ struct RouteTable {
         if let cached = routes[type] {
             targets = cached
         } else {
-            var found: [StoreEntry] = []
-            for store in stores.values where store.wasRegistered {
-                if store.handles.contains(where: { Names.matches(pattern: $0, type: type) }) { found.append(store) }
-            }
-            found.sort { $0.name < $1.name }
+            let found = index.matching(type)
             if routes.count >= RouteTable.limit { routes.removeAll(keepingCapacity: true) }
             routes[type] = found
             targets = found
@@ -45,6 +44,13 @@ struct RouteTable {
         lastTypeJSON = Array(typeJSON)
         lastTargets = targets
         return targets
+    }
+
+    /// A registered store's patterns changed from `old` to `new` (`old` empty for a first registration).
+    mutating func reindex(_ store: StoreEntry, old: [String], new: [String]) {
+        guard old != new else { return }
+        index.remove(store, old)
+        index.add(store, new)
     }
 
     /// A registration changed: every route may have.
@@ -87,4 +93,63 @@ struct PeerTable {
     var values: Dictionary<PeerID, Peer>.Values { byID.values }
     /// Peer ids in connection order.
     var sortedIDs: [PeerID] { byID.keys.sorted() }
+}
+
+/// The patterns of registered stores (SPEC §5: an exact type, or a prefix ending in `*`), for the stores that
+/// handle a type: exact ones by the type, prefix ones by the type's prefixes of the lengths some pattern has (at
+/// most 256 look-ups, each of at most 256 bytes), so the work is bounded by the type, not by the bus.
+struct PatternIndex {
+    private var exact: [String: [StoreEntry]] = [:]
+    private var prefixes: [[UInt8]: [StoreEntry]] = [:]
+    /// How many prefixes of each length (in bytes) are indexed.
+    private var lengths: [Int: Int] = [:]
+    /// The lengths in use, sorted (rebuilt when one appears or goes).
+    private var sortedLengths: [Int] = []
+
+    mutating func add(_ store: StoreEntry, _ patterns: [String]) {
+        for pattern in patterns {
+            if pattern.utf8.last == UInt8(ascii: "*") {
+                let prefix = Array(pattern.utf8.dropLast())
+                prefixes[prefix, default: []].append(store)
+                lengths[prefix.count, default: 0] += 1
+                if lengths[prefix.count] == 1 { sortedLengths = lengths.keys.sorted() }
+            } else {
+                exact[pattern, default: []].append(store)
+            }
+        }
+    }
+
+    mutating func remove(_ store: StoreEntry, _ patterns: [String]) {
+        for pattern in patterns {
+            if pattern.utf8.last == UInt8(ascii: "*") {
+                let prefix = Array(pattern.utf8.dropLast())
+                guard var list = prefixes[prefix], let i = list.firstIndex(where: { $0 === store }) else { continue }
+                list.remove(at: i)
+                prefixes[prefix] = list.isEmpty ? nil : list
+                let n = (lengths[prefix.count] ?? 1) - 1
+                lengths[prefix.count] = n > 0 ? n : nil
+                if n == 0 { sortedLengths = lengths.keys.sorted() }
+            } else {
+                guard var list = exact[pattern], let i = list.firstIndex(where: { $0 === store }) else { continue }
+                list.remove(at: i)
+                exact[pattern] = list.isEmpty ? nil : list
+            }
+        }
+    }
+
+    /// The stores with a pattern `type` matches, each once, sorted by name.
+    func matching(_ type: String) -> [StoreEntry] {
+        var found = exact[type] ?? []
+        let bytes = Array(type.utf8)
+        for n in sortedLengths {
+            guard n <= bytes.count else { break }
+            if let stores = prefixes[Array(bytes[..<n])] { found += stores }
+        }
+        if found.count > 1 {
+            var seen = Set<ObjectIdentifier>()
+            found = found.filter { seen.insert(ObjectIdentifier($0)).inserted }
+            found.sort { $0.name < $1.name }
+        }
+        return found
+    }
 }

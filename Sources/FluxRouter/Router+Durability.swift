@@ -280,6 +280,7 @@ extension Router {
         for name in state.stores.keys.sorted() {
             let s = state.stores[name]!
             let store = entry(name)
+            if s.registered { routes.reindex(store, old: [], new: s.handles) }
             store.handles = s.handles
             store.waitFor = s.waitFor
             store.wasRegistered = s.registered

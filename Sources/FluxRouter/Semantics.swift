@@ -65,6 +65,7 @@ extension Router {
         if !store.wasRegistered || store.handles != handles || store.waitFor != waitFor {
             journal?.register(store: name, handles: handles, waitFor: waitFor, uid: peer.account.uid)
         }
+        routes.reindex(store, old: store.wasRegistered ? store.handles : [], new: handles)
         store.handles = handles
         store.waitFor = waitFor
         store.wasRegistered = true

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Regenerates Benchmarks/ATTACKS.md: every attack of issue 13 (docs/limits.md) and of issue 24 (patches, path
-# subscriptions, restarts, large stores: 6a-11) against a release fluxd, each with a well-behaved client doing 100
-# settled round trips per second beside it (~15 minutes on 2 cores; less once fluxd no longer freezes).
+# Regenerates Benchmarks/ATTACKS.md: every attack of issue 13 (docs/limits.md), of issue 24 (patches, path
+# subscriptions, restarts, large stores: 6a-11) and of issue 25 (what all peers share: metrics 12a-12b, journal reads
+# and reloads 13a-13b, the outcome window 14a-14b, the journal's disk 15) against a release fluxd, each with a
+# well-behaved client doing 100 settled round trips per second beside it (~12 minutes on 2 cores).
 #
 #   scripts/attack-bench.sh                 full run
 #   scripts/attack-bench.sh --scale 0.2     smaller attacks (every count x0.2)
 #   scripts/attack-bench.sh --only 1,4a     some attacks only (0 1 1b 2a 2b 3 4a 4b 4c 5a 5b 6a 6b 6c 7a 7b 8a 8b
-#                                           9 10 11; 6, 7 and 8 name their group)
+#                                           9 10 11 12a 12b 13a 13b 14a 14b 15; 6-8 and 12-14 name their group)
 #   scripts/attack-bench.sh --only 6,7,8,9,10,11 --out Benchmarks/ATTACKS-issue24.md   issue 24's attacks alone
 #   FLUXD_BIN=/path/to/bin scripts/attack-bench.sh   use fluxd, flux-bench-store and todo-store from that folder
 #
+# Attack 15 puts fluxd's data folder on a 256 MiB ext4 file system of its own (a loop device: mkfs.ext4 and mount,
+# unmounted at its end), so it needs root.
 # Run as root, the attacks of issue 24 connect as other uids (4242, 4343, 4444) than the well-behaved client; as
 # another user they all share its uid. They stop waiting for a fluxd that does not answer after --freeze-timeout
 # (20 s), stop repeating patches after --attack-cap (150 s), give a restarted fluxd --restart-timeout (30 s), and

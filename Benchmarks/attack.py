@@ -2534,6 +2534,7 @@ class Bench:
         stop.set()
         t.join(3)
         d["flood_seconds"] = round(now() - t0, 1)
+        d["disk_after_flood"] = bus.info().get("disk")
         d["attacker_answers"] = counts
         d["attacker_store"] = store_counts
         d["disk_used_max_mib"] = round(used_max / 1048576, 1)

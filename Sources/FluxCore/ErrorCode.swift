@@ -74,8 +74,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// `recover`, so it is refused and not sent. Another user's dispatches are unaffected. Survives.
     case outcomeQuota = "outcome-quota"
     /// Since fluxd 0.4.0 (SPEC §15.2): the peer's user holds its share of the journal's disk (`--disk-per-user`):
-    /// its new work is refused (a `dispatch` or a new registration survives; a store's state or patch closes the
-    /// store's connection, its action redelivered later) while other users' work goes on.
+    /// its new work is refused (a `dispatch` or a new registration survives; a store's `state` or `patch` outside
+    /// an action closes the store's connection) while other users' work goes on. Answers to accepted actions are
+    /// journaled (they finish work accepted within the share).
     case diskQuota = "disk-quota"
 
     /// Whether fluxd closes the connection after sending this error.

@@ -39,8 +39,8 @@ extension Router {
         fail(peer, .diskQuota, "uid \(uid) holds \(journal!.diskUse(of: uid)) bytes of fluxd's journal, its share (--disk-per-user \(journal!.diskPerUser)); \(what). Its share frees as the journal is checkpointed", &out)
     }
 
-    /// A store whose owner is over its disk share answered with a state: closed with `disk-quota`, its action
-    /// unanswered (redelivered once it registered again).
+    /// A store whose owner is over its disk share sent a state outside an action (new work): closed with
+    /// `disk-quota`.
     func failStoreOverDiskShare(_ peer: Peer, _ store: StoreEntry, _ out: inout Output) {
         let uid = peer.account.uid
         out.log(.warning, "store \"\(store.name)\": uid \(uid) holds its share of the journal's disk; closing its connection")

@@ -110,6 +110,24 @@ extension Router {
         b.raw("counters", countersJSON)
         b.raw("memory", memoryJSON)
         b.raw("load", loadJSON)
+        if journaling, let journal {
+            // The journal's disk shares (SPEC §15.2): the share and what each user with memory accounted holds.
+            var d = JSONBuilder(capacity: 64 + 40 * memory.byUser.count)
+            d.object { o in
+                o.field("perUser", journal.diskPerUser)
+                o.array("users") { list in
+                    for uid in memory.byUser.keys.sorted() where uid != UInt32.max {
+                        let bytes = journal.diskUse(of: uid)
+                        guard bytes > 0 else { continue }
+                        list.object { u in
+                            u.field("uid", uid)
+                            u.field("bytes", bytes)
+                        }
+                    }
+                }
+            }
+            b.raw("disk", d.bytes)
+        }
         out.send(peer, b.finish())
     }
 

@@ -322,11 +322,9 @@ extension Router {
             return fail(peer, .badMessage, "answer for seq \(seq) out of order: the oldest unanswered action of \"\(name)\" is \(expected)", &out, ref: name)
         }
         let result: StoreResult
-        if request.isDone, request.state != nil || request.patch != nil, overDiskShare(peer) {
-            // The state would be journaled on the reserve the others need: the store's connection closes, and the
-            // action is delivered again once it registered again (as with the memory budget, SPEC §10).
-            return failStoreOverDiskShare(peer, store, &out)
-        }
+        // (An answer's state is journaled even when its user is over its disk share: it finishes work accepted
+        // within the share, at most one state per unsettled action, and it is what brings the user back under it.
+        // A state outside an action is new work: refused below.)
         if request.isDone {
             if let span = request.state {
                 // R4/R5: the new state is published before the result is recorded, so every subscriber has the

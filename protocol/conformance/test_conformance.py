@@ -22,6 +22,8 @@ NOT_IN_SCENARIOS = {
                  "daemon's tests (the journal's storage seam can fail writes with ENOSPC)",
     "journal-failed": "needs a journal sync to fail (SPEC §15.2), which a scenario cannot arrange: left to the "
                       "daemon's tests (the journal's storage seam can fail syncs with EIO)",
+    "disk-quota": "needs a durable fluxd (a journal, SPEC §15.2) and scenarios run fluxd --ephemeral: left to the "
+                  "daemon's tests (DurabilityTests.diskQuota, SharedResourceTests.diskShare)",
     "not-retained": "expected by test_message_vectors.py (history and state-at, SPEC §8.12); a scenario would fail "
                     "every runner (Python, Node, Swift) until fluxd implements §8.12 in issue 15",
 }

@@ -257,10 +257,18 @@ def test_disk_full_refuses_new_work_keeps_accepted_and_recovers(bus, segment):
     bad = {aid: s["results"] for aid, s in client.settled.items() if s["results"][0]["status"] != "done"}
     assert not bad, f"accepted dispatches not done: {bad}"
 
-    # Still full: new work is refused, a new store name too; reads work.
-    for _ in range(3):
+    # Still full: new work is refused, a new store name too; reads work. (With segments rolling over, fluxd first
+    # deletes history behind its newest checkpoint to make room, SPEC §15.2, so it may accept a few more until
+    # nothing is left to reclaim: three refusals in a row then.)
+    in_a_row, more = 0, 0
+    while in_a_row < 3:
         frame = client.one()
+        if frame["op"] == "settled":
+            in_a_row, more = 0, more + 1
+            assert more < 400, "fluxd keeps accepting on a full disk"
+            continue
         assert frame["op"] == "error" and frame["code"] == "disk-full" and not frame["fatal"], frame
+        in_a_row += 1
     other = connect(fluxd.socket_path, "store", "other-store")
     bus["conns"].append(other)
     other.send({"op": "register", "store": "other", "handles": ["other/*"], "state": {}})
@@ -280,7 +288,11 @@ def test_disk_full_refuses_new_work_keeps_accepted_and_recovers(bus, segment):
     assert not not_settled, f"after the restart: {not_settled[:5]}"
     check_state(conn, client.accepted, "after a restart on the full disk")
     frame = client.one()
-    assert frame["op"] == "error" and frame["code"] == "disk-full", f"after the restart on a full disk: {frame}"
+    if frame["op"] == "settled":
+        # The restart deleted history behind its checkpoint to make room (SPEC §15.2): it says so, and it accepts.
+        assert "deleted history segment" in fluxd.stderr(), f"accepted on a full disk without reclaiming: {frame}"
+    else:
+        assert frame["op"] == "error" and frame["code"] == "disk-full", f"after the restart on a full disk: {frame}"
 
     # Space returns: fluxd accepts again (its timer retries the reservation; each try here is answered).
     os.unlink(filler)

@@ -312,7 +312,8 @@ class OutcomeQuotaError(_CodedError):
 
 class DiskQuotaError(_CodedError):
     """``disk-quota`` (since fluxd 0.4.0, SPEC §15.2): this user holds its share of fluxd's journal
-    (``--disk-per-user``); its new work is refused until a checkpoint frees it (a store's state closes the store)."""
+    (``--disk-per-user``); its new work is refused until checkpoints free it (a store's state outside an action
+    closes the store; answers to accepted actions are still journaled)."""
     default_code = ErrorCode.DISK_QUOTA
 
 

@@ -255,6 +255,17 @@ private let digitPairs: StaticString = """
 /// Appends `value` as a JSON string literal (quotes and escapes included).
 public func appendEscaped(_ value: String, to out: inout [UInt8]) {
     out.append(UInt8(ascii: "\""))
+    // Most strings (names, codes, patterns, messages) need no escape: one bulk copy then.
+    var value = value
+    let copied = value.withUTF8 { bytes -> Bool in
+        for c in bytes where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") { return false }
+        out.append(contentsOf: bytes)
+        return true
+    }
+    if copied {
+        out.append(UInt8(ascii: "\""))
+        return
+    }
     for c in value.utf8 {
         switch c {
         case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(c)

@@ -68,6 +68,8 @@ extension Router {
     func closed(_ id: PeerID, now: Millis, _ out: inout Output) {
         guard let peer = peers.remove(id) else { return }
         peer.closing = true  // nothing more is sent to it (it may still be referenced by its unsettled actions)
+        for pong in peer.heldPongs { memory.release(peer.account, Router.heldPongCost(pong)) }
+        peer.heldPongs = []
         endHandshake(peer)
         if peer.preparing != nil || !peer.held.isEmpty { dropHeld(peer) }
         monitors.removeAll { $0 == id }

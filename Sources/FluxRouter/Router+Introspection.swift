@@ -7,7 +7,34 @@ extension Router {
     func ping(_ peer: Peer, _ request: IdentifiedRequest, _ out: inout Output) {
         var b = FrameBuilder(op: "pong")
         if let id = request.idRaw { b.raw("id", id) }
-        out.send(peer, b.finish())
+        let pong = b.finish()
+        guard peer.hostOutstanding > 0 else { return out.send(peer, pong) }
+        // A host request before it is not answered yet: its `pong` waits for that answer (SPEC §8.7), charged to
+        // the peer while it waits.
+        guard memory.charge(peer.account, Self.heldPongCost(pong)) else {
+            return fail(peer, .memoryBudget, "no room in fluxd's memory budget to hold this pong until the host operations before it are answered", &out, ref: request.idRaw.map { decodeJSONString($0) })
+        }
+        peer.heldPongs.append(pong)
+    }
+
+    static func heldPongCost(_ pong: Frame) -> Int { 48 + pong.bytes.count }
+
+    /// Hands `request` to the host (fluxd's supervisor or journal reader), counting it until it is answered.
+    func askHost(_ peer: Peer, _ request: HostRequest, _ out: inout Output) {
+        peer.hostOutstanding += 1
+        out.append(.host(peer.id, request))
+    }
+
+    /// A host request of `peer` was answered: the pongs held for it go once none is left.
+    func hostAnswered(_ peer: Peer, _ out: inout Output) {
+        peer.hostOutstanding = max(0, peer.hostOutstanding - 1)
+        guard peer.hostOutstanding == 0, !peer.heldPongs.isEmpty else { return }
+        let pongs = peer.heldPongs
+        peer.heldPongs = []
+        for pong in pongs {
+            memory.release(peer.account, Self.heldPongCost(pong))
+            if !peer.closing { out.send(peer, pong) }
+        }
     }
 
     func get(_ peer: Peer, _ request: GetRequest, _ out: inout Output) {

@@ -248,9 +248,15 @@ public final class Router {
         case .prepared(let id, let result):
             prepared(id, result, now: now, &out)
         case .hostReply(let id, let frame):
-            if let peer = peers[id], !peer.closing { out.send(peer, frame) }
+            if let peer = peers[id] {
+                if !peer.closing { out.send(peer, frame) }
+                hostAnswered(peer, &out)
+            }
         case .hostError(let id, let code, let message, let ref):
-            if let peer = peers[id], !peer.closing { fail(peer, code, message, &out, ref: ref) }
+            if let peer = peers[id] {
+                if !peer.closing { fail(peer, code, message, &out, ref: ref) }
+                hostAnswered(peer, &out)
+            }
         }
         if !garbage.isEmpty {
             out.append(.discard(Garbage(items: garbage)))
@@ -386,21 +392,21 @@ public final class Router {
         case .pong: _ = try IdentifiedRequest(env, op: "pong")  // a heartbeat answer: hearing from the peer is all that counts
         case .bye: close(peer, &out)
         case .hello: fail(peer, .badMessage, "hello was already received", &out)
-        case .workers: out.append(.host(peer.id, try HostRequest(env, op: op)))
+        case .workers: askHost(peer, try HostRequest(env, op: op), &out)
         case .restartWorker, .stopWorker:
             let request = try HostRequest(env, op: op)
-            if privileged(peer, op, &out) { out.append(.host(peer.id, request)) }
+            if privileged(peer, op, &out) { askHost(peer, request, &out) }
         case .reload:
             let request = try HostRequest(env, op: op)
             guard privileged(peer, op, &out) else { return }
-            if hostOps.contains(op) { out.append(.host(peer.id, request)) }
+            if hostOps.contains(op) { askHost(peer, request, &out) }
             else { fail(peer, .reloadRefused, "this fluxd has no config file to reload", &out) }
         case .recover:
             if permitted(peer, role.mayDispatch, op, &out) { recover(peer, try RecoverRequest(env), &out) }
         case .history, .stateAt:
             let request = try HostRequest(env, op: op)
             guard privileged(peer, op, &out) else { return }
-            if hostOps.contains(op) { out.append(.host(peer.id, request)) }
+            if hostOps.contains(op) { askHost(peer, request, &out) }
             else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,

@@ -36,6 +36,10 @@ final class Peer {
     @exclusivity(unchecked) var queries: [String: (store: String, bytes: [UInt8])] = [:]
     /// Accepted dispatches from this peer not yet settled.
     @exclusivity(unchecked) var unsettled = 0
+    /// Host requests handed to the host and not answered yet, and the `pong`s held until they are (SPEC §8.7: a
+    /// `pong` comes after every reply to frames sent before its `ping`; a host may answer some requests later).
+    @exclusivity(unchecked) var hostOutstanding = 0
+    @exclusivity(unchecked) var heldPongs: [Frame] = []
     /// The store this peer last answered or published for (a lookup cache; checked against `owner` on use).
     @exclusivity(unchecked) var lastStore: StoreEntry?
     /// Bytes of its live queries' values (`maxQueryBytes`).

@@ -201,6 +201,24 @@ struct DaemonCoreTests {
         #expect(d.ids(2) == ["r2"])
     }
 
+    @Test("ping stays a barrier (SPEC §8.7): a pong after a host request answered later waits for that answer; other peers' pongs do not")
+    func pongWaitsForLaterAnswers() {
+        let d = Deferred()
+        d.h.join(2, role: "client")
+        d.h.join(3, role: "client")
+        d.h.send(2, #"{"op":"workers","id":"w1"}"#)
+        d.h.send(2, #"{"op":"ping","id":"p1"}"#)
+        d.h.send(2, #"{"op":"info","id":"i"}"#)
+        d.h.send(2, #"{"op":"ping","id":"p2"}"#)
+        d.h.send(3, #"{"op":"ping","id":"p3"}"#)
+        #expect(d.ids(2) == ["i"])
+        #expect(d.ids(3) == ["p3"])
+        d.complete(0, "w1")
+        #expect(d.ids(2) == ["w1", "p1", "p2"])
+        d.h.send(2, #"{"op":"ping","id":"p4"}"#)
+        #expect(d.ids(2) == ["p4"])
+    }
+
     @Test("a peer that closes before its later answer arrives: the answer is dropped, nothing of it is kept, and it still counts until it arrives")
     func deferredAnswerForClosedPeer() {
         let d = Deferred { $0.maxDeferredTotal = 1 }

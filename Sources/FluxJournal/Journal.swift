@@ -184,12 +184,15 @@ public final class Journal: JournalWriting {
     }
 
     public let options: Options
+    /// The retention and share in force (`Options.retainBytes`, `Options.diskPerUser`, made concrete).
+    public let retainBytes: Int
+    public let diskPerUser: Int
     /// The history's identity (`welcome.epoch`): made when the directory is first used.
     public let epoch: String
     /// What the segments said when the journal was opened (taken by the daemon to restore the router).
     public var recovered: JournalState
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
-    public private(set) var openingNotes: [String] = []
+    public internal(set) var openingNotes: [String] = []
     @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
@@ -219,12 +222,12 @@ public final class Journal: JournalWriting {
         /// The file's size once it is closed (0 for the segment being written: `writer.written` is).
         public var bytes = 0
     }
-    @exclusivity(unchecked) public private(set) var segmentInfos: [SegmentInfo] = []
+    @exclusivity(unchecked) public internal(set) var segmentInfos: [SegmentInfo] = []
     /// The size of the last checkpoint written (see `Options.checkpointMinBytes`).
-    public private(set) var lastCheckpointBytes = 0
+    public internal(set) var lastCheckpointBytes = 0
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
-    public private(set) var checkpoints = 0
-    public private(set) var segmentsDeleted = 0
+    public internal(set) var checkpoints = 0
+    public internal(set) var segmentsDeleted = 0
     /// Produces a checkpoint's records, each with the user it is charged to (the router's `checkpointRecords`):
     /// set by the host; without it no checkpoint is written and no segment deleted.
     public var checkpointSource: (((JournalRecord, UInt32) -> Void) -> Void)?
@@ -232,10 +235,10 @@ public final class Journal: JournalWriting {
     /// checkpoint is written; preferred to `checkpointSource` when set.
     public var checkpointCapture: (() -> any CheckpointContent)?
     /// Checkpoints handed to the sync thread and not yet seen finished (loop thread).
-    @exclusivity(unchecked) private var checkpointsInFlight = 0
-    private let finished = FinishedCheckpoints()
+    @exclusivity(unchecked) var checkpointsInFlight = 0
+    let finished = FinishedCheckpoints()
     /// Whether slow work goes to the sync thread (`Options.backgroundCheckpoints`, not in `always` mode).
-    private var inBackground: Bool {
+    var inBackground: Bool {
         options.backgroundCheckpoints && options.durability != .always && checkpointCapture != nil && !closing
     }
     @exclusivity(unchecked) private var closing = false
@@ -243,49 +246,49 @@ public final class Journal: JournalWriting {
     /// records must not be durable before the closed one's).
     @exclusivity(unchecked) private var rolledInBackground = false
     /// Segments deleted to make room (beyond `retainBytes`, or while the disk was full) since the journal opened.
-    public private(set) var segmentsReclaimed = 0
+    public internal(set) var segmentsReclaimed = 0
 
     // Disk shares (SPEC §15.2). A user's bytes are its records in the segment being written (since the newest
     // checkpoint) plus its records in the checkpoints kept. History behind a checkpoint is charged to nobody: it
     // is what is let go of when space is short.
     /// Bytes per user in the current segment (what `payer` has staged since it changed is added when read).
-    @exclusivity(unchecked) private var tailUsers: [UInt32: Int] = [:]
+    @exclusivity(unchecked) var tailUsers: [UInt32: Int] = [:]
     /// The user the last staged records were charged to, and their bytes not yet in `tailUsers` (one dictionary
     /// update per change of user, not per record).
-    @exclusivity(unchecked) private var payer: UInt32 = .max
-    @exclusivity(unchecked) private var payerBytes = 0
+    @exclusivity(unchecked) var payer: UInt32 = .max
+    @exclusivity(unchecked) var payerBytes = 0
     /// The checkpoints kept (at most the newest two), oldest first: number, size, bytes per user (unknown for
     /// one written by an earlier run: charged to nobody).
-    @exclusivity(unchecked) private var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
+    @exclusivity(unchecked) var checkpointFiles: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
         didSet { updateHeldElsewhere() }
     }
     /// The users' bytes of closed segments whose checkpoint is not written yet (still theirs until it is).
-    @exclusivity(unchecked) private var retiredTails: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
+    @exclusivity(unchecked) var retiredTails: [(number: Int, bytes: Int, users: [UInt32: Int])] = [] {
         didSet { updateHeldElsewhere() }
     }
     /// The bytes of `checkpointFiles` and `retiredTails` (kept, for the dispatch path's `isOverDiskShare`).
-    @exclusivity(unchecked) private var heldElsewhere = 0
+    @exclusivity(unchecked) var heldElsewhere = 0
 
     private func updateHeldElsewhere() {
         heldElsewhere = checkpointFiles.reduce(0) { $0 + $1.bytes } + retiredTails.reduce(0) { $0 + $1.bytes }
     }
 
     /// `batch` mode's syncs, on a thread of their own.
-    private let background = BackgroundSync()
+    let background = BackgroundSync()
     /// The data directory's lock: held while this object lives (closed once, by its deinit).
     private let lock: LockFile
-    @exclusivity(unchecked) private var writer: SegmentWriter
+    @exclusivity(unchecked) var writer: SegmentWriter
     var writerForReads: SegmentWriter { writer }
     /// The segment being written (`JournalReadView` reads it only up to what was written).
     var currentSegmentNumber: Int { segmentNumber }
-    @exclusivity(unchecked) private var segmentNumber: Int
+    @exclusivity(unchecked) var segmentNumber: Int
     /// A reservation staged: the next commit syncs, whatever the mode.
     @exclusivity(unchecked) private var mustSync = false
     @exclusivity(unchecked) private var lastSync: UInt64 = 0
     /// Where the disk space allocated ahead of the writes ends.
     @exclusivity(unchecked) private var reservedEnd = 0
     /// Called to read the wall clock (ms since the Unix epoch) for action records.
-    private let wallClock: () -> UInt64
+    let wallClock: () -> UInt64
     private let makeFile: (String) throws(StorageError) -> any AppendFile
 
     /// Opens (creating if needed) the journal in `options.directory`. `makeFile` opens a segment for appending
@@ -398,57 +401,6 @@ public final class Journal: JournalWriting {
         if payerBytes > 0 { tailUsers[payer, default: 0] += payerBytes }
         payer = uid
         payerBytes = bytes
-    }
-
-    // MARK: - Disk shares
-
-    /// The retention and share in force (`Options.retainBytes`, `Options.diskPerUser`, made concrete).
-    public let retainBytes: Int
-    public let diskPerUser: Int
-
-    public func diskUse(of uid: UInt32) -> Int {
-        var n = (tailUsers[uid] ?? 0) + (uid == payer ? payerBytes : 0)
-        for c in checkpointFiles { n += c.users[uid] ?? 0 }
-        for t in retiredTails { n += t.users[uid] ?? 0 }
-        return n
-    }
-
-    @inline(__always)
-    public func isOverDiskShare(_ uid: UInt32) -> Bool {
-        // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
-        // over it, and the dispatch path pays two additions.)
-        guard writer.written &+ writer.staged.count &+ heldElsewhere >= diskPerUser else { return false }
-        return diskUse(of: uid) >= diskPerUser
-    }
-
-    /// Bytes the journal's files take: every segment, the one being written included, and the checkpoints kept.
-    public var retainedBytes: Int {
-        var n = writer.written
-        for info in segmentInfos where info.number != segmentNumber { n += info.bytes }
-        for c in checkpointFiles { n += c.bytes }
-        return n
-    }
-
-    /// The newest checkpoint's number: segments up to it are history, and may be deleted.
-    private var coveredThrough: Int { checkpointFiles.last?.number ?? 0 }
-
-    /// Deletes the oldest segment behind the newest checkpoint (whatever the retention window: space is short);
-    /// false when there is none.
-    private func reclaimOldest(_ why: String, now: Bool = true) -> Bool {
-        guard let first = segmentInfos.first, first.number <= coveredThrough, first.number < segmentNumber else { return false }
-        deleteSegmentFile(first.number, now: now)
-        segmentInfos.removeFirst()
-        segmentsDeleted += 1
-        segmentsReclaimed += 1
-        if segmentsReclaimed == 1 || segmentsReclaimed % 64 == 0 {
-            openingNotes.append("deleted history segment \(first.number) (seqs \(first.firstSeq ?? 0)-\(first.lastSeq ?? 0)) before its retention window ended: \(why) (\(segmentsReclaimed) so far)")
-        }
-        return true
-    }
-
-    static func fileSize(_ path: String) -> Int {
-        var st = stat()
-        return stat(path, &st) == 0 ? Int(st.st_size) : 0
     }
 
     // MARK: - Committing
@@ -652,137 +604,6 @@ public final class Journal: JournalWriting {
             return
         }
         checkpoint(through: segmentNumber - 1, now: now)
-    }
-
-    /// Writes the checkpoint of everything through segment `n` (the state right now: nothing is staged), then
-    /// deletes what it makes unneeded: older checkpoints but the previous one, and segments it covers whose
-    /// actions are all beyond the retention window. With `Options.backgroundCheckpoints` the content is taken
-    /// here and the rest happens on the sync thread; `settleBackground` (or the next commit or timer) sees it done.
-    public func checkpoint(through n: Int, now: UInt64) {
-        let summaries: [JournalRecord] = segmentInfos.filter { $0.number <= n }.map { info in
-            .segmentSummary(number: UInt64(info.number), firstSeq: info.firstSeq ?? 0, lastSeq: info.lastSeq ?? 0,
-                            lastTime: info.lastTime, actions: info.actions)
-        }
-        let dir = options.directory
-        if let checkpointCapture {
-            let content = checkpointCapture()
-            if inBackground {
-                checkpointsInFlight += 1
-                let finished = self.finished
-                background.run {
-                    finished.add(Self.writeCheckpoint(n, dir: dir, summaries: summaries) { content.emit($0) })
-                }
-                return
-            }
-            finish(Self.writeCheckpoint(n, dir: dir, summaries: summaries) { content.emit($0) })
-        } else if let checkpointSource {
-            finish(Self.writeCheckpoint(n, dir: dir, summaries: summaries, checkpointSource))
-        }
-    }
-
-    /// A checkpoint written (or why not).
-    struct WrittenCheckpoint: Sendable {
-        var number: Int
-        var bytes = 0
-        var users: [UInt32: Int] = [:]
-        var problem: String?
-    }
-
-    /// Encodes and writes checkpoint `n` atomically, then deletes older ones but the previous one (any thread).
-    static func writeCheckpoint(_ n: Int, dir: String, summaries: [JournalRecord],
-                                _ records: (((JournalRecord, UInt32) -> Void) -> Void)) -> WrittenCheckpoint {
-        var file = SegmentHeader.bytes()
-        var body: [UInt8] = []
-        var oversized: Int?
-        var result = WrittenCheckpoint(number: n)
-        func add(_ record: JournalRecord, _ uid: UInt32) {
-            body.removeAll(keepingCapacity: true)
-            RecordEncoder.record(record, into: &body)
-            // (fluxd refuses states a record cannot hold before accepting them; this keeps a defect from
-            // crashing a stop: the checkpoint is not written, the segments stay and replay.)
-            guard body.count <= maxRecordBytes else { oversized = body.count; return }
-            appendRecord(body, to: &file)
-            result.users[uid, default: 0] += body.count + recordHeaderSize
-        }
-        records { add($0, $1) }
-        for summary in summaries { add(summary, .max) }
-        if let oversized {
-            result.problem = "no checkpoint written: a record of \(oversized) bytes is over the \(maxRecordBytes) a record may hold"
-            return result
-        }
-        do {
-            try writeFileAtomically(dir + "/" + checkpointName(n), file, dir: dir)
-        } catch {
-            result.problem = "could not write a checkpoint: \(error)"
-            return result
-        }
-        result.bytes = file.count
-        for old in checkpoints(dir).dropLast(2) { unlink(old.path) }
-        return result
-    }
-
-    /// Takes in a written checkpoint (loop thread): its size and users, the closed segments' tails it covers, and
-    /// retention.
-    private func finish(_ written: WrittenCheckpoint) {
-        if let problem = written.problem {
-            openingNotes.append(problem)
-            return
-        }
-        let n = written.number
-        lastCheckpointBytes = written.bytes
-        checkpoints += 1
-        checkpointFiles.append((n, written.bytes, written.users))
-        if checkpointFiles.count > 2 { checkpointFiles.removeFirst(checkpointFiles.count - 2) }
-        // What the segments through n held is in the checkpoint now: their users' bytes are the checkpoint's.
-        retiredTails.removeAll { $0.number <= n }
-        if n >= segmentNumber {
-            tailUsers.removeAll(keepingCapacity: true)
-            payerBytes = 0
-        }
-        applyRetention(coveredThrough: n)
-    }
-
-    /// Takes in the checkpoints the sync thread finished (loop thread; cheap when none is in flight).
-    private func takeFinished() {
-        guard checkpointsInFlight > 0 else { return }
-        for written in finished.take() {
-            checkpointsInFlight -= 1
-            finish(written)
-        }
-    }
-
-    /// Waits for the sync thread's work and takes in what it finished (tests; a clean stop).
-    public func settleBackground() {
-        background.wait()
-        takeFinished()
-    }
-
-    /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
-    /// retention window, oldest first (history stays contiguous).
-    private func applyRetention(coveredThrough covered: Int) {
-        let wall = wallClock()
-        let keepFromTime = wall > options.retainAge ? wall - options.retainAge : 0
-        while let first = segmentInfos.first, first.number <= covered, first.number < segmentNumber {
-            // Beyond the count when the segments after it hold the newest `retainActions` actions already.
-            let newer = segmentInfos.dropFirst().reduce(UInt64(0)) { $0 + $1.actions }
-            let beyondCount = newer >= options.retainActions
-            let beyondAge = first.lastTime < keepFromTime
-            if !(beyondCount || beyondAge || first.lastSeq == nil && segmentInfos.count > 1) {
-                guard retainedBytes > retainBytes else { break }
-                guard reclaimOldest("the journal holds more than --retain-bytes \(retainBytes)", now: false) else { break }
-                continue
-            }
-            deleteSegmentFile(first.number)
-            segmentInfos.removeFirst()
-            segmentsDeleted += 1
-        }
-    }
-
-    /// Deletes a segment's file: on the sync thread when slow work goes there (after the checkpoint that covers
-    /// it, which is queued before), else here.
-    private func deleteSegmentFile(_ number: Int, now: Bool = false) {
-        let path = options.directory + "/" + Self.segmentName(number)
-        if inBackground && !now { background.run { unlink(path) } } else { unlink(path) }
     }
 
     /// Syncs, writes a checkpoint of everything (so the next start reads just that), and closes: a clean stop.

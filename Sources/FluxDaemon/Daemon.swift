@@ -79,12 +79,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     @exclusivity(unchecked) public var onStopped: (() -> Void)?
     /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
     @exclusivity(unchecked) public private(set) var core: DaemonCore!
-    private let loop: EventLoop
+    let loop: EventLoop
     /// Work done off the loop (the router's preparations) and the metrics endpoint's refresh requests, taken at the
     /// loop's wake-up.
     private let wakes: WakeReasons
     private var router: Router { core.router }
-    @exclusivity(unchecked) private var logger: Logger
+    @exclusivity(unchecked) var logger: Logger
     @exclusivity(unchecked) private var listener: PipeListener?
     @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
     /// A direct-mapped cache in front of `connections` (slot `peer % size`): frames go out in runs to a few
@@ -192,99 +192,21 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// Restarts per supervised worker, for the metrics (set by the plugin host).
     public var workerRestarts: (() -> [String: Int])?
     /// Whether there is one (a flag for the hot path).
-    private let journaled: Bool
+    let journaled: Bool
     /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
-    @exclusivity(unchecked) private var heldForJournal = false
-    @exclusivity(unchecked) private var journalTimer: LoopTimer?
-    @exclusivity(unchecked) private var journalFailureLogged = false
+    @exclusivity(unchecked) var heldForJournal = false
+    @exclusivity(unchecked) var journalTimer: LoopTimer?
+    @exclusivity(unchecked) var journalFailureLogged = false
     /// Whether new work was refused for a full disk when last looked at (its end is logged).
-    @exclusivity(unchecked) private var refusingDiskFull = false
-
-    /// Logs when the journal starts or stops refusing work for a full disk.
-    private func noteDiskFull() {
-        guard let journal else { return }
-        var now = false
-        if case .diskFull? = journal.refusal { now = true }
-        guard now != refusingDiskFull else { return }
-        refusingDiskFull = now
-        if now, case .diskFull(let why)? = journal.refusal {
-            logger.warning("journal: \(why); new dispatches are refused disk-full until space returns")
-        } else {
-            logger.notice("journal: space is back; accepting new work again")
-        }
-    }
+    @exclusivity(unchecked) var refusingDiskFull = false
 
     /// Journal bytes held in memory (staged records a full disk keeps from being written), charged to fluxd's own
     /// account of the memory budget (SPEC §12): forced, as they are accepted work.
-    @exclusivity(unchecked) private var journalCharged = 0
-    @exclusivity(unchecked) private var journalAccount: MemoryBudget.Account?
-
-    private func accountStagedJournal() {
-        guard let journal else { return }
-        let staged = journal.stagedBytes
-        guard staged != journalCharged else { return }
-        let memory = core.router.memory
-        let account = journalAccount ?? memory.userAccount(uid: geteuid())
-        journalAccount = account
-        if staged > journalCharged { memory.force(account, staged - journalCharged) } else { memory.release(account, journalCharged - staged) }
-        journalCharged = staged
-    }
-
-    /// Writes what the router journaled while handling this iteration's events (before any frame is written):
-    /// returns whether frames may be written now.
-    private func commitJournal() -> Bool {
-        defer { if journalCharged != 0 || heldForJournal { accountStagedJournal() } }
-        guard let journal else { return true }
-        if !journal.hasStaged && !heldForJournal && journal.refusal == nil { return true }
-        switch journal.commit(now: loop.now) {
-        case .written:
-            if journal.openingNotes.count != journalNotesLogged { logJournalNotes(journal) }
-            if heldForJournal {
-                heldForJournal = false
-                logger.notice("journal: written again; the frames held back go out")
-            }
-            noteDiskFull()
-            return true
-        case .diskFull:
-            if !heldForJournal {
-                heldForJournal = true
-                logger.error("journal: the disk is full and the reserved space is used up; frames are held until a write succeeds")
-            }
-            return false
-        case .failed:
-            if !journalFailureLogged, case .failed(let why)? = journal.refusal {
-                journalFailureLogged = true
-                logger.critical("journal: \(why)")
-            }
-            // `always` promised the records durable before their frames: they are not, so the frames stay.
-            return journal.options.durability != .always
-        }
-    }
-
+    @exclusivity(unchecked) var journalCharged = 0
+    @exclusivity(unchecked) var journalAccount: MemoryBudget.Account?
     /// Journal notes logged so far (those of opening it are logged at start; later ones, e.g. history deleted to
     /// make room, as they come).
-    @exclusivity(unchecked) private var journalNotesLogged = Int.max
-
-    private func logJournalNotes(_ journal: Journal) {
-        let notes = journal.openingNotes
-        if journalNotesLogged > notes.count { journalNotesLogged = notes.count; return }
-        for note in notes[journalNotesLogged...] { logger.warning("journal: \(note)") }
-        journalNotesLogged = notes.count
-    }
-
-    /// The journal's timer: syncs in `batch` mode, and retries a full disk.
-    private func journalTimerFired() {
-        guard let journal else { return }
-        if !journal.syncIfDue(now: loop.now), !journalFailureLogged, case .failed(let why)? = journal.refusal {
-            journalFailureLogged = true
-            logger.critical("journal: \(why)")
-        }
-        if case .diskFull? = journal.refusal {
-            journal.retrySpace(now: loop.now)
-            loop.requestBeforeFlush()
-        }
-        noteDiskFull()
-    }
+    @exclusivity(unchecked) var journalNotesLogged = Int.max
 
     /// Number of open connections.
     public var connectionCount: Int { connections.count }

@@ -262,19 +262,16 @@ public final class Connection: HandleOwner {
     /// the others: a peer that pipelines a flood of cheap-to-refuse frames (thousands in one 64 KiB read) waits
     /// for its next turn instead of holding the loop for milliseconds while other peers' frames wait.
     static let framesPerTurn = 512
-    /// ... or frames handled for `EventLoop.turnNanoseconds` (checked every 32 frames, from the 32nd on).
-    ///
-    /// Whether a turn that has handled `inTurn` frames is over; `clockAt32` keeps the time of its 32nd frame.
+    /// ... or frames handled for `EventLoop.turnNanoseconds`, counted from the start of the read (or of the resumed
+    /// turn) and checked every `turnCheckEvery` frames (a tick-counter read: a few cycles).
+    static let turnCheckEvery = 4
+
+    /// Whether a turn that has handled `inTurn` frames since `start` (an `EventLoop.clock()` reading) is over.
     @inline(__always)
-    static func turnOver(_ inTurn: Int, _ clockAt32: inout UInt64, budget: UInt64) -> Bool {
+    static func turnOver(_ inTurn: Int, since start: UInt64, budget: UInt64) -> Bool {
         if inTurn >= framesPerTurn { return true }
-        guard inTurn & 31 == 0 else { return false }
-        let now = uv_hrtime()
-        if inTurn == 32 {
-            clockAt32 = now
-            return false
-        }
-        return now &- clockAt32 >= budget
+        guard inTurn % turnCheckEvery == 0 else { return false }
+        return EventLoop.clock() &- start >= budget
     }
 
     /// Whether reading is paused until the loop gives this connection its next turn (`resumeTurn`).
@@ -286,7 +283,6 @@ public final class Connection: HandleOwner {
         var offset = 0
         var handled = 0
         var inTurn = 0
-        var clockAt32: UInt64 = 0
         while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
             delegate?.connection(self, received: frame)
             handled += 1
@@ -295,7 +291,7 @@ public final class Connection: HandleOwner {
                 handled = 0
                 eventLoop.flushDirty()
             }
-            if offset < bytes.count && Connection.turnOver(inTurn, &clockAt32, budget: eventLoop.turnNanoseconds) && phase == .open {
+            if offset < bytes.count && Connection.turnOver(inTurn, since: start, budget: eventLoop.turnTicks) && phase == .open {
                 // Its turn is over: keep the rest of this read and stop reading until the loop comes back to it.
                 decoder.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 offset = bytes.count
@@ -329,11 +325,10 @@ public final class Connection: HandleOwner {
         let start = EventLoop.clock()
         defer { eventLoop.holdEnded(since: start) }
         var inTurn = 0
-        var clockAt32: UInt64 = 0
         while phase == .open, let frame = decoder.next() {
             delegate?.connection(self, received: frame)
             inTurn += 1
-            if Connection.turnOver(inTurn, &clockAt32, budget: eventLoop.turnNanoseconds) { return phase == .open }
+            if Connection.turnOver(inTurn, since: start, budget: eventLoop.turnTicks) { return phase == .open }
         }
         pausedForTurn = false
         guard phase == .open else { return false }

@@ -22,14 +22,23 @@ public final class EventLoop {
     /// Size of the read buffer shared by every connection of the loop (reads are consumed synchronously).
     public static let readBufferSize = 65_536
 
-    /// How long one connection's turn may handle frames (measured from its 32nd frame, checked every 32; a turn
-    /// of a few cheap frames reads no clock) before the loop serves the others (`Connection.framesPerTurn` bounds
-    /// it by count as well). A peer whose frames each cost microseconds (patches, subscribes) waits for its next
-    /// turn after a quarter of a millisecond: a round trip of another peer crosses two or three loop iterations
-    /// (client -> store -> client), each of which may include one turn of every busy peer, and at 1 ms per turn a
-    /// pipelining attacker added 3-4 ms to another user's p99 (attacks 7a and 9, Benchmarks/ATTACKS.md), at 0.25
-    /// ms under 1 ms. Pipelined work of 64 frames per read takes ~0.1 ms and is never cut. Tests change it.
-    public var turnNanoseconds: UInt64 = 250_000
+    /// How long one connection's turn may handle frames (measured from the start of its read, checked every
+    /// `Connection.turnCheckEvery` frames on the tick clock) before the loop serves the others
+    /// (`Connection.framesPerTurn` bounds it by count as well). A peer whose frames each cost microseconds (patches,
+    /// subscribes, dispatches that are journaled, settled and answered) waits for its next turn after a quarter of
+    /// a millisecond: a round trip of another peer crosses two or three loop iterations (client -> store ->
+    /// client), each of which may include one turn of every busy peer, and at 1 ms per turn a pipelining attacker
+    /// added 3-4 ms to another user's p99 (attacks 7a and 9, Benchmarks/ATTACKS.md), at 0.25 ms under 1 ms.
+    /// (Counted from the 32nd frame, as before, a turn of 20 µs frames ran 1.3-1.6 ms: attack 14a.) Pipelined work
+    /// of 64 small frames per read takes ~0.1 ms and is never cut. Tests change it.
+    public var turnNanoseconds: UInt64 = 250_000 {
+        didSet { turnTicks = ticks(nanoseconds: turnNanoseconds) }
+    }
+    /// `turnNanoseconds` in ticks of `clock()`: until the tick rate is known (`calibrate()`, a few milliseconds
+    /// after start) one tick is taken for a nanosecond (shorter turns on any clock of 1 GHz or more).
+    @exclusivity(unchecked) public private(set) var turnTicks: UInt64 = 250_000
+    /// Whether the tick rate has been measured (`calibrate()`).
+    @exclusivity(unchecked) private var calibrated = false
 
     let loop: UnsafeMutablePointer<uv_loop_t>
     let logger: Logger
@@ -151,6 +160,26 @@ public final class EventLoop {
         return UInt64(Double(storedLongestHold) * Double(nanos) / Double(ticks))
     }
 
+    /// `nanoseconds` in ticks of `clock()` at the rate measured since the loop was made (one tick per nanosecond
+    /// until 10 ms have passed).
+    func ticks(nanoseconds: UInt64) -> UInt64 {
+        let ticks = fluxbus_ticks() &- startTicks
+        let nanos = uv_hrtime() &- startNanoseconds
+        guard nanos >= 10_000_000, ticks > 0 else { return nanoseconds }
+        let converted = Double(nanoseconds) * Double(ticks) / Double(nanos)
+        return converted >= Double(UInt64.max) ? .max : UInt64(converted)
+    }
+
+    /// Measures the tick rate once 50 ms have passed since the loop was made (called once per iteration until
+    /// then; the time-stamp counter runs at a constant rate, so once is enough).
+    @inline(__always)
+    private func calibrate() {
+        guard !calibrated else { return }
+        guard uv_hrtime() &- startNanoseconds >= 50_000_000 else { return }
+        calibrated = true
+        turnTicks = ticks(nanoseconds: turnNanoseconds)
+    }
+
     /// Refreshes the cached clock (after long synchronous work).
     public func updateTime() { uv_update_time(loop) }
 
@@ -221,6 +250,7 @@ public final class EventLoop {
         // A hold of its own: the owner's `beforeFlush` (fluxd's journal writes) and the connections' writes.
         let start = fluxbus_ticks()
         defer { holdEnded(since: start) }
+        calibrate()
         if beforeFlushRequested {
             beforeFlushRequested = false
             if let hook = storedBeforeFlush, !hook() {

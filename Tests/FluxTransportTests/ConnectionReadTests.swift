@@ -113,20 +113,21 @@ struct ConnectionReadTests {
         try pair.finish()
     }
 
-    @Test("a turn also ends once it has handled frames for turnNanoseconds (checked every 32 frames from the 32nd)")
+    @Test("a turn also ends once it has handled frames for turnNanoseconds (from the read's start, checked every turnCheckEvery frames)")
     func turnsEndByTime() throws {
         let pair = try SocketPair()
-        pair.loop.turnNanoseconds = 0  // every turn is over at its first check after the 32nd frame: 64 frames
+        pair.loop.turnNanoseconds = 0  // every turn is over at its first check: turnCheckEvery frames
         let count = 200
         var stream: [UInt8] = []
         for i in 0..<count { stream += encodeFrame(Array("\(i)".utf8)) }
         try pair.peerWrite(stream)
+        let every = Connection.turnCheckEvery
         var seen: [Int] = []
-        for _ in 0..<4 {
+        for _ in 0..<(count / every) {
             pair.runOnce()
             seen.append(pair.recorder.frames.count)
         }
-        #expect(seen == [64, 128, 192, 200])
+        #expect(seen == Array(stride(from: every, through: count, by: every)))
         #expect(pair.recorder.texts == (0..<count).map { "\($0)" })
         // Reading resumed after the last turn.
         try pair.peerWrite(frame: "more")

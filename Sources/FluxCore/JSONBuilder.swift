@@ -27,8 +27,36 @@ public struct JSONBuilder {
         separate()
         bytes.append(UInt8(ascii: "\""))
         bytes.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-        bytes.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
         needsComma = false
+    }
+
+    /// Writes an integer's decimal digits (no `String` made: `info` on a bus of 12,000 stores spent a fifth of
+    /// its time formatting integers through generic `String(number)`).
+    private mutating func appendDecimal(magnitude: UInt64, negative: Bool) {
+        if negative { bytes.append(UInt8(ascii: "-")) }
+        // At most 20 digits, written right to left into a stack buffer.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var v = magnitude
+            var at = 20
+            repeat {
+                at -= 1
+                digits[at] = UInt8(truncatingIfNeeded: 48 &+ v % 10)
+                v /= 10
+            } while v != 0
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[at...]))
+        }
+    }
+
+    private mutating func appendInteger<I: BinaryInteger>(_ number: I) {
+        if let v = Int64(exactly: number) {
+            appendDecimal(magnitude: v.magnitude, negative: v < 0)
+        } else if let v = UInt64(exactly: number) {
+            appendDecimal(magnitude: v, negative: false)
+        } else {
+            bytes.append(contentsOf: String(number).utf8)
+        }
     }
 
     private mutating func finishValue() { needsComma = true }
@@ -64,7 +92,7 @@ public struct JSONBuilder {
     /// An integer value.
     public mutating func value<I: BinaryInteger>(_ number: I) {
         separate()
-        bytes.append(contentsOf: String(number).utf8)
+        appendInteger(number)
     }
 
     /// A value given as its exact JSON bytes.
@@ -83,13 +111,39 @@ public struct JSONBuilder {
 
     public mutating func field<I: BinaryInteger>(_ name: StaticString, _ number: I) {
         key(name)
-        bytes.append(contentsOf: String(number).utf8)
+        appendInteger(number)
+        finishValue()
+    }
+
+    /// An integer field (the common types without the generic path's witness-table calls).
+    public mutating func field(_ name: StaticString, _ number: Int) {
+        key(name)
+        appendDecimal(magnitude: number.magnitude.toUInt64, negative: number < 0)
+        finishValue()
+    }
+
+    public mutating func field(_ name: StaticString, _ number: UInt64) {
+        key(name)
+        appendDecimal(magnitude: number, negative: false)
+        finishValue()
+    }
+
+    public mutating func field(_ name: StaticString, _ number: UInt32) {
+        key(name)
+        appendDecimal(magnitude: UInt64(number), negative: false)
+        finishValue()
+    }
+
+    public mutating func field(_ name: StaticString, _ number: Int32) {
+        key(name)
+        appendDecimal(magnitude: UInt64(number.magnitude), negative: number < 0)
         finishValue()
     }
 
     public mutating func field(_ name: StaticString, _ flag: Bool) {
         key(name)
-        bytes.append(contentsOf: (flag ? "true" : "false").utf8)
+        let text: StaticString = flag ? "true" : "false"
+        bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         finishValue()
     }
 
@@ -137,6 +191,10 @@ public struct JSONBuilder {
         separate()
         appendEscaped(name, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
-        bytes.append(contentsOf: String(number).utf8)
+        appendInteger(number)
     }
+}
+
+private extension UInt {
+    var toUInt64: UInt64 { UInt64(self) }
 }

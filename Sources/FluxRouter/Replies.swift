@@ -122,13 +122,16 @@ extension Router {
     }
 
     func logRefusedRegistration(_ peer: Peer, _ name: String, _ code: String, _ out: inout Output) {
-        switch refusalLog.admit(now: now) {
-        case .log(let suppressed):
-            let more = suppressed > 0 ? " (\(suppressed) more refusals not logged in the last \(LogRateLimit.window / 1000) s)" : ""
-            out.log(.warning, "refused the registration of store \"\(name)\" by peer \(peer.id) (\(peer.name), uid \(peer.account.uid)): \(code)\(more)")
-        case .suppress:
-            break
-        }
+        logLimited(&refusalLog, .warning, "refused the registration of store \"\(name)\" by peer \(peer.id) (\(peer.name), uid \(peer.account.uid)): \(code)", &out)
+    }
+
+    /// Logs a line of a kind a peer can cause over and over, through that kind's `LogRateLimit`: the line is made
+    /// only when it is logged, and the first one after lines were left out says how many.
+    func logLimited(_ limit: inout LogRateLimit, _ level: LogLevel, _ line: @autoclosure () -> String,
+                    _ out: inout Output) {
+        guard case .log(let suppressed) = limit.admit(now: now) else { return }
+        let more = suppressed > 0 ? " (\(suppressed) more like it not logged in the last \(LogRateLimit.window / 1000) s)" : ""
+        out.log(level, line() + more)
     }
 
     /// SPEC §16.2: a patch that does not apply closes the store's connection (it and fluxd disagree on its state).

@@ -28,7 +28,7 @@ extension Router {
         connectionsByUser[uid] = userConnections + 1
         out.traffic.connections += 1
         if let refusal {
-            out.log(.warning, "connection refused: \(refusal)")
+            logLimited(&connectionRefusalLog, .warning, "connection refused: \(refusal)", &out)
             return fail(peer, .tooManyConnections, refusal, &out)
         }
         handshakes.append(id)

@@ -50,6 +50,8 @@ public struct Preparation: Sendable {
         /// Apply the patch at `patch` of `body` to `base`, or to `state` parsed first (a store that published
         /// whole states so far), keeping the state within `maxBytes`.
         case patch(base: JSONTree?, state: StateBytes?, body: [UInt8], patch: Range<Int>, maxBytes: Int)
+        /// Encode `info`'s `stores` list (`Router.info`: a bus of many stores).
+        case info([InfoRow])
         /// Nothing: a turn for the held frames that one `.prepared` event did not take (`Router.heldPerTurn`).
         case turn
     }
@@ -59,6 +61,7 @@ public struct Preparation: Sendable {
         switch work {
         case .parse(let state): return state.count
         case .patch(_, let state, _, let patch, _): return patch.count + (state?.count ?? 0)
+        case .info(let rows): return rows.reduce(0) { $0 + $1.nameJSON.count }  // (the names: a rough size)
         case .turn: return 0
         }
     }
@@ -68,6 +71,8 @@ public struct Preparation: Sendable {
         switch work {
         case .turn:
             return PreparationResult(number: number, outcome: .turn)
+        case .info(let rows):
+            return PreparationResult(number: number, outcome: .info(InfoRow.encode(rows)))
         case .parse(let state):
             return PreparationResult(number: number, outcome: .parsed(state.parsed()))
         case .patch(let base, let state, let body, let patch, let maxBytes):
@@ -119,6 +124,8 @@ public struct PreparationResult: Sendable {
         case patchFailed(JSONPatchError, parsedState: Bool)
         /// The bytes are not a patch.
         case invalidPatch(JSONPatchError)
+        /// `info`'s `stores` list, encoded.
+        case info([UInt8])
         case turn
     }
 }

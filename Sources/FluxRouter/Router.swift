@@ -39,6 +39,9 @@ public final class Router {
     @exclusivity(unchecked) var handshakes: [PeerID] = []
     /// Every store name fluxd has heard of: registered (up or down) or only subscribed/queried (unknown).
     @exclusivity(unchecked) var stores: [String: StoreEntry] = [:]
+    /// `stores` sorted by name, for `info` (sorting 12,000 names took a tenth of its time); made again after a
+    /// name is added or forgotten.
+    @exclusivity(unchecked) var storesByNameCache: [StoreEntry]?
     /// How many accepted actions are not settled yet (each one sits in the queue or window of every target
     /// store that has not answered it: `unsettledActions()` finds them).
     @exclusivity(unchecked) var pendingCount = 0
@@ -72,6 +75,10 @@ public final class Router {
     /// Log lines for refused registrations and oversized frames (peers that retry in a loop): at most a few per
     /// window.
     @exclusivity(unchecked) var refusalLog = LogRateLimit()
+    /// Log lines for actions given up for a store that is down (one per action: a flood of dispatches to a down
+    /// store wrote 99,000 lines a second, one `write` each, on the loop) and for refused connections.
+    @exclusivity(unchecked) var givenUpLog = LogRateLimit()
+    @exclusivity(unchecked) var connectionRefusalLog = LogRateLimit()
     /// Path subscriptions made so far (each one's `order`).
     @exclusivity(unchecked) var nextPathOrder: UInt64 = 0
     /// Tree nodes visited applying patches (`JSONTree.apply`'s steps), since start: the work the fuzz target and
@@ -218,10 +225,7 @@ public final class Router {
             }
         case .oversizedFrame(let id, let length):
             if let peer = peers[id], !peer.closing {
-                if case .log(let suppressed) = refusalLog.admit(now: now) {
-                    let more = suppressed > 0 ? " (\(suppressed) more refusals not logged in the last \(LogRateLimit.window / 1000) s)" : ""
-                    out.log(.warning, "peer \(peer.id) (\(peer.name), uid \(peer.account.uid)) sent a frame of \(length) bytes, over maxFrame \(config.maxFrame); closing it\(more)")
-                }
+                logLimited(&refusalLog, .warning, "peer \(peer.id) (\(peer.name), uid \(peer.account.uid)) sent a frame of \(length) bytes, over maxFrame \(config.maxFrame); closing it", &out)
                 fail(peer, .tooLarge, "frame of \(length) bytes exceeds maxFrame \(config.maxFrame)", &out)
             }
         case .closed(let id):

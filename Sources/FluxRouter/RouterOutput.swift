@@ -86,7 +86,8 @@ public struct Traffic: Sendable {
 }
 
 /// At most `perWindow` log lines of one kind per `window` ms; the first line after a window with suppressed ones
-/// says how many were left out.
+/// says how many were left out. Every log line a peer can cause once per frame or per connection goes through one
+/// (`Router.logLimited`): the log is shared by every peer, and writing it costs the loop a `write` per line.
 struct LogRateLimit {
     static let window: Millis = 10_000
     static let perWindow = 5

@@ -169,6 +169,7 @@ extension Router {
         let s = StoreEntry(name: name, key: nextStoreKey)
         nextStoreKey &+= 1
         stores[name] = s
+        storesByNameCache = nil
         return s
     }
 
@@ -178,6 +179,7 @@ extension Router {
         guard !store.wasRegistered, !store.hasSubscribers, store.queryOrder.isEmpty, store.queue.isEmpty,
               store.inflight.isEmpty, !store.hasRetained else { return }
         stores.removeValue(forKey: store.name)
+        storesByNameCache = nil
     }
 
     // MARK: - Dispatch, delivery and answers
@@ -268,7 +270,7 @@ extension Router {
                 journalResult(action, store: store, result, version: store.version)
                 action.setResult(at: i, result)
                 if config.metricsClock != nil { store.stats.failed[ErrorCode.storeUnavailable.rawValue, default: 0] &+= 1 }
-                out.log(.notice, "action \(action.seq) given up for store \"\(store.name)\": it is down and its queue is full")
+                logLimited(&givenUpLog, .notice, "action \(action.seq) given up for store \"\(store.name)\": it is down and its queue is full", &out)
                 continue
             }
             if store.status == .down {
@@ -491,7 +493,7 @@ extension Router {
             guard let store = stores[name] else { continue }
             while let head = store.queue.first, let d = head.deadline, d <= now {
                 store.queue.removeFirst()
-                out.log(.notice, "action \(head.action.seq) given up for store \"\(name)\": it stayed down for \(config.queueTimeout) ms (queueTimeout)")
+                logLimited(&givenUpLog, .notice, "action \(head.action.seq) given up for store \"\(name)\": it stayed down for \(config.queueTimeout) ms (queueTimeout)", &out)
                 record(head.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" stayed down for \(config.queueTimeout) ms"), &out)
             }
             if store.queue.isEmpty { expiringStores.remove(name) }

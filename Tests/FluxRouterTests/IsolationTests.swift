@@ -404,4 +404,25 @@ struct IsolationLimitTests {
             #expect(bus.take(2).filter { $0.op == "settled" }.count == 1)
         }
     }
+
+    @Test("actions given up for a down store with a full queue log at most a few lines per window, then say how many were left out")
+    func givenUpLinesAreRateLimited() {
+        let bus = TestBus { c in
+            c.queueLimit = 2
+            c.fairPending = 0
+        }
+        bus.store(1, "s", handles: ["s/*"])
+        bus.join(2, role: "client")
+        bus.disconnect(1)
+        let before = bus.logs.count
+        for i in 0..<40 { bus.send(2, #"{"op":"dispatch","id":"d\#(i)","type":"s/x","settle":true}"#) }
+        // 2 queued, 38 given up: 5 lines, 33 left out.
+        #expect(bus.logs[before...].filter { $0.contains("given up for store") }.count == LogRateLimit.perWindow)
+        #expect(bus.take(2).filter { $0.op == "settled" }.count == 38)  // every one settled all the same
+        let later = bus.logs.count
+        bus.advance(LogRateLimit.window)  // the 2 queued expire (queueTimeout) in the next window
+        let next = bus.logs[later...].filter { $0.contains("given up for store") }
+        #expect(next.count == 2)
+        #expect(next.first?.hasSuffix("(33 more like it not logged in the last 10 s)") == true)
+    }
 }

@@ -57,6 +57,43 @@ struct PreparationTests {
         #expect(bus.router.stores["s"]?.version == 2)
     }
 
+    @Test("info on a bus of more stores than infoStoresOffLoopAbove: the list is encoded off the loop, the asker's ping waits behind it, another user is served, and the reply is the one inline work gives")
+    func infoOfManyStoresOffTheLoop() throws {
+        let bus = Self.bus()
+        let count = Router.infoStoresOffLoopAbove + 100
+        // (Registered from two connections: each may own maxStoresPerConnection stores.)
+        bus.join(10, role: "store", name: "many-a")
+        bus.join(11, role: "store", name: "many-b")
+        for i in 0..<count { bus.register(i.isMultiple(of: 2) ? 10 : 11, "m\(i)", handles: ["m\(i)/*"]) }
+        _ = bus.take(10); _ = bus.take(11)
+        let expected = (["s"] + (0..<count).map { "m\($0)" }).sorted()
+        // Inline (deferPreparations off) and deferred give the same list.
+        let prepared = bus.router.preparationsStarted
+        bus.send(2, #"{"op":"info","id":"i1"}"#)
+        bus.send(2, #"{"op":"ping","id":"after"}"#)
+        #expect(bus.preparations.count == 1)
+        #expect(bus.router.preparationsStarted == prepared + 1)
+        #expect(bus.take(2).isEmpty)
+        bus.send(3, #"{"op":"ping","id":"p3"}"#)
+        #expect(bus.ops(3) == ["pong"])
+        bus.runPreparations()
+        let got = bus.take(2)
+        #expect(got.map(\.op) == ["info", "pong"])
+        let info = try JSONSerialization.jsonObject(with: Data(try #require(got.first).body)) as? [String: Any]
+        let stores = try #require(info?["stores"] as? [[String: Any]])
+        #expect(stores.map { $0["name"] as? String } == expected)
+        #expect(stores.first { $0["name"] as? String == "m1" }?["owner"] != nil)
+    }
+
+    @Test("info on a bus of few stores is answered at once, without a preparation")
+    func infoOfFewStoresInline() {
+        let bus = Self.bus()
+        let prepared = bus.router.preparationsStarted
+        bus.send(2, #"{"op":"info","id":"i1"}"#)
+        #expect(bus.ops(2) == ["info"])
+        #expect(bus.router.preparationsStarted == prepared)
+    }
+
     @Test("the same sequence of frames makes the same frames for everyone whether patches are prepared or inline")
     func sameAsInline() {
         func run(_ threshold: Int) -> [PeerID: [String]] {

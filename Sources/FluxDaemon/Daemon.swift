@@ -26,6 +26,9 @@ public struct DaemonConfig: Sendable {
     public var slowConsumerGrace: Millis = 1000
     /// Where Prometheus metrics are served (`fluxd --metrics`, docs/metrics.md); nil: none are kept.
     public var metricsAddress: MetricsAddress?
+    /// How long one connection's turn of reading may take before the loop serves the others
+    /// (`EventLoop.turnNanoseconds`, docs/limits.md), in microseconds.
+    public var turnMicros: UInt64 = 250
 
     public init(socketPath: String) {
         self.socketPath = socketPath
@@ -560,20 +563,25 @@ extension LogLevel {
 /// Throws when the daemon cannot start (nothing is left open).
 public func runDaemon(config: DaemonConfig, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
-    let loop = try makeDaemonLoop(logger: logger)
+    let loop = try makeDaemonLoop(config: config, logger: logger)
     let daemon = Daemon(loop: loop, config: config, logger: logger)
     try startDaemon(daemon, on: loop)
     ready(config.socketPath)
     withExtendedLifetime(daemon) { loop.run() }
 }
 
-/// A new event loop for a daemon; a transport failure becomes `DaemonError.transport`.
-func makeDaemonLoop(logger: Logger) throws(DaemonError) -> EventLoop {
+/// A new event loop for a daemon, with its turns as `config` says; a transport failure becomes
+/// `DaemonError.transport`.
+func makeDaemonLoop(config: DaemonConfig, logger: Logger) throws(DaemonError) -> EventLoop {
+    let loop: EventLoop
     do {
-        return try EventLoop(logger: logger)
+        loop = try EventLoop(logger: logger)
     } catch {
         throw .transport(error)
     }
+    let (nanos, overflow) = config.turnMicros.multipliedReportingOverflow(by: 1000)
+    loop.turnNanoseconds = overflow ? .max : nanos
+    return loop
 }
 
 /// Starts `daemon`; when it cannot start, lets `loop` run the close callbacks of whatever was opened, then close

@@ -30,7 +30,7 @@ public enum DaemonSettings {
                     "max_queries", "max_query_bytes", "max_subscriptions", "max_wait_for", "max_connections",
                     "max_connections_per_user", "max_handshakes", "max_handshakes_per_user", "max_stores_per_connection",
                     "memory_budget", "memory_per_user", "max_outcomes", "connection_allowance", "ping_interval", "max_pings_out",
-                    "store_timeout"] {
+                    "store_timeout", "turn_micros"] {
             keys[key] = Key(type: .integer, live: false)
         }
         return keys

@@ -304,7 +304,7 @@ public func runPluginHost(config: DaemonConfig, supervisorConfig: SupervisorConf
                           ready: (String) -> Void) throws(DaemonError) {
     ProcessSetup.prepareSignals()
     ChildProcess.prepareSignals()
-    let loop = try makeDaemonLoop(logger: logger)
+    let loop = try makeDaemonLoop(config: config, logger: logger)
     let daemon = Daemon(loop: loop, config: config, logger: logger, journal: journal)
     let host = PluginHost(loop: loop, daemon: daemon, supervisorConfig: supervisorConfig,
                           executableDirectory: executableDirectory, logger: logger, notifier: notifier,

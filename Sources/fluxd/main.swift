@@ -150,6 +150,10 @@ struct Fluxd: ParsableCommand {
     var maxPingsOut: Int = RouterConfig().maxPingsOut
 
     @Option(name: .long, help: ArgumentHelp(
+        "How long one connection's turn of reading may take before the others are served (at least 10).", valueName: "µs"))
+    var turnMicros: UInt64 = 250
+
+    @Option(name: .long, help: ArgumentHelp(
         "How long a store may leave an action unanswered before it is reported stalled (0: never).", valueName: "ms"))
     var storeTimeout: UInt64 = RouterConfig().storeTimeout
 
@@ -357,6 +361,7 @@ struct Fluxd: ParsableCommand {
         config.router.memory.connectionAllowance = connectionAllowance
         config.router.pingInterval = pingInterval
         config.router.maxPingsOut = maxPingsOut
+        config.turnMicros = max(10, turnMicros)
         config.router.storeTimeout = storeTimeout
         config.router.closeStalledStores = closeStalledStores
         config.router.replay = replay

@@ -1,4 +1,5 @@
-import FluxDaemon
+@testable import FluxDaemon
+import Logging
 import Testing
 
 @Suite("[fluxd] settings: the file's keys as fluxd's options, and what a reload may change")
@@ -52,5 +53,20 @@ struct DaemonSettingsTests {
         let overridden = DaemonSettings.changes(from: running, to: fresh, commandLine: ["socket"])
         #expect(overridden.restart.isEmpty, "the command line sets the socket: the file's change does not matter")
         #expect(DaemonSettings.keys.filter(\.value.live).keys.sorted() == ["log_format", "log_level"])
+    }
+}
+
+@Suite("fluxd's loop as its settings say")
+struct DaemonLoopSettingsTests {
+    @Test("--turn-micros sets the loop's turn (microseconds; a value too large for nanoseconds is no limit)")
+    func turnMicros() throws {
+        var config = DaemonConfig(socketPath: "/nonexistent/x.sock")
+        config.turnMicros = 300
+        let loop = try makeDaemonLoop(config: config, logger: Logger(label: "test"))
+        #expect(loop.turnNanoseconds == 300_000)
+        config.turnMicros = .max
+        let unbounded = try makeDaemonLoop(config: config, logger: Logger(label: "test"))
+        #expect(unbounded.turnNanoseconds == .max)
+        #expect(DaemonSettings.option("turn_micros") == "--turn-micros")
     }
 }

@@ -24,6 +24,18 @@ struct ConfigFileTests {
         try runBuilt("fluxd", arguments)
     }
 
+    @Test("turn_micros (docs/limits.md) is an option of fluxd and a key of the file", .onDedicatedThreads)
+    func turnMicrosIsAnOption() throws {
+        let (status, help, _) = try runFluxd(["--help"])
+        #expect(status == 0)
+        #expect(help.contains("--turn-micros <µs>"))
+        let dir = try TempDirectory(prefix: "fluxturn")
+        defer { dir.remove() }
+        try "[fluxd]\nturn_micros = 100\n".write(toFile: dir.path + "/turn.toml", atomically: true, encoding: .utf8)
+        let (checked, out, err) = try runFluxd(["--check-config", dir.path + "/turn.toml"])
+        #expect(checked == 0, "\(out)\(err)")
+    }
+
     @Test("--check-config: ok with a summary, or exit 1 naming the file, line and key (or the option) of the problem; nothing starts", .onDedicatedThreads)
     func checkConfig() throws {
         let dir = try TempDirectory(prefix: "fluxcfg")

@@ -135,6 +135,19 @@ export function applyPatch(doc, patch) {
     owned.add(c);
     return c;
   };
+  /**
+   * A value about to appear at a second place (`copy`): the containers this call copied inside it are shared from
+   * now on, so a later write through either place copies its way down again instead of changing both (and a copy
+   * of the root, written into the root, cannot make the document contain itself). Visits only containers this
+   * call made.
+   */
+  const share = (v) => {
+    if (v === null || typeof v !== 'object' || !owned.has(v)) return v;
+    owned.delete(v);
+    if (Array.isArray(v)) for (const c of v) share(c);
+    else for (const k in v) if (hasOwn(v, k)) share(v[k]);
+    return v;
+  };
   /** The parent container of `tokens`, copied (and linked in) all the way down from the root. */
   const parentFor = (tokens, what) => {
     root = own(root);
@@ -213,7 +226,7 @@ export function applyPatch(doc, patch) {
           add(tokens, fits(tokens, value, what), what);
           break;
         }
-        case 'copy': add(tokens, fits(tokens, valueAt(root, fromTokens(), op.from), what), what); break;
+        case 'copy': add(tokens, fits(tokens, share(valueAt(root, fromTokens(), op.from)), what), what); break;
         case 'test': {
           const value = needValue();
           if (!jsonEqual(valueAt(root, tokens, op.path), value)) throw new PatchError('test-failed', `${what}: the value is not equal`);

@@ -109,3 +109,25 @@ test('drafts: async recipes, arrays methods, JSON.stringify of a draft', async (
   assert.deepEqual(next, { list: [1, 2, 3], nested: { a: [{ v: 0 }, { v: 2 }] } });
   assert.deepEqual(s, { list: [3, 1, 2], nested: { a: [{ v: 1 }] } });
 });
+
+test('copy: a value copied after a write to its source is a copy, not the same container (later writes change one place)', () => {
+  const doc = { a: { x: 1 }, list: [[1]] };
+  const out = applyPatch(doc, [
+    { op: 'add', path: '/a/y', value: 2 },          // /a is now a container this call made
+    { op: 'copy', from: '/a', path: '/b' },
+    { op: 'add', path: '/b/z', value: 3 },          // through the copy ...
+    { op: 'replace', path: '/a/x', value: 9 },      // ... and through the source
+    { op: 'add', path: '/list/0/-', value: 2 },
+    { op: 'copy', from: '/list/0', path: '/list/-' },
+    { op: 'add', path: '/list/1/-', value: 3 },
+  ]);
+  assert.deepEqual(out, { a: { x: 9, y: 2 }, b: { x: 1, y: 2, z: 3 }, list: [[1, 2], [1, 2, 3]] });
+  assert.deepEqual(doc, { a: { x: 1 }, list: [[1]] });
+});
+
+test('copy of the whole document into itself holds the document as it was, not itself', () => {
+  const out = applyPatch({ n: 1 }, [{ op: 'add', path: '/m', value: 2 }, { op: 'copy', from: '', path: '/self' }]);
+  assert.deepEqual(out, { n: 1, m: 2, self: { n: 1, m: 2 } });
+  assert.notEqual(out.self, out);
+  assert.doesNotThrow(() => JSON.stringify(out));
+});

@@ -226,7 +226,7 @@ extension Journal {
             infos.append(info)
             _ = applied
         }
-        notes.append("read \(all.count) journal segment\(all.count == 1 ? "" : "s"): \(state.recordCount) records, \(state.actionCount) actions, \(state.stores.count) stores, \(state.pending.count) actions unsettled")
+        notes.append("read \(all.count) journal segment\(all.count == 1 ? "" : "s"): \(state.recordCount) records, \(state.actionCount) actions, \(state.stores.count) stores, \(state.pending.count) unsettled")
         return (last?.0, last?.1)
     }
 

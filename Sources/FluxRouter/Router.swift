@@ -245,7 +245,7 @@ public final class Router {
         case .endOfBatch:
             flushDeferredQueries(&out)
         case .drain:
-            if !draining { out.log(.notice, "draining: refusing new dispatches, \(pendingCount) actions in flight") }
+            if !draining { out.log(.notice, "draining: refusing new dispatches, \(pendingCount) in flight") }
             draining = true
         case .shutdown:
             shutdown(&out)

@@ -128,7 +128,7 @@ extension Router {
         let frame = b.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribedPeers { out.send(sub, frame) }
         observeStoreDown(store, reason: reason, &out)
-        out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) actions queued")
+        out.log(quietly ? .debug : .notice, "store \"\(store.name)\" down (\(reason)), \(store.queue.count) queued")
     }
 
     /// The waitFor path that would close a cycle if `name` waited for `waitFor`, or nil.
@@ -213,7 +213,7 @@ extension Router {
         // A full queue refuses busy dispatchers only: one with fewer than `fairPending` unsettled actions is still
         // accepted, so a flood from one connection cannot lock the others out of a store.
         for s in targets where s.status == .up && s.queue.count >= config.queueLimit && peer.unsettled >= config.fairPending {
-            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) actions queued (queueLimit \(config.queueLimit))", &out)
+            return fail(peer, .overloaded, "store \"\(s.name)\" has \(s.queue.count) queued actions (queueLimit \(config.queueLimit))", &out)
         }
         // A dispatch whose outcome is to be kept for `recover` takes one of its user's outcome slots (SPEC §15.4).
         var sessionKey: SessionKey?

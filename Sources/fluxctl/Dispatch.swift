@@ -156,12 +156,14 @@ struct Dispatch: AsyncParsableCommand {
     private func waitingFor(_ type: String, client: FluxClient) async -> String {
         guard let info = try? await client.info(timeout: .seconds(2)) else { return "" }
         let targets = info.stores.filter { s in (s.handles ?? []).contains { Names.matches(pattern: $0, type: type) } }
+        func actions(_ n: Int) -> String { n == 1 ? "1 action" : "\(n) actions" }
         let notes = targets.compactMap { s -> String? in
             if s.status == "down" {
-                return "store \"\(s.name)\" is down (\(s.queued ?? 0) actions queued for it; fluxd keeps it queued until the store is back or its queue timeout ends)"
+                return "store \"\(s.name)\", which is down (\(actions(s.queued ?? 0)) queued for it; fluxd keeps them queued until the store is back or its queue timeout ends)"
             }
-            if s.stalled == true { return "store \"\(s.name)\" is stalled (an action unanswered for \((s.stalledFor ?? 0) / 1000) s)" }
-            if (s.queued ?? 0) + (s.inflight ?? 0) > 0 { return "store \"\(s.name)\" has \((s.queued ?? 0) + (s.inflight ?? 0)) actions before it answers" }
+            if s.stalled == true { return "store \"\(s.name)\", which is stalled (an action unanswered for \((s.stalledFor ?? 0) / 1000) s)" }
+            let ahead = (s.queued ?? 0) + (s.inflight ?? 0)
+            if ahead > 0 { return "store \"\(s.name)\", which has \(actions(ahead)) to answer before this one" }
             return nil
         }
         return notes.isEmpty ? "" : "; still waiting for " + notes.joined(separator: "; ")

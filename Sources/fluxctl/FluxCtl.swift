@@ -26,7 +26,7 @@ struct FluxCtl: AsyncParsableCommand {
           2   bad input: JSON argument, JSON pointer or --file line (shown where)
           3   no fluxd at the socket, the connection to it was lost, or it runs as an
               unexpected uid (--server-uid, $FLUXBUS_SERVER_UID; 0 when run as root)
-          4   timed out (--timeout)
+          4   timed out (--timeout; a stream without --count stops then with 0)
           5   fluxd refused a request (e.g. unknown store)
           64  bad usage (unknown option, missing argument)
         """,
@@ -121,8 +121,8 @@ struct GlobalOptions: ParsableArguments {
     var json = false
 
     @Option(name: .long, help: ArgumentHelp(
-        "Give up after this many seconds (exit code 4).",
-        discussion: "Default 5 for requests; streams (watch, query, monitor, stats --watch) run until interrupted unless given.",
+        "Give up after this many seconds (exit code 4); a stream stops after this many seconds (exit code 0).",
+        discussion: "Default 5 for requests; streams (watch, query, monitor, stats --watch, top) run until interrupted unless given.",
         valueName: "seconds"))
     var timeout: Double?
 
@@ -189,6 +189,21 @@ func withTimeout<T: Sendable>(_ seconds: Double?, _ what: String, _ body: @escap
             throw fail(Exit.timedOut, "timed out after \(formatSeconds(seconds)) s \(what)")
         }
         return value
+    }
+}
+
+/// Runs a stream (`watch`, `query`, `monitor`, `stats --watch`, `top`) for at most `seconds`: when they run out
+/// the stream just ends (exit 0: watching for a while is what was asked). A stream told to end after `--count`
+/// items (`counted`) that has not seen them by then timed out like a request (`withTimeout`, exit 4, `what`).
+func streamFor(_ seconds: Double?, counted: Bool = false, _ what: String = "",
+               _ body: @escaping @Sendable () async throws -> Void) async throws {
+    guard let seconds else { return try await body() }
+    if counted { return try await withTimeout(seconds, what, body) }
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await body() }
+        group.addTask { try await Task.sleep(for: .seconds(seconds)) }
+        defer { group.cancelAll() }
+        try await group.next()
     }
 }
 

@@ -63,7 +63,7 @@ struct Monitor: AsyncParsableCommand {
                              time: time, states: states, recorder: recorder)
         let count = self.count, socket = options.socketPath, requestTimeout = options.requestDuration
         do {
-            try await withTimeout(options.timeout, "monitoring") {
+            try await streamFor(options.timeout, counted: count != nil, "monitoring") {
                 var tap = tap
                 tap.learn(from: try await client.info(timeout: requestTimeout))
                 for try await event in events {

@@ -150,7 +150,7 @@ struct Watch: AsyncParsableCommand {
         do {
             let subscription = try client.subscribeJSON(store: store, path: path)
             defer { subscription.cancel() }
-            try await withTimeout(options.timeout, "watching \(path) in \(store)") {
+            try await streamFor(options.timeout, counted: count != nil, "watching \(path) in \(store)") {
                 let printer = PathPrinter(store: store, path: path, json: json)
                 var seen = 0
                 for try await event in subscription {
@@ -293,7 +293,7 @@ func watchStream(_ client: FluxClient, store: String, withEvents: Bool) -> Async
 /// snapshots have printed, within `timeout` seconds; throws `disconnected` if fluxd closes the connection first.
 private func printSnapshots(from stream: AsyncStream<WatchItem>, store: String, json: Bool, full: Bool, count: Int?,
                             timeout: Double?) async throws {
-    try await withTimeout(timeout, "watching \(store)") {
+    try await streamFor(timeout, counted: count != nil, "watching \(store)") {
         var printer = SnapshotPrinter(store: store, json: json, full: full)
         var seen = 0
         for await item in stream {

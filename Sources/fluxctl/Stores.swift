@@ -77,7 +77,7 @@ struct Stats: AsyncParsableCommand {
         let options = self.options, watch = self.watch, interval = self.interval
         let limit = watch ? count : 1
         do {
-            try await withTimeout(watch ? options.timeout : nil, "watching stats") {
+            try await streamFor(watch ? options.timeout : nil, counted: count != nil, "watching stats") {
                 var previous: (JSONValue, ContinuousClock.Instant)?
                 var n = 0
                 while true {

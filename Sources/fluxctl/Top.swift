@@ -53,7 +53,7 @@ struct Top: AsyncParsableCommand {
                 return
             }
             try await runInterruptible {
-                try await withTimeout(once ? nil : options.timeout, "watching fluxd") {
+                try await streamFor(once ? nil : options.timeout) {
                     try await Top.loop(options, interval: interval, once: once, screen: screen)
                 }
             }

@@ -32,7 +32,7 @@ struct FluxctlTests {
               2   bad input: JSON argument, JSON pointer or --file line (shown where)
               3   no fluxd at the socket, the connection to it was lost, or it runs as an
                   unexpected uid (--server-uid, $FLUXBUS_SERVER_UID; 0 when run as root)
-              4   timed out (--timeout)
+              4   timed out (--timeout; a stream without --count stops then with 0)
               5   fluxd refused a request (e.g. unknown store)
               64  bad usage (unknown option, missing argument)
             """), "\(root)")
@@ -415,6 +415,13 @@ struct FluxctlTests {
             let timedOut = try await bus.ctl("watch", "todos", "--count", "5", "--timeout", "0.5")
             #expect(timedOut.status == 4)
             #expect(timedOut.stderr == "fluxctl: timed out after 0.5 s watching todos\n", "\(timedOut)")
+            // Without --count, --timeout is how long to watch: the stream stops with exit 0.
+            let watched = try await bus.ctl("watch", "todos", "--timeout", "0.5")
+            #expect(watched.status == 0, "\(watched)")
+            #expect(watched.stderr.isEmpty, "\(watched)")
+            let statsWatch = try await bus.ctl("stats", "--watch", "--interval", "0.2", "--timeout", "1", "--json")
+            #expect(statsWatch.status == 0, "\(statsWatch)")
+            #expect(statsWatch.lines.count >= 2, "\(statsWatch)")
         }
     }
 

@@ -19,7 +19,7 @@ struct JournalReplayTests {
         let timedOut = try await fluxctl(["dispatch", "todo/create", #"{"title":"tea"}"#, "--wait", "--timeout", "1"],
                                          socket: bus.socketPath)
         #expect(timedOut.status == 4, "\(timedOut)")
-        #expect(timedOut.stderr.contains(#"still waiting for store "todos" is down (1 actions queued"#), "\(timedOut)")
+        #expect(timedOut.stderr.contains(#"still waiting for store "todos", which is down (1 action queued"#), "\(timedOut)")
         _ = try await bus.start("todo-store")
         // The queued action reaches the store after it registers: wait (with a deadline) for the state that has it.
         var state = try await fluxctl(["state", "todos", "--json"], socket: bus.socketPath)

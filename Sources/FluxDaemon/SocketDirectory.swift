@@ -7,6 +7,8 @@ public struct SocketDirectoryError: Error, CustomStringConvertible {
     public enum Problem: Error, Sendable {
         case refused(SocketDirectoryRefusal)
         case system(operation: String, path: String, errno: Int32)
+        /// The directory of an explicit socket path does not exist (fluxd creates only its default directory).
+        case missingDirectory(String)
     }
 
     /// The socket path fluxd was to listen on.
@@ -18,6 +20,8 @@ public struct SocketDirectoryError: Error, CustomStringConvertible {
         case .refused(let refusal): return "cannot listen on \(socketPath): \(refusal)"
         case .system(let operation, let path, let code):
             return "cannot listen on \(socketPath): \(operation) \(path): \(String(cString: strerror(code)))"
+        case .missingDirectory(let directory):
+            return "cannot listen on \(socketPath): the directory \(directory) does not exist (fluxd creates only its default socket directory: create it, or check the path)"
         }
     }
 }
@@ -27,9 +31,8 @@ public struct SocketDirectoryError: Error, CustomStringConvertible {
 /// - default path (`location.privateDirectory` set): the directory is created with mode 0700 if missing; an
 ///   existing one is used only when it is a real directory owned by fluxd's effective uid that no group or other
 ///   user may write to; the directory holding it must pass the parent rule;
-/// - explicit path: missing directories are created with mode 0700, then the socket's directory must be owned by
-///   fluxd's euid or root and, when group or other users may write to it, have the sticky bit. When directories had
-///   to be created, the nearest one that existed before must pass the same rule.
+/// - explicit path: the socket's directory must exist (a typo in a path is refused, not served where no client
+///   looks), be owned by fluxd's euid or root and, when group or other users may write to it, have the sticky bit.
 public func prepareSocketDirectory(for location: SocketLocation, euid: UInt32 = geteuid()) throws(SocketDirectoryError) {
     do {
         try checkSocketDirectory(location, euid: euid)
@@ -51,9 +54,9 @@ private func checkSocketDirectory(_ location: SocketLocation, euid: UInt32) thro
         if let refusal = checkPrivateSocketDirectory(directory, status: status, euid: euid) { throw .refused(refusal) }
     } else {
         let parent = parentDirectory(of: location.path)
-        let existing = try makeDirectories(parent)
+        var st = stat()
+        if stat(parent, &st) != 0 && errno == ENOENT { throw .missingDirectory(parent) }
         try checkParent(parent, euid: euid)
-        if existing != parent { try checkParent(existing, euid: euid) }
     }
 }
 

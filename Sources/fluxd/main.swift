@@ -32,8 +32,8 @@ struct Fluxd: ParsableCommand {
         discussion: """
             The default directory ($XDG_RUNTIME_DIR/fluxbus or ${TMPDIR:-/tmp}/fluxbus-<uid>) is created with mode 0700; \
             an existing one is used only if fluxd's user owns it and no group or other user can write to it. The \
-            directory of an explicit path must be owned by fluxd's user or root, and have the sticky bit if group or \
-            other users can write to it. Otherwise fluxd refuses to start.
+            directory of an explicit path must exist, be owned by fluxd's user or root, and have the sticky bit if \
+            group or other users can write to it. Otherwise fluxd refuses to start.
             """,
         valueName: "path"))
     var socket: String?

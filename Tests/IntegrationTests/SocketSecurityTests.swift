@@ -170,6 +170,19 @@ struct SocketSecurityTests {
         }
     }
 
+    @Test("--socket PATH in a directory that does not exist is refused with the directory named; nothing is created", .onDedicatedThreads)
+    func explicitSocketInMissingDirectory() throws {
+        let tmp = try TempDirectory(prefix: "fluxsec")
+        defer { tmp.remove() }
+        let path = tmp.path + "/typo/run/fluxd.sock"
+        let fluxd = try Fluxd(socketPath: path)
+        defer { fluxd.cleanup() }
+        #expect(fluxd.waitForExit(timeout: .seconds(20)) == 1)
+        #expect(fluxd.stderr.contains("fluxd: error: cannot listen on \(path): the directory \(tmp.path)/typo/run does not exist"), "\(fluxd.stderr)")
+        var st = stat()
+        #expect(stat(tmp.path + "/typo", &st) != 0)
+    }
+
     /// A fluxd on a private socket, ready; shut down after `body`.
     func withPrivateFluxd(_ body: (Fluxd) async throws -> Void) async throws {
         let fluxd = try Fluxd()

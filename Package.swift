@@ -4,15 +4,16 @@
 //
 // Dependencies point one way:
 //   FluxCore (wire types, framing, JSON envelope scanner; no I/O)
-//     <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, RFC 6902 patches, diffs)
+//     <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, RFC 6902 patches, diffs; TrackedArray and the
+//        codecs over JSON values that SPEC §16's patches are made and read with; also used by FluxClient,
+//        FluxStore, TodoModel and fluxctl)
+//     <- FluxJournal (the durable journal: segments, checkpoints, reads; files, no sockets)
 //     <- FluxRouter (the dispatcher as a pure state machine; the semantics live here; applies patches, §16)
 //     <- FluxTransport (thin libuv layer: loop, Unix-socket listener, connections, timers, signals)
 //     <- FluxDaemon (feeds transport events into the router, carries out its effects)
 //     <- fluxd (executable: argument parsing and wiring only)
 //   FluxCore <- FluxClient (client SDK, Foundation JSON for user types) <- FluxStore (store SDK)
 //   FluxRouter + FluxClient <- FluxTesting (in-memory bus for unit-testing stores without sockets)
-//   FluxCore <- FluxJSONValue (order-keeping JSON values, RFC 6901 pointers, diffs, patches; TrackedArray and the
-//     codecs over JSON values that SPEC §16's patches are made and read with) <- FluxClient, FluxStore, TodoModel
 //   FluxClient + FluxJSONValue <- fluxctl (debug CLI)
 //
 // The trait `Tools` (on by default) brings the dependencies only fluxd, fluxctl and the examples use: a project that

@@ -480,7 +480,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             if let onHangup {
                 onHangup()
             } else {
-                logger.notice("SIGHUP received (configuration reload is not implemented yet)")
+                logger.notice("SIGHUP received; nothing to reload (no plugin host)")
             }
         default:
             logger.info("signal received", metadata: ["signal": "\(signal == SIGINT ? "SIGINT" : "SIGTERM")"])
@@ -556,18 +556,6 @@ extension LogLevel {
         case .error: return .error
         }
     }
-}
-
-/// Runs a whole daemon on the calling thread: prepares process signals, creates the loop, starts the daemon,
-/// calls `ready` with the socket path once it listens, and returns after a clean shutdown (SIGINT/SIGTERM).
-/// Throws when the daemon cannot start (nothing is left open).
-public func runDaemon(config: DaemonConfig, logger: Logger, ready: (String) -> Void) throws(DaemonError) {
-    ProcessSetup.prepareSignals()
-    let loop = try makeDaemonLoop(config: config, logger: logger)
-    let daemon = Daemon(loop: loop, config: config, logger: logger)
-    try startDaemon(daemon, on: loop)
-    ready(config.socketPath)
-    withExtendedLifetime(daemon) { loop.run() }
 }
 
 /// A new event loop for a daemon, with its turns as `config` says; a transport failure becomes

@@ -225,7 +225,12 @@ public final class PluginHost {
         // Applied from here on: nothing below refuses.
         if live.contains("log_level") { logSettings?.level = level ?? .info }
         if live.contains("log_format") { logSettings?.format = format ?? .text }
-        if daemon.journal == nil { drainTimeout = fresh.drainTimeout }
+        // drain_timeout ([fluxd], read by the host): applied when it changed and fluxd drains (an ephemeral one;
+        // a durable one keeps its actions in the journal instead).
+        if daemon.journal == nil && drainTimeout != fresh.drainTimeout {
+            drainTimeout = fresh.drainTimeout
+            live = (live + ["drain_timeout"]).sorted()
+        }
         runningSettings = fresh.settings
         let (added, removed, changed) = supervisor.reload(to: fresh)
         if !live.isEmpty { logger.notice("config settings applied", metadata: ["settings": "\(live.joined(separator: ","))"]) }

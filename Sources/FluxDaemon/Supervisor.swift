@@ -96,22 +96,8 @@ public final class Supervisor {
 
     // MARK: - Operations
 
-    /// Re-reads the config file (SIGHUP): starts added workers, stops removed ones, restarts changed ones; unchanged
-    /// ones keep running. A bad file is logged and changes nothing (false).
-    @discardableResult
-    public func reload() -> Bool {
-        let fresh: SupervisorConfig
-        do {
-            fresh = try SupervisorConfig.load(path: config.path, executableDirectory: executableDirectory)
-        } catch {
-            logger.error("config reload failed; keeping the running configuration", metadata: ["error": "\(error)"])
-            return false
-        }
-        reload(to: fresh)
-        return true
-    }
-
-    /// What `reload()` does with the config it read: starts added workers, stops removed ones, restarts changed ones.
+    /// Applies a config read again (`PluginHost.reload`, which reads and checks it off the loop): starts added
+    /// workers, stops removed ones, restarts changed ones; unchanged ones keep running.
     @discardableResult
     func reload(to fresh: SupervisorConfig) -> (added: [String], removed: [String], changed: [String]) {
         guard stoppingAll == nil else { return ([], [], []) }

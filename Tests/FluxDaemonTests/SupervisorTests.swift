@@ -401,30 +401,6 @@ struct SupervisorRequestTests {
         #expect(h.spawner.latest("/bin/cron")!.options.arguments == ["--fixed", "--socket", SupervisorHarness.socketPath])
     }
 
-    @Test("reload() reads the config file again: a bad file is logged and changes nothing, a good one is applied")
-    func reloadFromTheFile() throws {
-        let directory = try temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let path = directory + "/fluxd.toml"
-        let h = SupervisorHarness([worker("a")], path: path)
-        h.supervisor.start()
-        let before = h.supervisor.config
-
-        try "[workers.a\ncommand = \"/bin/a\"\n".write(toFile: path, atomically: true, encoding: .utf8)
-        h.supervisor.reload()
-        #expect(h.supervisor.config == before)
-        let failure = h.log.lines.first { $0.message == "config reload failed; keeping the running configuration" }
-        #expect(failure?.level == .error)
-        #expect(failure?.metadata["error"]?.hasPrefix("\(path):1:") == true)
-
-        try "[workers.a]\ncommand = \"/bin/a\"\n\n[workers.b]\ncommand = \"/bin/b\"\n"
-            .write(toFile: path, atomically: true, encoding: .utf8)
-        h.supervisor.reload()
-        #expect(h.supervisor.workerNames == ["a", "b"])
-        #expect(h.state("b") == .running)
-        #expect(h.spawner.latest("/bin/a")!.signals.isEmpty)
-    }
-
     @Test("stopAll stops workers in reverse dependency order, each once nothing alive depends on its stores, then completes with every timer closed")
     func stopAllInReverseOrder() {
         let todo = worker("todo", stores: ["todos"])

@@ -114,6 +114,11 @@ struct ConfigFileTests {
         }
         #expect(running)
 
+        // drain_timeout (read by the host, not an option): applied by an ephemeral fluxd, and listed.
+        try (base + "log_level = \"debug\"\ndrain_timeout = 7000\n\n[workers.todo]\ncommand = \"todo-store\"\nstores = [\"todos\"]\n")
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(try await client.reload() == ReloadResult(added: [], removed: [], changed: [], settings: ["drain_timeout"]))
+
         // A restart-only setting changed: refused as a whole, the running configuration kept.
         try (base.replacingOccurrences(of: "bus.sock", with: "other.sock") + "log_level = \"info\"\n")
             .write(toFile: file, atomically: true, encoding: .utf8)
@@ -121,6 +126,13 @@ struct ConfigFileTests {
         #expect(refused.code == .reloadRefused)
         #expect(refused.message.contains("socket (running: \(socket), file: \(dir.path)/other.sock): needs a restart"), "\(refused.message)")
         #expect(try await client.workers().map(\.name) == ["todo"], "the worker the refused file dropped still runs")
+
+        // A file that does not parse: refused with its file and line, nothing changed.
+        try "[workers.todo\ncommand = \"todo-store\"\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let broken = try #require(await refusal(client), "a broken file was accepted")
+        #expect(broken.code == .reloadRefused)
+        #expect(broken.message.contains("\(file):1:"), "\(broken.message)")
+        #expect(try await client.workers().map(\.name) == ["todo"])
         await client.close()
         fluxd.send(signal: SIGTERM)
         #expect(await fluxd.waitForExit(timeout: .seconds(20)) == 0)

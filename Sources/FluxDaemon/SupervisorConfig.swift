@@ -88,6 +88,9 @@ public struct SupervisorConfig: Sendable, Equatable {
     /// send the privileged operations (restart and stop workers, read the journal).
     public var adminUIDs: Set<UInt32> = []
     public var adminGIDs: Set<UInt32> = []
+    /// Every key the file's `[fluxd]` table sets (the options in `settings` and the host's own keys:
+    /// `drain_timeout`, `admin_users`, `admin_groups`), sorted: what `--check-config` counts.
+    public var fluxdKeys: [String] = []
     /// The other keys of `[fluxd]`: fluxd's command-line options (`DaemonSettings.keys`), each as the text of its
     /// argument (relative paths made absolute against the file's directory; booleans `true`/`false`).
     public var settings: [String: String] = [:]
@@ -202,6 +205,7 @@ private struct ConfigParser {
         if let fluxd = root["fluxd"] {
             let table = try self.table(fluxd, ["fluxd"])
             try onlyKeys(table, ["fluxd"], ["drain_timeout", "admin_users", "admin_groups"] + DaemonSettings.keys.keys.sorted())
+            config.fluxdKeys = table.keys.sorted()
             for (key, kind) in DaemonSettings.keys {
                 guard let value = table[key] else { continue }
                 let at = ["fluxd", key]
@@ -432,6 +436,9 @@ private struct ConfigParser {
 
     func onlyKeys(_ table: TOMLTable, _ at: [String], _ known: [String]) throws(ConfigError) {
         for key in table.keys.sorted() where !known.contains(key) {
+            if let near = nearestKey(key, in: known) {
+                throw fail(at + [key], "unknown key; did you mean \(near)?")
+            }
             throw fail(at + [key], "unknown key (known here: \(known.joined(separator: ", ")))")
         }
     }
@@ -497,4 +504,34 @@ private struct ConfigParser {
 private func absolute(_ path: String) -> String {
     if path.hasPrefix("/") { return path }
     return FileManager.default.currentDirectoryPath + "/" + path
+}
+
+/// The known key nearest to a mistyped one (edit distance at most a third of its length, 1 to 3), if one is clearly
+/// nearest: `--check-config` suggests it instead of listing every key.
+func nearestKey(_ key: String, in known: [String]) -> String? {
+    let limit = min(3, max(1, key.count / 3))
+    var best: (key: String, distance: Int)?
+    var tie = false
+    for candidate in known {
+        let d = editDistance(Array(key.utf8), Array(candidate.utf8))
+        guard d <= limit else { continue }
+        if best == nil || d < best!.distance { best = (candidate, d); tie = false } else if d == best!.distance { tie = true }
+    }
+    return tie ? nil : best?.key
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), two rows.
+func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var previous = Array(0...b.count)
+    var current = [Int](repeating: 0, count: b.count + 1)
+    for i in 1...a.count {
+        current[0] = i
+        for j in 1...b.count {
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        }
+        swap(&previous, &current)
+    }
+    return previous[b.count]
 }

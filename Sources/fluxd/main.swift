@@ -269,7 +269,7 @@ struct Fluxd: ParsableCommand {
         if let path = checkConfig {
             do {
                 let file = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
-                let settings = file.settings.keys.sorted()
+                let settings = file.fluxdKeys
                 writeAll(1, "\(path): ok: \(file.workers.count) worker\(file.workers.count == 1 ? "" : "s")\(file.workers.isEmpty ? "" : " (" + file.workers.map(\.name).joined(separator: ", ") + ")"), \(settings.count) [fluxd] setting\(settings.count == 1 ? "" : "s")\(settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")\n")
                 return
             } catch {

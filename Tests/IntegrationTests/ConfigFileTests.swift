@@ -46,6 +46,7 @@ struct ConfigFileTests {
             socket = "bus.sock"
             queue_limit = 10
             log_format = "json"
+            drain_timeout = 5
 
             [workers.todo]
             command = "todo-store"
@@ -53,14 +54,14 @@ struct ConfigFileTests {
             """.write(toFile: good, atomically: true, encoding: .utf8)
         let (status, stdout, _) = try runFluxd(["--check-config", good])
         #expect(status == 0)
-        #expect(stdout == "\(good): ok: 1 worker (todo), 3 [fluxd] settings (log_format, queue_limit, socket)\n")
+        #expect(stdout == "\(good): ok: 1 worker (todo), 4 [fluxd] settings (drain_timeout, log_format, queue_limit, socket)\n")
         #expect(!FileManager.default.fileExists(atPath: dir.path + "/bus.sock"), "nothing listened")
 
         let typo = dir.path + "/typo.toml"
         try "[fluxd]\nqueue_limt = 10\n".write(toFile: typo, atomically: true, encoding: .utf8)
         let (typoStatus, _, typoError) = try runFluxd(["--check-config", typo])
         #expect(typoStatus == 1)
-        #expect(typoError.contains("\(typo):2: fluxd.queue_limt: unknown key"), "\(typoError)")
+        #expect(typoError.contains("\(typo):2: fluxd.queue_limt: unknown key; did you mean queue_limit?"), "\(typoError)")
 
         let wrongType = dir.path + "/type.toml"
         try "[fluxd]\nmax_frame = \"big\"\n".write(toFile: wrongType, atomically: true, encoding: .utf8)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every FluxBus test on this machine, installing what is missing first:
 #   0. scripts/check-op-matrix.py: docs/limits.md has a worst-case row for every op fluxd receives (issue 25);
+#      scripts/check-architecture.py: docs/ARCHITECTURE.md's module list matches Sources/ (issue 26);
 #   1. a clean `swift build` that must have no warnings in FluxBus's own sources;
 #      then the man pages of fluxd and fluxctl generated and rendered (scripts/man.sh, into .build/man);
 #   2. `swift test`: unit tests of the core and router, SDK tests, and integration tests that start the real
@@ -48,6 +49,9 @@ trap print_timings EXIT
 echo "==> worst case per input (scripts/check-op-matrix.py: a row in docs/limits.md for every op fluxd receives)"
 python3 scripts/check-op-matrix.py --self-test
 python3 scripts/check-op-matrix.py
+echo "==> module list (scripts/check-architecture.py: docs/ARCHITECTURE.md names every folder of Sources/ and no other)"
+python3 scripts/check-architecture.py --self-test
+python3 scripts/check-architecture.py
 step_done "worst case per input (docs/limits.md)"
 
 echo "==> swift build"

@@ -45,3 +45,16 @@ def test_node_snippet_runs_as_shown(fluxd):
         assert "[ { store: 'counter', status: 'done', version: 2 } ]" in result.stdout
     finally:
         shutil.rmtree(project, ignore_errors=True)
+
+
+def test_python_readme_first_snippet_runs_as_shown(fluxd):
+    """examples/python/README.md's first snippet: a store on a background thread, then the client code under it
+    (it used to call the blocking ``run()`` first, so the client code never ran)."""
+    with open(os.path.join(ROOT, "examples", "python", "README.md"), encoding="utf-8") as f:
+        first = re.findall(r"```python\n(.*?)```", f.read(), re.S)[0]
+    env = dict(os.environ, FLUXBUS_SOCKET=fluxd.socket_path, PYTHONPATH=os.path.join(ROOT, "examples", "python"))
+    result = subprocess.run([sys.executable, "-c", first], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "done 2", result.stdout
+    assert lines[1] == "2 {'value': 2}", result.stdout

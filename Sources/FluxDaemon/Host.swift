@@ -274,8 +274,11 @@ public final class PluginHost {
         let pending = daemon.pendingActionCount
         sent(notifier.stopping(status: pending == 0 || drainTimeout == 0 ? "stopping"
             : "stopping: draining \(pending) unsettled action\(pending == 1 ? "" : "s") (at most \(drainTimeout) ms)"))
-        logger.info("draining: refusing new dispatches until in-flight actions settle",
-                    metadata: ["pending": "\(daemon.pendingActionCount)", "timeout_ms": "\(drainTimeout)"])
+        // A durable fluxd does not drain (its unsettled actions stay in the journal, SPEC §15): no drain to announce.
+        if drainTimeout > 0 {
+            logger.info("draining: refusing new dispatches until in-flight actions settle",
+                        metadata: ["pending": "\(daemon.pendingActionCount)", "timeout_ms": "\(drainTimeout)"])
+        }
         drainTimer = LoopTimer(loop: loop) { [unowned self] in self.checkDrained() }
         drainTimer?.start(after: 0, repeat: 20)
     }
@@ -284,7 +287,7 @@ public final class PluginHost {
         let pending = daemon.pendingActionCount
         let waited = loop.now - drainStarted
         guard pending == 0 || waited >= drainTimeout else { return }
-        if pending > 0 {
+        if pending > 0 && drainTimeout > 0 {
             logger.warning("drain timeout over; actions still unsettled", metadata: ["pending": "\(pending)"])
         }
         drainTimer?.close()

@@ -506,7 +506,7 @@ extension Router {
         let durable = journal != nil
         if durable {
             // A durable fluxd keeps what is not final: it continues after the restart (SPEC §15.1).
-            out.log(.notice, "stopping: \(pendingCount) actions stay accepted in the journal, saying goodbye to \(peers.count) peers")
+            out.log(.notice, "stopping: \(pendingCount == 1 ? "1 action stays" : "\(pendingCount) actions stay") accepted in the journal, saying goodbye to \(peers.count == 1 ? "1 peer" : "\(peers.count) peers")")
         } else {
             out.log(.notice, "shutting down: settling \(pendingCount) actions, saying goodbye to \(peers.count) peers")
             for action in unsettledActions() {

@@ -10,22 +10,23 @@ struct State: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a store's current state (or a past one), pretty-printed.",
         discussion: """
-            --path takes an RFC 6901 JSON pointer (/todos/0/title) and prints only that part of the state. --at \
-            VERSION or --seq N print the state as it was (from a durable fluxd's journal, within its retention window). \
+            --path takes an RFC 6901 JSON pointer (/todos/0/title) and prints only that part of the state. \
+            --version V (the store's version V; --at V is the same) or --seq N (after every action up to seq N) print \
+            the state as it was (from a durable fluxd's journal, within its retention window). \
             --raw prints just the JSON value, compact on one line, with no header: T=$(fluxctl state todos --path \
             /todos/0/title --raw) captures "milk".
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The store's name.") var store: String
     @Option(name: .long, help: ArgumentHelp("A JSON pointer into the state, e.g. /todos/0.", valueName: "pointer")) var path: String?
-    @Option(name: .long, help: ArgumentHelp("The state at this version.", valueName: "version")) var at: Int?
+    @Option(name: [.customLong("version"), .customLong("at")], help: ArgumentHelp("The state at this version of the store (--at is the same).", valueName: "version")) var at: Int?
     @Option(name: .long, help: ArgumentHelp("The state after every action up to this seq was answered.", valueName: "seq")) var seq: Int?
     @Flag(name: .long, help: "Print only the JSON value, compact on one line (no header), e.g. for $(...).") var raw = false
 
     func validate() throws {
         if raw && options.json { throw ValidationError("give --raw or --json, not both") }
-        if at != nil && seq != nil { throw ValidationError("give --at or --seq, not both") }
-        if let at, at < 1 { throw ValidationError("--at must be a version (at least 1)") }
+        if at != nil && seq != nil { throw ValidationError("give --version or --seq, not both") }
+        if let at, at < 1 { throw ValidationError("--version must be a version (at least 1)") }
         if let seq, seq < 0 { throw ValidationError("--seq must not be negative") }
     }
 

@@ -32,6 +32,24 @@ struct JournalReplayTests {
         }
     }
 
+    @Test("SIGTERM on a durable fluxd with a store down: its queued action stays in the journal, said once, with no drain warning (a durable fluxd does not drain by design)")
+    func durableStopWithAStoreDown() async throws {
+        let data = try TempDirectory(prefix: "fluxdata")
+        defer { data.remove() }
+        try await withBus(["--data-dir", data.path]) { bus in
+            let todo = try await bus.start("todo-store")
+            try await todo.crash()
+            let sent = try await fluxctl(["dispatch", "todo/create", #"{"title":"kept"}"#], socket: bus.socketPath)
+            #expect(sent.status == 0, "\(sent)")
+            bus.fluxd.send(signal: SIGTERM)
+            #expect(await bus.fluxd.waitForExit(timeout: .seconds(20)) == 0)
+            let log = bus.fluxd.stderr
+            #expect(log.contains("stopping: 1 action stays accepted in the journal"), "\(log)")
+            #expect(!log.contains("drain timeout over"), "\(log)")
+            #expect(!log.contains("timeout_ms=0"), "\(log)")
+        }
+    }
+
     @Test("an exported journal replayed into a fresh todo-store on an ephemeral bus reproduces the final state, though one action was given up (store down) when journaled")
     func replayReproducesTheSession() async throws {
         let data = try TempDirectory(prefix: "fluxdata")
@@ -65,6 +83,11 @@ struct JournalReplayTests {
         // A past state: after the first action (seq 1), only milk.
         let past = try await fluxctl(["state", "todos", "--seq", "1", "--json"], socket: bus.socketPath)
         #expect(past.status == 0 && past.stdout.contains("milk") && !past.stdout.contains("eggs"), "\(past)")
+        // The same by version (todos' version 2 is the one the first action made); --at is the same option.
+        let byVersion = try await fluxctl(["state", "todos", "--version", "2", "--json"], socket: bus.socketPath)
+        #expect(byVersion.status == 0 && byVersion.stdout == past.stdout, "\(byVersion)\n\(past)")
+        let byAt = try await fluxctl(["state", "todos", "--at", "2", "--json"], socket: bus.socketPath)
+        #expect(byAt.stdout == byVersion.stdout, "\(byAt)")
         }
 
         try await withBus(["--replay"]) { fresh in  // ephemeral

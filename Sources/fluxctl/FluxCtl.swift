@@ -59,6 +59,10 @@ struct FluxCtl: AsyncParsableCommand {
     /// reads `fluxctl: Unknown option '--frobnicate'` (then the usage lines) instead of `Error: ...`, like every
     /// other fluxctl error; its exit code stays the parser's (64).
     static func main() async {
+        if let unknown = unknownSubcommand(in: Array(CommandLine.arguments.dropFirst())) {
+            printError(usageErrorText(unknown))
+            Glibc.exit(ExitCode.validationFailure.rawValue)
+        }
         do {
             var command = try await asyncParseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -78,6 +82,36 @@ struct FluxCtl: AsyncParsableCommand {
         if code == .success || error is ExitCode { exit(withError: error) }
         printError(usageErrorText(fullMessage(for: error)))
         Glibc.exit(code.rawValue)
+    }
+
+    /// The subcommands' names (and `help`).
+    static var subcommandNames: [String] {
+        configuration.subcommands.map { $0._commandName } + ["help"]
+    }
+
+    /// "unknown subcommand 'x'; did you mean 'y'?" when the first word that is not a global option (or its value)
+    /// names no subcommand (the parser said only "Unexpected argument"), else nil.
+    static func unknownSubcommand(in arguments: [String]) -> String? {
+        let takesValue: Set<String> = ["--socket", "--server-uid", "--timeout"]
+        var i = 0
+        while i < arguments.count {
+            let word = arguments[i]
+            if word == "--" { return nil }
+            if word.hasPrefix("-") {
+                i += takesValue.contains(word) ? 2 : 1
+                continue
+            }
+            let names = subcommandNames
+            guard !names.contains(word) else { return nil }
+            let near = names.map { ($0, editDistance(Array(word.utf8), Array($0.utf8))) }
+                .filter { $0.1 <= max(1, min(3, word.count / 3)) }
+            let best = near.map(\.1).min()
+            let nearest = near.filter { $0.1 == best }.map { "'\($0.0)'" }
+            let hint = nearest.isEmpty ? " (subcommands: \(names.dropLast().joined(separator: ", ")))"
+                : "; did you mean \(nearest.joined(separator: " or "))?"
+            return "unknown subcommand '\(word)'\(hint)\nSee 'fluxctl --help'."
+        }
+        return nil
     }
 
     /// The parser's message (`Error: Unknown option '--x'\nUsage: ...`) with fluxctl's prefix for its first line.
@@ -263,4 +297,20 @@ extension Envelope {
     func integer(_ key: String) -> Int? { int(key).value.map { Int($0) } }
     /// A top-level field parsed as a JSON value.
     func json(_ key: String) -> JSONValue? { raw(key).flatMap { try? JSONValue(parsing: $0) } }
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) between two byte strings.
+func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var previous = Array(0...b.count)
+    var current = [Int](repeating: 0, count: b.count + 1)
+    for i in 1...a.count {
+        current[0] = i
+        for j in 1...b.count {
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        }
+        swap(&previous, &current)
+    }
+    return previous[b.count]
 }

@@ -108,7 +108,9 @@ struct FluxctlTests {
             (["ping", "--count", "0"], "fluxctl: --count must be at least 1\nUsage: fluxctl ping "),
             (["--timeout", "0", "stores"], "fluxctl: --timeout must be a positive number of seconds\n"),
             (["state", "todos", "--raw", "--json"], "fluxctl: give --raw or --json, not both\nUsage: fluxctl state "),
-            (["frobnicate"], "fluxctl: Unexpected argument 'frobnicate'\n"),
+            (["frobnicate"], "fluxctl: unknown subcommand 'frobnicate' (subcommands: dispatch, state, "),
+            (["--json", "--socket", "/x.sock", "stat"], "fluxctl: unknown subcommand 'stat'; did you mean 'state' or 'stats'?\nSee 'fluxctl --help'."),
+            (["disptach", "a/b"], "fluxctl: unknown subcommand 'disptach'; did you mean 'dispatch'?\n"),
         ]
         for (arguments, prefix) in usageErrors {
             let result = try await fluxctl(arguments, socket: nil)

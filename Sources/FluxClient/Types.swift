@@ -272,7 +272,7 @@ public struct BusInfo: Sendable, Equatable, Codable {
         public var errors: [String: Int]?
     }
 
-    /// The last seq given out.
+    /// The seq of the last action fluxd accepted (after a restart, the newest one in its journal).
     public var seq: Int?
     public var stores: [Store]
     public var peers: Peers?

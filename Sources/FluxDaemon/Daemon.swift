@@ -142,7 +142,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
             core.router.journal = journal
             let router = core.router
-            journal.checkpointCapture = { router.checkpointCapture() }
+            journal.checkpointCapture = { [unowned journal] in router.checkpointCapture(clean: journal.isClosing) }
             let operations = JournalOperations(journal: journal, lastSeq: { router.lastAcceptedSeq },
                                                holdPath: getenv("FLUXD_TEST_HOLD_READS").map { String(cString: $0) })
             for op in [Op.history, .stateAt] {

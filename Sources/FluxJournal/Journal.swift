@@ -242,6 +242,9 @@ public final class Journal: JournalWriting {
         options.backgroundCheckpoints && options.durability != .always && checkpointCapture != nil && !closing
     }
     @exclusivity(unchecked) private var closing = false
+    /// Whether `close` is writing its checkpoint: a clean stop, with every record synced (the checkpoint's seq mark
+    /// can then be the last seq itself: no seq above it was revealed, so the next start continues at the next one).
+    public var isClosing: Bool { closing }
     /// A closed segment's sync was handed to the sync thread: a sync here waits for it first (the next segment's
     /// records must not be durable before the closed one's).
     @exclusivity(unchecked) private var rolledInBackground = false

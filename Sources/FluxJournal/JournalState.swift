@@ -351,8 +351,11 @@ public struct JournalState: Sendable {
         case .outcome(let uid, let session, let id, let seq, let results):
             outcomes.insert(SessionKey(uid: uid, session: session, id: id), seq: seq, results: results, at: at)
             lastSeq = max(lastSeq, seq)
-        case .segmentSummary(let number, let firstSeq, let lastSeq, let lastTime, let actions):
-            segmentSummaries[Int(number)] = (firstSeq, lastSeq, lastTime, actions)
+        case .segmentSummary(let number, let firstSeq, let last, let lastTime, let actions):
+            segmentSummaries[Int(number)] = (firstSeq, last, lastTime, actions)
+            // The segments a checkpoint covers held actions up to `last`, settled ones included (which the
+            // checkpoint does not repeat).
+            if actions > 0 { lastSeq = max(lastSeq, last) }
         }
     }
 }

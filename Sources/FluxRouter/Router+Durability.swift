@@ -213,9 +213,13 @@ extension Router {
     /// the outcome log's storage, and each unsettled action's results so far), to be encoded and written on
     /// another thread (`CheckpointCapture.emit`): the loop does O(stores + unsettled actions) small copies, never
     /// O(bytes) or a sort of the outcomes.
-    public func checkpointCapture() -> CheckpointCapture {
+    ///
+    /// `clean`: the checkpoint of a clean stop (`Journal.close`: every record written and synced, so no seq above
+    /// `lastSeq` was ever revealed): its seq mark is `lastSeq`, and the next start continues at `lastSeq + 1`
+    /// instead of above the reserved block (SPEC §15.1). Otherwise the mark covers the reserved block.
+    public func checkpointCapture(clean: Bool = false) -> CheckpointCapture {
         expireOutcomes()
-        var c = CheckpointCapture(seqMark: max(lastSeq, reservedSeq), outcomes: outcomes.snapshot)
+        var c = CheckpointCapture(seqMark: clean ? lastSeq : max(lastSeq, reservedSeq), outcomes: outcomes.snapshot)
         c.stores.reserveCapacity(stores.count)
         for (name, store) in stores {
             guard store.wasRegistered || store.hasRetained else { continue }

@@ -148,7 +148,7 @@ extension Router {
         }
         var b = FrameBuilder(op: "info", capacity: storesJSON.count + 1024)
         if let id = request.idRaw { b.raw("id", id) }
-        b.int("seq", lastSeq)
+        b.int("seq", lastAcceptedSeq)  // (after a restart, the newest journaled action, not the reserved block's edge)
         b.raw("stores", storesJSON)
         b.raw("peers", peersJSON)
         b.raw("counters", countersJSON)

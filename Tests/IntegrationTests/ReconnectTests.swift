@@ -239,3 +239,36 @@ struct ReconnectIntegrationTests {
         }
     }
 }
+
+/// Seqs across restarts (issue 26): a clean stop continues at the next seq; a crash skips the reserved block (never
+/// reusing a seq); `info.seq` is the last action's seq either way.
+@Suite("seqs across restarts", .serialized)
+struct SeqAcrossRestartTests {
+    @Test("5 actions, SIGTERM, start: info.seq 5 and the next action gets 6; then SIGKILL, start: info.seq still the last, the next above the reserved block")
+    func cleanRestartContinues() async throws {
+        try await withRestartableBus { bus in
+            let first = try await bus.start("todo-store", readyLine: "todo-store ready")
+            var client = try await bus.connect("seqs")
+            var last = 0
+            for i in 1...5 {
+                let s = try await client.dispatchAndSettle(type: "todo/create", payload: ["title": "t\(i)"])
+                last = s.seq
+            }
+            #expect(last == 5)
+            await first.shutDown()
+            try await bus.restart()
+            client = try await bus.connect("seqs-after-clean")
+            #expect(try await client.info().seq == 5)
+            let second = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let next = try await client.dispatchAndSettle(type: "todo/create", payload: ["title": "after"])
+            #expect(next.seq == 6, "a clean restart continues at the next seq:\n\(bus.fluxd.stderr)")
+            await second.shutDown()
+            try await bus.crashAndRestart(editing: { _ in })
+            client = try await bus.connect("seqs-after-crash")
+            #expect(try await client.info().seq == 6, "info.seq is the last action's, not the reserved block's edge")
+            _ = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let afterCrash = try await client.dispatchAndSettle(type: "todo/create", payload: ["title": "crash"])
+            #expect(afterCrash.seq > 65_536, "after a crash the seqs of the reserved block are skipped")
+        }
+    }
+}

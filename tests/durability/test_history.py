@@ -1,8 +1,8 @@
 """History (SPEC §15.6, §8.12) as the journal keeps it.
 
-- What a durable fluxd keeps for `history` is counted in actions. A restart makes seqs jump by a reserved block
-  (§15.1: seq continues above every seq that may have been revealed, 65536 at a time in fluxd), so a window counted
-  in seq numbers would shrink by a block per restart. fluxd runs with small segments (they roll over into
+- What a durable fluxd keeps for `history` is counted in actions. A restart after a crash makes seqs jump by a
+  reserved block (§15.1: seq continues above every seq that may have been revealed, 65536 at a time in fluxd; after
+  a clean stop it continues at the next), so a window counted in seq numbers would shrink by a block per crash. fluxd runs with small segments (they roll over into
   checkpoints, behind which retention deletes segments) and --retain-actions 1000, restarts twice with 40 actions
   each time (120 in all, far fewer than 1000), and the whole history must still be there, in seq order.
 - A damaged segment behind a checkpoint (history only) does not stop fluxd, and must not make `history` silently

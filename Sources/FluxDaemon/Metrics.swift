@@ -36,6 +36,8 @@ public final class FluxMetrics: Sendable {
         var counters: [String: Counter] = [:]
         /// The counter values last copied into the registry (counters only grow: each refresh adds the difference).
         var copied: [String: UInt64] = [:]
+        /// The process's CPU seconds last copied.
+        var copiedSeconds: Double = 0
     }
 
     /// The latency histograms' name and help.
@@ -64,9 +66,11 @@ public final class FluxMetrics: Sendable {
         guard let snapshot = latest.withLock({ $0 }) else { return registry.emitToBuffer() }
         let stores = snapshot.sample.stores.sorted { $0.name < $1.name }
         update(from: snapshot)
-        return registry.emitToBuffer() + Self.renderStores(stores)
-            + Self.renderHistograms(name: Self.latencyName, help: Self.latencyHelp,
-                                    series: stores.filter { $0.stats.latency.count > 0 }.map { ([("store", $0.name)], $0.stats.latency) })
+        let latency = stores.filter { $0.stats.latency.count > 0 }.map { ([("store", $0.name)], $0.stats.latency) }
+        // (The latency family is there from the start, without series until a store answers.)
+        let histograms = latency.isEmpty ? Array("# HELP \(Self.latencyName) \(Self.latencyHelp)\n# TYPE \(Self.latencyName) histogram\n".utf8)
+            : Self.renderHistograms(name: Self.latencyName, help: Self.latencyHelp, series: latency)
+        return registry.emitToBuffer() + Self.renderStores(stores) + histograms
     }
 
     /// Asks for a refresh (`wake`: makes the loop call `refresh`) and waits until one is done, at most `timeout`
@@ -145,9 +149,32 @@ public final class FluxMetrics: Sendable {
             count("fluxbus_sent_bytes_total", t.bytesOut, help: "Frame bytes sent to peers (snapshots, deltas, settlements, ...).")
             count("fluxbus_actions_accepted_total", t.actions, help: "Actions accepted (each counted once, whatever its targets).")
             count("fluxbus_snapshots_sent_total", t.snapshots, help: "Snapshot frames sent to subscribers.")
-            for (code, n) in sample.counters.errors {
-                count("fluxbus_errors_total", n, [("code", code)], help: "Error frames sent, by code (SPEC section 11).")
+            // Every code of SPEC section 11 from the start (0 until it is sent), and any other code fluxd counted.
+            for code in Set(ErrorCode.allCases.map(\.rawValue)).union(sample.counters.errors.keys).sorted() {
+                count("fluxbus_errors_total", sample.counters.errors[code] ?? 0, [("code", code)],
+                      help: "Error frames sent, by code (SPEC section 11).")
             }
+            gauge("fluxbus_memory_used_bytes", help: "Bytes fluxd accounts for on behalf of peers (its memory budget, docs/limits.md).")
+                .set(Int64(sample.memoryUsed))
+            gauge("fluxbus_memory_limit_bytes", help: "The memory budget (--memory-budget).").set(Int64(sample.memoryLimit))
+            gauge("fluxbus_memory_per_user_bytes", help: "One user's share of the memory budget (--memory-per-user).")
+                .set(Int64(sample.memoryPerUser))
+            count("fluxbus_memory_refusals_total", sample.memoryRefusals, help: "Requests refused because they did not fit the memory budget.")
+            let process = ProcessStats.read()
+            // The standard process metrics (the names and help of the Prometheus client libraries), from /proc.
+            let cpuKey = "process_cpu_seconds_total"
+            let cpu: Counter
+            if let c = state.counters[cpuKey] { cpu = c } else {
+                cpu = registry.makeCounter(descriptor: descriptor(cpuKey, "Total user and system CPU time spent in seconds."))
+                state.counters[cpuKey] = cpu
+            }
+            if process.cpuSeconds > state.copiedSeconds { cpu.increment(by: process.cpuSeconds - state.copiedSeconds) }
+            state.copiedSeconds = max(state.copiedSeconds, process.cpuSeconds)
+            gauge("process_resident_memory_bytes", help: "Resident memory size in bytes.").set(Int64(process.residentBytes))
+            gauge("process_virtual_memory_bytes", help: "Virtual memory size in bytes.").set(Int64(process.virtualBytes))
+            gauge("process_open_fds", help: "Number of open file descriptors.").set(Int64(process.openFDs))
+            gauge("process_max_fds", help: "Maximum number of open file descriptors.").set(Int64(process.maxFDs))
+            gauge("process_start_time_seconds", help: "Start time of the process since unix epoch in seconds.").set(process.startTime)
             count("fluxbus_slow_consumer_closes_total", sample.counters.errors[ErrorCode.slowConsumer.rawValue] ?? 0,
                   help: "Connections closed because they did not read what was sent to them.")
             if let journal = snapshot.journal {
@@ -205,13 +232,16 @@ public final class FluxMetrics: Sendable {
         family(2); for s in stores { line(names[2], s.name, "\(Double(s.up ? 1 : 0))") }
         family(3); for s in stores { line(names[3], s.name, "\(s.stats.dispatched)") }
         family(4); for s in stores { line(names[4], s.name, "\(s.stats.done)") }
-        if stores.contains(where: { !$0.stats.rejected.isEmpty }) {
-            family(5)
-            for s in stores { for code in s.stats.rejected.keys.sorted() { line(names[5], s.name, code: code, "\(s.stats.rejected[code]!)") } }
-        }
-        if stores.contains(where: { !$0.stats.failed.isEmpty }) {
-            family(6)
-            for s in stores { for code in s.stats.failed.keys.sorted() { line(names[6], s.name, code: code, "\(s.stats.failed[code]!)") } }
+        // Both families from the start: rejections by the stores' own codes (none known ahead: the family alone), and
+        // fluxd's failures with its one code at 0 until it happens.
+        family(5)
+        for s in stores { for code in s.stats.rejected.keys.sorted() { line(names[5], s.name, code: code, "\(s.stats.rejected[code]!)") } }
+        family(6)
+        let unavailable = ErrorCode.storeUnavailable.rawValue
+        for s in stores {
+            var failed = s.stats.failed
+            if failed[unavailable] == nil { failed[unavailable] = 0 }
+            for code in failed.keys.sorted() { line(names[6], s.name, code: code, "\(failed[code]!)") }
         }
         return out
     }

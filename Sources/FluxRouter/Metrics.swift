@@ -95,6 +95,12 @@ public struct RouterMetricsSample: Sendable {
     public var counters = Counters()
     /// Actions accepted and not settled.
     public var unsettled: Int = 0
+    /// The memory budget (docs/limits.md): bytes accounted now, the budget, one user's share, and refusals since
+    /// start.
+    public var memoryUsed: Int = 0
+    public var memoryLimit: Int = 0
+    public var memoryPerUser: Int = 0
+    public var memoryRefusals: UInt64 = 0
 }
 
 extension Router {
@@ -103,6 +109,10 @@ extension Router {
         var sample = RouterMetricsSample()
         sample.counters = counters
         sample.unsettled = pendingCount
+        sample.memoryUsed = memory.used
+        sample.memoryLimit = config.memory.total
+        sample.memoryPerUser = config.memory.perUser
+        sample.memoryRefusals = memory.refusals
         for (name, s) in stores {
             sample.stores.append(.init(name: name, up: s.status == .up, queued: s.queue.count, inflight: s.inflight.count,
                                        subscribers: s.subscribers.count + s.deltaSubscribers.count + s.pathSubscribers.count,

@@ -124,6 +124,65 @@ struct MetricsTests {
         }
     }
 
+    @Test("every family is there from the start (each error code at 0, a store's failures at 0, the memory budget, process_*, the journal), and the scrape's families are docs/metrics.md's table")
+    func familiesFromTheStart() async throws {
+        let data = try TempDirectory(prefix: "fluxdata")
+        defer { data.remove() }
+        try await withBus(["--metrics", "127.0.0.1:0", "--data-dir", data.path]) { bus in
+            let log = try await offPool { () -> String in
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline {
+                    let log = bus.fluxd.stderr
+                    if log.contains("metrics on http://127.0.0.1:") { return log }
+                    usleep(20_000)  // polling interval, not synchronisation: the log line decides
+                }
+                throw HarnessError.timedOut("the metrics log line")
+            }
+            let portText = try #require(log.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
+            let port = try #require(UInt16(portText))
+            _ = try await bus.start("todo-store")
+            let body = try await offPool { () -> String in
+                let response = try #require(try httpExchange(port: port, request: "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+                return String(response.split(separator: "\r\n\r\n", maxSplits: 1).last ?? "")
+            }
+            let samples = parseExposition(body)
+            for code in ["bad-frame", "forbidden", "memory-budget", "slow-consumer", "disk-quota", "outcome-quota"] {
+                #expect(samples["fluxbus_errors_total{code=\"\(code)\"}"] == 0, "\(code)")
+            }
+            #expect(samples["fluxbus_actions_failed_total{store=\"todos\",code=\"store-unavailable\"}"] == 0)
+            #expect(body.contains("# TYPE fluxbus_actions_rejected_total counter\n"))
+            #expect(body.contains("# TYPE fluxbus_action_latency_seconds histogram\n"))
+            #expect((samples["fluxbus_memory_used_bytes"] ?? 0) > 0)
+            #expect(samples["fluxbus_memory_limit_bytes"] == 1_073_741_824)
+            #expect(samples["fluxbus_memory_per_user_bytes"] == 268_435_456)
+            #expect(samples["fluxbus_memory_refusals_total"] == 0)
+            #expect((samples["process_resident_memory_bytes"] ?? 0) > 1_000_000)
+            #expect((samples["process_open_fds"] ?? 0) > 3)
+            #expect((samples["process_max_fds"] ?? 0) >= (samples["process_open_fds"] ?? 0))
+            #expect((samples["process_start_time_seconds"] ?? 0) > 1_700_000_000)
+            #expect(samples["process_cpu_seconds_total"] != nil)
+            #expect(samples["fluxbus_journal_syncs_total"] != nil)
+
+            // docs/metrics.md's table names exactly the families of a scrape (the workers' restarts need workers
+            // under --config, so they are the one family this scrape cannot show).
+            var scraped = Set<String>()
+            for line in body.split(separator: "\n") where line.hasPrefix("# TYPE ") {
+                scraped.insert(String(line.split(separator: " ")[2]))
+            }
+            let docs = try String(contentsOfFile: metricsPackageRoot + "/docs/metrics.md", encoding: .utf8)
+            let table = docs[docs.range(of: "## The metrics")!.lowerBound...]
+            var documented = Set<String>()
+            for row in table.split(separator: "\n") where row.hasPrefix("| `") {
+                let first = row.split(separator: "|")[0]
+                for part in first.split(separator: "`") where part.hasPrefix("fluxbus_") || part.hasPrefix("process_") {
+                    documented.insert(String(part))
+                }
+            }
+            #expect(scraped.subtracting(documented).isEmpty, "scraped, not in docs/metrics.md: \(scraped.subtracting(documented).sorted())")
+            #expect(documented.subtracting(scraped) == ["fluxbus_worker_restarts_total"], "in docs/metrics.md, not scraped: \(documented.subtracting(scraped).sorted())")
+        }
+    }
+
     @Test("80 slow clients that never finish their request head (slowloris) do not keep a real scrape from being answered; fluxd ends theirs", .onDedicatedThreads)
     func slowClients() throws {
         let fluxd = try Fluxd(arguments: ["--metrics", "127.0.0.1:0"])
@@ -174,3 +233,10 @@ struct MetricsTests {
         #expect(fluxd.stderr.contains("not a loopback address"), "\(fluxd.stderr)")
     }
 }
+
+/// The package's root directory (this file is Tests/IntegrationTests/MetricsTests.swift).
+private let metricsPackageRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()

@@ -236,6 +236,7 @@ struct Dispatch: AsyncParsableCommand {
             guard case .object = value else {
                 throw fail(Exit.badInput, "\(name) line \(lineNumber): expected an object {\"type\":...,\"payload\":...}")
             }
+            if value["gap"] != nil && value["type"] == nil { continue }  // (monitor --record's mark of a gap)
             guard let type = value["type"]?.stringValue else {
                 throw fail(Exit.badInput, "\(name) line \(lineNumber): no \"type\" string")
             }

@@ -180,13 +180,14 @@ struct GlobalOptions: ParsableArguments {
 
     /// Connects and says hello, turning failure into a clear message and exit code 3 (or 4 on timeout). The
     /// "no fluxd at PATH" text is FluxClient's (`ConnectError`), with fluxctl's own options as the advice.
-    func connect(role: Role = .client) async throws -> FluxClient {
+    func connect(role: Role = .client, reconnect: Bool = false) async throws -> FluxClient {
         let path = socketPath
         let source = socketSource
         do {
-            // A command line tool reports a lost fluxd (exit 3) rather than waiting for it to come back.
+            // A request reports a lost fluxd (exit 3) rather than waiting for it to come back; a stream (`watch`,
+            // `monitor`) reconnects like the libraries unless told not to (`--no-reconnect`).
             return try await FluxClient.connect(socketPath: path, name: "fluxctl", role: role, expectedServerUID: serverUID,
-                                                requestTimeout: requestDuration, reconnect: .disabled)
+                                                requestTimeout: requestDuration, reconnect: reconnect ? .default : .disabled)
         } catch {
             switch error {
             case .untrustedServer(let path, let uid, let expected):
@@ -313,4 +314,39 @@ func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
         swap(&previous, &current)
     }
     return previous[b.count]
+}
+
+/// What a reconnecting stream (`watch`, `monitor`) says when fluxd goes and comes back: one line each, to stdout
+/// among the stream's lines (to stderr with `--json`, like store news), and `nil` for events it does not report.
+func connectivityLine(_ event: ConnectivityEvent) -> String? {
+    switch event {
+    case .disconnected(let reason):
+        let why: String
+        if case .disconnected(let text) = reason { why = text } else { why = "the connection to fluxd was lost (\(reason))" }
+        return "\(why); waiting for fluxd to come back"
+    case .reconnected(let epochChanged):
+        return epochChanged
+            ? "fluxd is back with another history (an ephemeral fluxd, or another data directory): versions and seqs start over"
+            : "fluxd is back (the same history: versions and seqs continue)"
+    case .gaveUp(let error):
+        return "gave up waiting for fluxd (\(error))"
+    case .reconnecting:
+        return nil
+    }
+}
+
+/// Prints `connectivityLine`s for `client` until it ends (a task the caller cancels), and calls `back` after each
+/// reconnection and `lost` after each loss.
+func reportConnectivity(_ client: FluxClient, json: Bool, lost: @escaping @Sendable (String) -> Void = { _ in },
+                        back: @escaping @Sendable (Bool) -> Void = { _ in }) -> Task<Void, Never> {
+    let events = client.connectivityEvents()
+    return Task {
+        for await event in events {
+            if let line = connectivityLine(event) {
+                if json { printError("fluxctl: " + line) } else { emit(Style.dim(line)) }
+            }
+            if case .disconnected(let reason) = event { lost("\(reason)") }
+            if case .reconnected(let changed) = event { back(changed) }
+        }
+    }
 }

@@ -3,6 +3,7 @@ import FluxClient
 import FluxCore
 import FluxJSONValue
 import Foundation
+import Synchronization
 
 /// `fluxctl monitor`: a live tap of all traffic through fluxd (a `monitor`-role connection's event stream).
 struct Monitor: AsyncParsableCommand {
@@ -20,6 +21,10 @@ struct Monitor: AsyncParsableCommand {
         --record FILE writes every dispatched action that passes the filters as a JSON line \
         {"seq":..,"type":..,"payload":..} (plus "cause" when a store dispatched it in reaction to another \
         action); `fluxctl dispatch --file FILE` replays it.
+
+        When fluxd goes away (a restart, a crash), monitor waits for it like the libraries do and says so in one \
+        line when it goes and when it is back; the record gets a line {"gap":{"reason":..,"newHistory":..}} where \
+        events were missed (dispatch --file skips it). --no-reconnect exits instead (exit 3).
         """)
 
     enum TimeFormat: String, ExpressibleByArgument, CaseIterable {
@@ -34,6 +39,8 @@ struct Monitor: AsyncParsableCommand {
     @Option(name: .long, help: "Exit after this many events.") var count: Int?
     @Option(name: .long, help: "Timestamps: wall (local time), uptime (seconds since fluxd started) or none.") var time: TimeFormat = .wall
     @Flag(name: .long, help: "Print snapshot states and delta patches (otherwise only their size).") var states = false
+    @Flag(name: .customLong("no-reconnect"), help: "Exit when fluxd goes away (by default wait for it, like the libraries; --record marks the gap).")
+    var noReconnect = false
 
     func validate() throws {
         for pattern in type where !Names.isValidPattern(pattern) {
@@ -52,8 +59,22 @@ struct Monitor: AsyncParsableCommand {
             recorder = handle
         }
         defer { try? recorder?.close() }
-        let client = try await options.connect(role: .monitor)
+        let client = try await options.connect(role: .monitor, reconnect: !noReconnect)
         defer { client.abort() }
+        // fluxd going and coming back: a line each, a gap marker in the record, fluxd's info learned again.
+        let relearn = Mutex(false)
+        let lostReason = Mutex("")
+        let recording = recorder.map { SendableHandle(handle: $0) }
+        let connectivity = reportConnectivity(client, json: options.json, lost: { reason in
+            lostReason.withLock { $0 = reason }
+        }, back: { changed in
+            relearn.withLock { $0 = true }
+            if let recording {
+                let reason = lostReason.withLock { $0 }
+                recording.handle.write(Data(#"{"gap":{"reason":\#(JSONValue.quote(reason)),"newHistory":\#(changed)}}"#.utf8 + [0x0A]))
+            }
+        })
+        defer { connectivity.cancel() }
         // Events from now on are kept while fluxd's info (store handles and owners, for the filters) is fetched.
         let events = client.monitorEvents()
         if !options.json && Terminal.isTTY {
@@ -67,6 +88,9 @@ struct Monitor: AsyncParsableCommand {
                 var tap = tap
                 tap.learn(from: try await client.info(timeout: requestTimeout))
                 for try await event in events {
+                    if relearn.withLock({ let r = $0; $0 = false; return r }) {
+                        tap.learn(from: try await client.info(timeout: requestTimeout))
+                    }
                     if try tap.handle(event.message), let count, tap.printed >= count { return }
                     if tap.takeInfoRequest() { tap.learn(from: try await client.info(timeout: requestTimeout)) }
                 }
@@ -311,4 +335,9 @@ struct MonitorTap: @unchecked Sendable {
         }
         return stamp + text
     }
+}
+
+/// A `FileHandle` handed to the task that writes the record's gap markers (each `write` is one system call).
+struct SendableHandle: @unchecked Sendable {
+    let handle: FileHandle
 }

@@ -96,7 +96,8 @@ struct Watch: AsyncParsableCommand {
         Prints the retained state, then for every new version the changes from the previous one: \
         + added, - removed, ~ changed, each with its JSON pointer path (old -> new values), with the version, \
         the seq and the type of the action that produced it. --full prints whole snapshots instead. \
-        Also shows when the store goes down and comes back. \
+        Also shows when the store goes down and comes back, and when fluxd goes away and comes back (watch waits \
+        for it like the libraries do; --no-reconnect exits instead). \
         --path /todos/3 follows only the value at that JSON pointer (a path subscription, fluxd 0.4.0 or newer): \
         the retained version's value, then the value at every version whose change touched it ("absent" when \
         the state has nothing there); changes elsewhere in the state print nothing.
@@ -107,6 +108,8 @@ struct Watch: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Follow only the value at this JSON pointer, e.g. /todos/3.", valueName: "pointer"))
     var path: String?
     @Option(name: .long, help: "Exit after this many snapshots (with --path: values).") var count: Int?
+    @Flag(name: .customLong("no-reconnect"), help: "Exit when fluxd goes away (by default wait for it, like the libraries).")
+    var noReconnect = false
 
     func validate() throws {
         if path != nil && full { throw ValidationError("--full does not go with --path (values at a path print whole)") }
@@ -116,8 +119,10 @@ struct Watch: AsyncParsableCommand {
         try checkStoreName(store)
         if let path { return try await watchPath(path) }
         // A monitor connection: it may subscribe, and its event stream says which action type each seq was.
-        let client = try await options.connect(role: .monitor)
+        let client = try await options.connect(role: .monitor, reconnect: !noReconnect)
         defer { client.abort() }
+        let connectivity = reportConnectivity(client, json: options.json)
+        defer { connectivity.cancel() }
         let stream = watchStream(client, store: store, withEvents: true)
         let store = self.store, count = self.count, socket = options.socketPath, json = options.json, full = self.full
         do {
@@ -139,8 +144,10 @@ struct Watch: AsyncParsableCommand {
         }
         // A monitor connection: its event stream says which action type each seq was (the dispatch event comes
         // before the value it produced, and the SDK hands monitor events over as it reads them).
-        let client = try await options.connect(role: .monitor)
+        let client = try await options.connect(role: .monitor, reconnect: !noReconnect)
         defer { client.abort() }
+        let connectivity = reportConnectivity(client, json: options.json)
+        defer { connectivity.cancel() }
         let socket = options.socketPath
         guard client.welcome.limits.deltaHistory != nil else {
             throw fail(Exit.refused, "the fluxd at \(socket) (\(client.welcome.server)) has no path subscriptions: watch --path needs fluxd 0.4.0 or newer")

@@ -272,3 +272,52 @@ struct SeqAcrossRestartTests {
         }
     }
 }
+
+/// fluxctl's streams across a fluxd restart (issue 26): `watch` and `monitor --record` keep going, say in one line
+/// when fluxd goes and comes back, and the record marks the gap.
+@Suite("fluxctl streams across a restart")
+struct FluxctlStreamReconnectTests {
+    @Test("watch and monitor --record through a SIGTERM restart: one line each way, the record keeps going with a gap mark; --no-reconnect exits 3")
+    func streamsSurviveARestart() async throws {
+        let directory = try TempDirectory(prefix: "fluxrec")
+        defer { directory.remove() }
+        let record = directory.path + "/session.jsonl"
+        try await withRestartableBus { bus in
+            _ = try await bus.start("todo-store", readyLine: "todo-store ready")
+            let monitor = try FluxctlProcess(["monitor", "--time", "none", "--record", record], socket: bus.socketPath)
+            defer { monitor.cleanup() }
+            let watch = try FluxctlProcess(["watch", "todos"], socket: bus.socketPath)
+            defer { watch.cleanup() }
+            let quitter = try FluxctlProcess(["watch", "todos", "--no-reconnect"], socket: bus.socketPath)
+            defer { quitter.cleanup() }
+            try await watch.wait("the retained state") { $0.contains("version 1") }
+            try await quitter.wait("the retained state") { $0.contains("version 1") }
+            let client = try await bus.connect("probe")
+            for _ in 0..<200 where (try await client.info().peers?.monitor ?? 0) < 3 {
+                try await Task.sleep(for: .milliseconds(20))  // polling interval: fluxd's count decides
+            }
+            await client.close()
+            #expect(try await fluxctl(["dispatch", "todo/create", #"{"title":"before"}"#, "--wait"], socket: bus.socketPath).status == 0)
+            try await monitor.wait("the first dispatch") { $0.contains(#"{"title":"before"}"#) }
+
+            try await bus.restart()
+            try await watch.wait("fluxd back") { $0.contains("fluxd is back (the same history") }
+            try await monitor.wait("fluxd back") { $0.contains("fluxd is back (the same history") }
+            #expect(watch.stdout.contains("fluxd said bye (restart); waiting for fluxd to come back"), "\(watch.stdout)")
+            let quit = try await quitter.finish()
+            #expect(quit.status == 3, "\(quit)")
+
+            #expect(try await fluxctl(["dispatch", "todo/create", #"{"title":"after"}"#, "--wait"], socket: bus.socketPath).status == 0)
+            try await monitor.wait("the second dispatch") { $0.contains(#"{"title":"after"}"#) }
+            try await watch.wait("the second todo") { $0.contains("after") }
+            let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").map(String.init)
+            #expect(lines.count == 3, "\(lines)")
+            #expect(lines.first?.contains(#""title":"before""#) == true)
+            #expect(lines.dropFirst().first?.hasPrefix(#"{"gap":{"reason":"#) == true, "\(lines)")
+            #expect(lines.last?.contains(#""title":"after""#) == true)
+            // The record replays as before: the gap line is skipped.
+            let dry = try await fluxctl(["dispatch", "--file", record, "--json"], socket: bus.socketPath)
+            #expect(dry.status == 0 && dry.stdout.split(separator: "\n").count == 2, "\(dry)")
+        }
+    }
+}

@@ -179,6 +179,17 @@ extension FluxClient {
         }, end: end)))
     }
 
+    /// Adds a local subscriber that gets what fluxd sends as it is, deltas (SPEC §16.3) included, in wire order:
+    /// for a reader that applies them itself (a store following another one, `FluxStore.follow`). A delta that does
+    /// not apply is the reader's to report with `resync(store:)`.
+    package func addDeltaSubscriber(
+        store: String,
+        deliver: @escaping @Sendable (WireStoreEvent) -> Void,
+        end: @escaping @Sendable (FluxError?) -> Void
+    ) -> Int? {
+        addSubscriber(store: store, .callback(CallbackQueue(deliver: deliver, end: end)))
+    }
+
     private func addSubscriber(store: String, _ subscriber: Subscriber) -> Int? {
         let id = state.withLock { s -> Int? in
             if let terminal = s.terminal {

@@ -8,7 +8,7 @@ import Synchronization
 // again, and one whose elements it touched decodes only those (`JSONIncrementalDecoder`).
 
 /// What a reader makes of one snapshot or delta.
-enum ReadStep<S> {
+package enum ReadStep<S> {
     /// The state at the snapshot's version.
     case state(S)
     /// Nothing new (a resync's snapshot of the version held already).
@@ -64,7 +64,7 @@ struct HeldState<Codec>: @unchecked Sendable {
 
 /// Reads snapshots and deltas for one consumer (one `Subscription`, or one callback subscriber). Single consumer:
 /// the held state is taken out under a short lock and put back after the work.
-final class StateReader<S: Sendable, Codec>: Sendable {
+package final class StateReader<S: Sendable, Codec>: Sendable {
     private let held: Mutex<HeldState<Codec>?>
     /// Decodes a whole state (bytes, and the tree when the reader has one).
     private let decodeWhole: @Sendable (inout Codec, ArraySlice<UInt8>) throws(FluxError) -> S
@@ -83,7 +83,7 @@ final class StateReader<S: Sendable, Codec>: Sendable {
         decodeTree = tree
     }
 
-    func read(_ raw: RawSnapshot) throws(FluxError) -> ReadStep<S> {
+    package func read(_ raw: RawSnapshot) throws(FluxError) -> ReadStep<S> {
         guard var state = held.withLock({ h -> HeldState<Codec>? in
             defer { h = nil }
             return h
@@ -112,14 +112,14 @@ final class StateReader<S: Sendable, Codec>: Sendable {
 }
 
 /// A typed reader's codec: the incremental decoder, which keeps the earlier decoded state's tracked arrays.
-struct TypedCodec<S: Decodable>: @unchecked Sendable {
+package struct TypedCodec<S: Decodable>: @unchecked Sendable {
     var decoder = JSONIncrementalDecoder<S>()
 }
 
 extension StateReader {
     /// Decodes states as `T`: whole snapshots with `JSONValueDecoder` (after parsing them to a tree), and deltas
     /// incrementally.
-    static func typed<T: Decodable & Sendable>(_ type: T.Type) -> StateReader<T, TypedCodec<T>> {
+    package static func typed<T: Decodable & Sendable>(_ type: T.Type) -> StateReader<T, TypedCodec<T>> {
         StateReader<T, TypedCodec<T>>(
             codec: TypedCodec<T>(),
             whole: { codec, bytes throws(FluxError) in

@@ -115,10 +115,16 @@ extension FluxStore {
                 guard case .snapshot(let raw) = event, let follow = config.follows.first(where: { $0.store == name }) else {
                     return .next
                 }
-                let view = RawSnapshotView(store: raw.store, version: raw.version, seq: raw.seq, state: raw.state)
                 let snapshot: any Sendable
                 do {
-                    snapshot = try follow.decode(view, decoder)
+                    switch try follow.read(raw) {
+                    case .state(let s): snapshot = s
+                    case .skip: return .next
+                    case .resync:
+                        // A delta not from the version held: fluxd sends the whole state again.
+                        client.resync(store: name)
+                        return .next
+                    }
                 } catch {
                     store.report(FluxError.coding("snapshot \(raw.version) of followed store \(name): \(error)"))
                     return .next

@@ -46,16 +46,13 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
     struct Follow: Sendable {
         var store: String
-        var decode: @Sendable (RawSnapshotView, JSONDecoder) throws -> any Sendable
+        /// Turns what fluxd sends for the followed store (a whole snapshot, or a delta applied to the state held)
+        /// into a `Snapshot<T>`, decoded incrementally (`StateReader`): a change to one todo of 10,000 decodes that
+        /// todo, not the whole state.
+        var read: @Sendable (RawSnapshot) throws(FluxError) -> ReadStep<any Sendable>
         var handler: (@Sendable (inout State, any Sendable, StoreContext) throws -> Void)?
     }
 
-    struct RawSnapshotView: Sendable {
-        var store: String
-        var version: Int
-        var seq: Int
-        var state: ArraySlice<UInt8>
-    }
 
     struct Registry {
         var exact: [String: ActionHandler] = [:]
@@ -193,7 +190,10 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
 
     /// Subscribes to another store on this store's connection. Each snapshot (decoded as `T`) is kept for
     /// `ctx.latest(store, as: T.self)` and passed to `handler`, which runs one at a time with the actions and may
-    /// update this store's state (published as a `state` message when it changed).
+    /// update this store's state (published as a `state` message when it changed). With a fluxd that has delta
+    /// subscriptions (SPEC §16.3) each change arrives as a patch and is decoded incrementally, like a typed
+    /// `FluxClient.subscribe`: a `TrackedArray` in `T` that it did not touch is the earlier value again, so
+    /// following a store of 10,000 todos costs a change's todos, not the whole state.
     public func follow<T: Decodable & Sendable>(
         _ store: String, as type: T.Type,
         _ handler: (@Sendable (inout State, Snapshot<T>, StoreContext) throws -> Void)? = nil
@@ -205,11 +205,16 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         } else {
             wrapped = nil
         }
+        let reader = StateReader<T, TypedCodec<T>>.typed(T.self)
         let follow = Follow(
             store: store,
-            decode: { raw, decoder in
-                Snapshot(store: raw.store, version: raw.version, seq: raw.seq,
-                         state: try decoder.decode(T.self, from: Data(raw.state)))
+            read: { raw throws(FluxError) -> ReadStep<any Sendable> in
+                switch try reader.read(raw) {
+                case .state(let state):
+                    return .state(Snapshot(store: raw.store, version: raw.version, seq: raw.seq, state: state))
+                case .skip: return .skip
+                case .resync: return .resync
+                }
             },
             handler: wrapped)
         registry.withLock { $0.follows.append(follow) }
@@ -345,7 +350,7 @@ public final class FluxStore<State: Codable & Equatable & Sendable>: Sendable {
         var followIDs: [(String, Int)] = []
         for follow in config.follows {
             let store = follow.store
-            let id = client.addSubscriber(
+            let id = client.addDeltaSubscriber(
                 store: store,
                 deliver: { mailbox.post(.followed(store, $0)) },
                 end: { _ in })

@@ -305,3 +305,54 @@ struct LargeStateStoreTests {
         withExtendedLifetime(task) {}
     }
 }
+
+/// A todo that counts its decodes (`FollowDecodeCountTests`).
+private let followedTodoDecodes = Atomic<Int>(0)
+private struct CountedTodo: Decodable, Equatable, Sendable {
+    var id: Int
+    var done: Bool
+    enum CodingKeys: String, CodingKey { case id, done }
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(Int.self, forKey: .id)
+        done = try c.decode(Bool.self, forKey: .done)
+        followedTodoDecodes.add(1, ordering: .relaxed)
+    }
+}
+private struct FollowedTodos: Decodable, Sendable {
+    var todos: TrackedArray<CountedTodo>
+}
+
+@Suite("A store following another one decodes its changes incrementally (issue 26: the tour's stats-store)")
+struct FollowDecodeCountTests {
+    @Test("300 todos added one action at a time, then a toggle: the follower decodes each todo about once (a whole decode per action would be ~45,000), and its counts are right")
+    func followDecodesOnlyWhatChanged() async throws {
+        struct Counts: Codable, Equatable, Sendable { var total = 0; var done = 0 }
+        let todos = FluxStore<TrackedTodos>(name: "todos", initial: TrackedTodos(), handles: ["todo/*"])
+        todos.on("todo/add") { state, _ in
+            state.todos.append(Todo(id: state.nextID, title: "todo \(state.nextID)"))
+            state.nextID += 1
+        }
+        todos.on("todo/toggle", as: ToggleByID.self) { state, toggle, _ in
+            if let i = state.todos.firstIndex(where: { $0.id == toggle.id }) { state.todos[i].done.toggle() }
+        }
+        let stats = FluxStore<Counts>(name: "stats", initial: Counts(), handles: ["todo/*"], waitFor: ["todos"])
+        stats.follow("todos", as: FollowedTodos.self)
+        stats.on("todo/*") { state, ctx in
+            guard let followed = ctx.latest("todos", as: FollowedTodos.self) else { return }
+            state = Counts(total: followed.state.todos.count, done: followed.state.todos.count { $0.done })
+        }
+        let bus = InMemoryBus()
+        let todosRun = try await bus.start(todos)
+        let statsRun = try await bus.start(stats)
+        let client = try await bus.client()
+        let before = followedTodoDecodes.load(ordering: .relaxed)
+        for _ in 0..<300 { _ = try await client.dispatchAndSettle(type: "todo/add") }
+        #expect(try await client.dispatchAndSettle(type: "todo/toggle", payload: ToggleByID(id: 7)).allDone)
+        #expect(try await client.get(store: "stats", as: Counts.self).state == Counts(total: 300, done: 1))
+        let decodes = followedTodoDecodes.load(ordering: .relaxed) - before
+        #expect(decodes >= 300 && decodes < 1_000, "the follower decoded \(decodes) todos for 301 changes")
+        try await statsRun.stop()
+        try await todosRun.stop()
+    }
+}

@@ -10,7 +10,9 @@ import TodoModel
 /// It handles the same `todo/*` actions as `todos` but declares `waitFor: ["todos"]` and follows the `todos`
 /// store on its own connection. fluxd therefore hands it each action only after `todos` answered it, and sends
 /// the `todos` snapshot that action produced first (protocol rule R3): the handler reads it with `ctx.latest` and
-/// recomputes the counts, recording which `todos` version they come from.
+/// recomputes the counts, recording which `todos` version they come from. The `todos` changes arrive as patches
+/// (SPEC §16.3) and `follow` decodes only the todos a change touched (`TodoState.todos` is a `TrackedArray`), so
+/// an action costs this store a count over the todos, not a decode of the whole state (README's large-state step).
 @main
 struct StatsStoreCommand: AsyncParsableCommand {
     static let configuration = StoreProcess.configuration(

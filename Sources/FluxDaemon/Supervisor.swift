@@ -289,11 +289,22 @@ public final class Supervisor {
             appendEscaped(store, to: &out)
         }
         out += Array("]".utf8)
-        if let error = worker.lastError {
+        if let error = worker.lastError ?? waitingProblem(of: worker) {
             out += Array(",".utf8); key("error"); appendEscaped(error, to: &out)
         }
         out += Array("}".utf8)
         return out
+    }
+
+    /// Why a worker that is `starting` has not been started: the first store of its `after` that is not up, and
+    /// the state of the worker that provides it (`fluxctl workers` shows it as the PROBLEM). Nil when it is not
+    /// waiting.
+    private func waitingProblem(of worker: Worker) -> String? {
+        guard worker.state == .starting, worker.child == nil,
+              let store = worker.spec.after.first(where: { storeStatus($0).status != "up" }) else { return nil }
+        let provider = order.compactMap { workers[$0] }.first { $0.spec.stores.contains(store) }
+        let by = provider.map { "worker \($0.spec.name) is \($0.state.rawValue)" } ?? "no worker of the config provides it"
+        return "waiting for store \"\(store)\" to be up (\(by))"
     }
 
     // MARK: - The state machine

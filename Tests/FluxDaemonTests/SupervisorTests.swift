@@ -496,6 +496,22 @@ struct SupervisorHostOperationTests {
             + "]}")
     }
 
+    @Test("a worker waiting for its after stores names the store and the state of the worker that provides it")
+    func waitingWorkerSaysOnWhat() {
+        let todo = worker("todo", stores: ["todos"], restart: .never)
+        let stats = worker("stats", stores: ["stats"], after: ["todos"])
+        let audit = worker("audit", after: ["nowhere"])
+        let h = SupervisorHarness([todo, stats, audit])
+        h.supervisor.start()
+        h.exit(todo, .exited(1))
+        guard case .reply(let frame) = h.supervisor.answer(.workers(id: "w")) else {
+            Issue.record("no reply")
+            return
+        }
+        #expect(frame.text.contains(#""name":"stats","state":"starting","pid":null,"restarts":0,"uptime_ms":null,"last_exit":null,"stores":["stats"],"error":"waiting for store \"todos\" to be up (worker todo is failed)"}"#), "\(frame.text)")
+        #expect(frame.text.contains(#""error":"waiting for store \"nowhere\" to be up (no worker of the config provides it)"}"#), "\(frame.text)")
+    }
+
     @Test("restart-worker and stop-worker answer with the worker; an unknown name is unknown-worker")
     func restartAndStopWorker() {
         let cron = worker("cron")

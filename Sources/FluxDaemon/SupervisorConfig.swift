@@ -132,7 +132,7 @@ extension SupervisorConfig {
 
     /// The file's text: a regular file (a FIFO, a device or a directory is refused for what it is, without
     /// reading it: opened non-blocking, so a FIFO with no writer cannot hang fluxd), at most `maxBytes`, UTF-8.
-    static func readText(path: String) throws(ConfigError) -> String {
+    public static func readText(path: String) throws(ConfigError) -> String {
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
             throw ConfigError(file: path, problem: "cannot read the file: \(String(cString: strerror(errno)))")
@@ -185,6 +185,36 @@ extension SupervisorConfig {
         var parser = ConfigParser(path: path, lines: text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init),
                                   executableDirectory: executableDirectory)
         return try parser.config(table)
+    }
+}
+
+extension SupervisorConfig {
+    /// What a start of fluxd with this config would run into beyond the file itself (`--check-config`): every
+    /// worker whose command is not an executable file, resolved as a start resolves it (a path, relative to the
+    /// file's folder; a bare name next to fluxd, else in `searchPath`, the `PATH` fluxd starts its workers with).
+    /// (An `after` store no worker provides is an error of the file itself, `parse`.) `text` is the file's text, for
+    /// line numbers.
+    public func startProblems(text: String, searchPath: String?) -> [ConfigError] {
+        let parser = ConfigParser(path: path, lines: text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init),
+                                  executableDirectory: nil)
+        return workers.compactMap { worker in
+            guard !Self.isExecutable(worker.executable, searchPath: searchPath) else { return nil }
+            let looked = worker.executable.contains("/") ? worker.executable : "next to fluxd or in PATH (\(searchPath ?? "unset"))"
+            return parser.fail(["workers", worker.name, "command"], "\"\(worker.command)\" is not an executable file (looked for: \(looked))")
+        }
+    }
+
+    /// Whether `executable` names an executable regular file: a path as it is, a bare name in `searchPath`.
+    static func isExecutable(_ executable: String, searchPath: String?) -> Bool {
+        func check(_ path: String) -> Bool {
+            var st = stat()
+            return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG && access(path, X_OK) == 0
+        }
+        if executable.contains("/") { return check(executable) }
+        for dir in (searchPath ?? "").split(separator: ":", omittingEmptySubsequences: false) {
+            if check((dir.isEmpty ? "." : String(dir)) + "/" + executable) { return true }
+        }
+        return false
     }
 }
 

@@ -267,15 +267,21 @@ struct Fluxd: ParsableCommand {
 
     func run() throws {
         if let path = checkConfig {
+            let file: SupervisorConfig
             do {
-                let file = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
-                let settings = file.fluxdKeys
-                writeAll(1, "\(path): ok: \(file.workers.count) worker\(file.workers.count == 1 ? "" : "s")\(file.workers.isEmpty ? "" : " (" + file.workers.map(\.name).joined(separator: ", ") + ")"), \(settings.count) [fluxd] setting\(settings.count == 1 ? "" : "s")\(settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")\n")
-                return
+                file = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
             } catch {
                 writeAll(2, "fluxd: error: bad config: \(error)\n")
                 throw ExitCode.failure
             }
+            // What a start would run into: every worker command that is not there.
+            let text = (try? SupervisorConfig.readText(path: path)) ?? ""
+            let errors = file.startProblems(text: text, searchPath: getenv("PATH").map { String(cString: $0) })
+            for error in errors { writeAll(2, "fluxd: error: bad config: \(error)\n") }
+            if !errors.isEmpty { throw ExitCode.failure }
+            let settings = file.fluxdKeys
+            writeAll(1, "\(path): ok: \(file.workers.count) worker\(file.workers.count == 1 ? "" : "s")\(file.workers.isEmpty ? "" : " (" + file.workers.map(\.name).joined(separator: ", ") + ")"), \(settings.count) [fluxd] setting\(settings.count == 1 ? "" : "s")\(settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")\n")
+            return
         }
         // systemd's side of the process (docs/systemd.md), read first and taken out of the environment so that
         // no worker inherits it.

@@ -69,6 +69,22 @@ struct ConfigFileTests {
         #expect(typeStatus == 1)
         #expect(typeError.contains("\(wrongType):2: fluxd.max_frame: must be a non-negative integer"), "\(typeError)")
 
+        // What a start needs: every command that is not there, in one pass, each with its line.
+        let missing = dir.path + "/missing.toml"
+        try """
+            [workers.a]
+            command = "no-such-command-fluxbus"
+            stores = ["s"]
+
+            [workers.b]
+            command = "./not-here"
+            after = ["s"]
+            """.write(toFile: missing, atomically: true, encoding: .utf8)
+        let (missingStatus, _, missingError) = try runFluxd(["--check-config", missing])
+        #expect(missingStatus == 1)
+        #expect(missingError.contains("\(missing):2: workers.a.command: \"no-such-command-fluxbus\" is not an executable file (looked for: next to fluxd or in PATH"), "\(missingError)")
+        #expect(missingError.contains("\(missing):6: workers.b.command: \"./not-here\" is not an executable file (looked for: \(dir.path)/./not-here)"), "\(missingError)")
+
         let badValue = dir.path + "/value.toml"
         try "[fluxd]\ndurability = \"sometimes\"\n".write(toFile: badValue, atomically: true, encoding: .utf8)
         let (valueStatus, _, valueError) = try runFluxd(["--check-config", badValue])

@@ -31,6 +31,28 @@ extension FluxClient {
         return id
     }
 
+    /// Dispatches an action and waits until fluxd accepted it (`ack`, SPEC §8.3, fluxd 0.4.0): returns its seq,
+    /// or throws fluxd's refusal (`FluxError.server`: `no-handler`, `overloaded`, ...) to the caller. One round trip;
+    /// the action's settlement is not awaited. (A fluxd before 0.4.0 sends no `accepted`: this times out.)
+    @discardableResult
+    public func dispatchAccepted(type: String, payloadJSON: [UInt8]?, cause: Int? = nil,
+                                 timeout: Duration? = nil) async throws(FluxError) -> Int {
+        let id = nextID("a")
+        let frame = try dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: false, ack: true)
+        let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the acceptance of \(type)")
+        guard reply.fluxString("op") == "accepted", let seq = reply.fluxInt("seq") else {
+            throw .protocolViolation("expected accepted, got \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return seq
+    }
+
+    /// Dispatches an action with a payload and waits until fluxd accepted it (see `dispatchAccepted(type:payloadJSON:)`).
+    @discardableResult
+    public func dispatchAccepted<P: Encodable>(type: String, payload: P, cause: Int? = nil,
+                                               timeout: Duration? = nil) async throws(FluxError) -> Int {
+        try await dispatchAccepted(type: type, payloadJSON: try FluxJSON.encode(payload), cause: cause, timeout: timeout)
+    }
+
     /// Waits until fluxd has taken the fire-and-forget dispatches with these ids (returned by `dispatch`): sends a
     /// `ping`, which fluxd answers after every reply to what was sent before it (SPEC §8.7), and throws the first
     /// refusal of one of them (`FluxError.server`, e.g. `no-handler`). Such refusals are not also put on `errors`.
@@ -80,7 +102,7 @@ extension FluxClient {
         return PendingSettlement(client: self, id: id, type: type)
     }
 
-    func dispatchFrame(id: String, type: String, payloadJSON: [UInt8]?, cause: Int?, settle: Bool) throws(FluxError) -> Frame {
+    func dispatchFrame(id: String, type: String, payloadJSON: [UInt8]?, cause: Int?, settle: Bool, ack: Bool = false) throws(FluxError) -> Frame {
         guard Names.isValidType(type) else { throw .invalidArgument("bad action type \"\(type)\"") }
         if let payloadJSON { try FluxJSON.validate(payloadJSON) }
         var b = FrameBuilder(op: "dispatch", capacity: 64 + (payloadJSON?.count ?? 0))
@@ -88,6 +110,7 @@ extension FluxClient {
         b.string("type", type)
         if let payloadJSON { b.raw("payload", payloadJSON) }
         if settle { b.bool("settle", true) }
+        if ack { b.bool("ack", true) }
         if let cause { b.int("cause", cause) }
         return b.finish()
     }

@@ -27,6 +27,8 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     case patch, delta, subtree
     /// Since fluxd 0.4.0 (SPEC §8.11): reload fluxd's config file, and the answer.
     case reload, reloaded
+    /// Since fluxd 0.4.0 (SPEC §8.3): the answer to a `dispatch` with `ack`.
+    case accepted
 
     /// The directions a message with this op travels in (some, like `ping`, go both ways).
     public var directions: [MessageDirection] {
@@ -40,7 +42,7 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
             return [.c2d, .d2c]
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
-             .delta, .subtree, .reloaded:
+             .delta, .subtree, .reloaded, .accepted:
             return [.d2c]
         }
     }

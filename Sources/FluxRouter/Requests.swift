@@ -167,6 +167,8 @@ struct DispatchRequest {
     /// Whether `type` is written byte for byte as `knownTypeJSON`.
     var typeIsKnown: Bool
     var settle: Bool
+    /// `ack` (since 0.4.0, SPEC §8.3): answer `accepted` with the seq once the action is accepted.
+    var ack: Bool
     var cause: Int64?
     var payload: JSONSpan?
     /// `seq` (since 0.3.0, SPEC §8.3): the seq a replayed action must get (a fluxd started with `--replay`).
@@ -201,6 +203,13 @@ struct DispatchRequest {
         case .wrongType: throw .badMessage("\"settle\" must be a boolean", ref: ref)
         }
         if settle && id == nil { throw .badMessage("a dispatch with \"settle\": true needs an \"id\"") }
+        // (Not one of the envelope's known fields: looked up among the others, which most dispatches have none of.)
+        switch env.bool("ack") {
+        case .absent: ack = false
+        case .value(let a): ack = a
+        case .wrongType: throw .badMessage("\"ack\" must be a boolean", ref: ref)
+        }
+        if ack && id == nil { throw .badMessage("a dispatch with \"ack\": true needs an \"id\"") }
         switch env.int(.cause) {
         case .absent: cause = nil
         case .value(let c) where Names.isValidInteger(c, positive: true): cause = c

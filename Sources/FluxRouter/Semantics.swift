@@ -256,6 +256,13 @@ extension Router {
                            id: action.id, session: session, uid: peer.account.uid, payload: payload,
                            targets: targets.map(\.name))
         }
+        if request.ack, let idRaw {
+            // Accepted (SPEC §8.3): its seq, before anything the action leads to.
+            var b = FrameBuilder(op: "accepted", capacity: 48 + idRaw.count)
+            b.raw("id", idRaw)
+            b.int("seq", lastSeq)
+            out.send(peer, b.finish())
+        }
         pendingCount += 1
         peer.unsettled += 1
         if let sessionKey { indexSession(sessionKey, action) }

@@ -64,6 +64,26 @@ struct Dispatch: AsyncParsableCommand {
         let client = try await options.connect()
         defer { client.abort() }
         let socket = options.socketPath
+        // One action and a fluxd that acknowledges (0.4.0): wait for `accepted` and print its seq.
+        if actions.count == 1, client.welcome.limits.deltaHistory != nil {
+            let action = actions[0]
+            let seq: Int
+            do {
+                seq = try await client.dispatchAccepted(type: action.type, payloadJSON: action.payload, timeout: options.requestDuration)
+            } catch {
+                if case .server(let e) = error, e.ref != nil, !e.fatal { throw refusal(code: e.rawCode, message: e.message, type: action.type) }
+                throw failure(error, socket: socket)
+            }
+            if options.json {
+                var line = JSONLine()
+                line.add("type", action.type)
+                line.add("seq", seq)
+                emit(line.text)
+            } else {
+                emit("\(action.type) seq \(seq)")
+            }
+            return
+        }
         do {
             var ids: [String] = []
             for action in actions {

@@ -424,6 +424,13 @@ struct FluxctlTests {
             let statsWatch = try await bus.ctl("stats", "--watch", "--interval", "0.2", "--timeout", "1", "--json")
             #expect(statsWatch.status == 0, "\(statsWatch)")
             #expect(statsWatch.lines.count >= 2, "\(statsWatch)")
+            // One dispatch without --wait: fluxd's `accepted` (ack, SPEC §8.3) gives its seq at once.
+            let one = try await bus.ctl("dispatch", "todo/create", #"{"title":"tea"}"#)
+            #expect(one.status == 0 && one.stdout == "todo/create seq 6\n", "\(one)")
+            let oneJSON = try await bus.ctl("dispatch", "todo/create", #"{"title":"tea"}"#, "--json")
+            #expect(oneJSON.stdout == #"{"type":"todo/create","seq":7}"# + "\n", "\(oneJSON)")
+            let oneRefused = try await bus.ctl("dispatch", "cart/add", "{}")
+            #expect(oneRefused.status == 1 && oneRefused.stderr == "fluxctl: no store handles \"cart/add\" (fluxd: no-handler)\n", "\(oneRefused)")
         }
     }
 

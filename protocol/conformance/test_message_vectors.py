@@ -193,7 +193,7 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
               "heartbeat": (OPT, is_bool), "session": (OPT, is_id)},
     "bye": {},
     "dispatch": {"type": (REQ, is_type), "payload": (OPT, is_json), "id": (OPT, is_id), "settle": (OPT, is_bool),
-                 "cause": (OPT, is_seq)},
+                 "ack": (OPT, is_bool), "cause": (OPT, is_seq)},
     "get": {"store": (REQ, is_store), "id": (OPT, is_id)},
     "info": {"id": (OPT, is_id)},
     "ping": {"id": (OPT, is_id)},
@@ -256,6 +256,8 @@ def field_problem(msg: Dict[str, Any], op: str) -> Optional[str]:
             return f"field {field!r} = {short(msg[field], 60)} breaks its rule"
     if op == "dispatch" and msg.get("settle") is True and "id" not in msg:
         return "settle: true without id"
+    if op == "dispatch" and msg.get("ack") is True and "id" not in msg:
+        return "ack: true without id"
     if op == "state-at" and ("version" in msg) == ("seq" in msg):
         return "state-at needs exactly one of version and seq (§8.12)"
     if op == "subscribe" and msg.get("deltas") is True and "path" in msg:
@@ -701,7 +703,12 @@ def run_dispatch(case: Case, start_fluxd) -> None:
         assert not actions, f"a refused dispatch reaches no store (R1, R6)\n  {r.describe(frames)}\n  the store got {short(actions)}"
     else:
         r.expect_no_error(frames)
-        assert alive and not frames, f"an accepted dispatch has no reply until it settles\n  {r.describe(frames)}"
+        if msg.get("ack") is True:
+            # (§8.3) accepted, with the seq, and nothing else until it settles.
+            assert alive and [f.get("op") for f in frames] == ["accepted"], f"ack: one accepted\n  {r.describe(frames)}"
+            assert frames[0]["id"] == msg["id"] and frames[0]["seq"] == 1, f"accepted names the id and seq 1\n  {r.describe(frames)}"
+        else:
+            assert alive and not frames, f"an accepted dispatch has no reply until it settles\n  {r.describe(frames)}"
         action, _ = store.until("the action", lambda f: f.get("op") == "action")
         d = f"{r.describe(frames)}\n  the store got {short(action)}"
         assert action["type"] == msg["type"] and action["payload"] == msg.get("payload"), f"type and payload forwarded\n  {d}"

@@ -264,3 +264,24 @@ func waitUntil(timeout: Duration = .seconds(5), _ condition: @escaping @Sendable
         while try await !condition() { await Task.yield() }
     }
 }
+
+@Suite("FluxClient.dispatchAccepted (SPEC §8.3 ack)")
+struct DispatchAcceptedTests {
+    @Test("returns the seq fluxd gave the action, or throws the refusal to the caller (no-handler)")
+    func acceptedOrRefused() async throws {
+        let bus = InMemoryBus()
+        let todos = try await bus.start(makeTodoStore())
+        let client = try await bus.client()
+        let first = try await client.dispatchAccepted(type: "todo/add", payload: AddTodo(title: "x"))
+        let second = try await client.dispatchAccepted(type: "todo/add", payload: AddTodo(title: "y"))
+        #expect(first >= 1 && second == first + 1)
+        do {
+            try await client.dispatchAccepted(type: "nobody/handles", payloadJSON: nil)
+            Issue.record("no error for a type no store handles")
+        } catch {
+            guard case .server(let e) = error else { Issue.record("not a server error: \(error)"); return }
+            #expect(e.code == .noHandler)
+        }
+        try await todos.stop()
+    }
+}

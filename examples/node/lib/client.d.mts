@@ -195,6 +195,12 @@ export declare class Client {
    * with NotSentError if it never reached fluxd, OutcomeUnknownError if fluxd cannot say what became of it.
    */
   dispatchAndSettle(type: string, payload?: unknown, options?: SettleOptions): Promise<Settlement>;
+  /**
+   * Dispatches and resolves once fluxd accepted the action (SPEC §8.3 `ack`, fluxd 0.4.0) with its id and seq; rejects
+   * with the error class of fluxd's refusal (NoHandlerError, ...), TimeoutError, or DisconnectedError when the
+   * connection was lost before fluxd answered (the action may or may not have been taken).
+   */
+  dispatchAccepted(type: string, payload?: unknown, options?: SettleOptions): Promise<{ id: string; seq: number }>;
   /** Subscribes; leaving a `for await` over the subscription unsubscribes. */
   subscribe<S = unknown>(store: string, options?: SubscribeOptions): Promise<Subscription<S>>;
   /** Ends every subscription of this client to `store` and unsubscribes. */

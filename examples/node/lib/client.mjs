@@ -41,7 +41,7 @@ const RECOVER_BATCH = 4096;
  * @typedef {{store: string, status: string, version?: number, error?: Record<string, any>}} StoreResult
  * @typedef {{gen: number, socket: import('node:net').Socket, writer: FrameWriter, ready: boolean, ended: boolean,
  *            endReason: Error|null, welcome: Promise<any>, welcomed: (msg: any) => void, refused: (err: Error) => void}} Connection
- * @typedef {{key: string, kind: 'request'|'settle'|'restore'|'release', waiter: import('./pending.mjs').Waiter,
+ * @typedef {{key: string, kind: 'request'|'settle'|'ack'|'restore'|'release', waiter: import('./pending.mjs').Waiter,
  *            entry: import('./writer.mjs').WriteEntry|undefined}} Call
  */
 
@@ -241,6 +241,22 @@ export class Client extends EventEmitter {
     const id = this.#checkAction(type);
     this.#write(dispatchBody(id, type, payload, cause, false), { replay: true });
     return id;
+  }
+
+  /**
+   * Dispatches and resolves once fluxd accepted the action (SPEC §8.3 `ack`, fluxd 0.4.0) with `{id, seq}`, its
+   * settlement not awaited; rejects with the error class of fluxd's refusal (NoHandlerError, OverloadedError, ...),
+   * TimeoutError after `timeout` ms, and DisconnectedError when the connection was lost after the dispatch went
+   * out and before fluxd answered (it may or may not have been accepted). A dispatch not yet written when the
+   * connection is lost goes out on the next one. Needs fluxd 0.4.0 (an older one never answers: TimeoutError).
+   * @param {string} type @param {any} [payload] @param {{cause?: number, timeout?: number|null}} [options]
+   * @returns {Promise<{id: string, seq: number}>}
+   */
+  async dispatchAccepted(type, payload = null, { cause, timeout } = {}) {
+    const id = this.#checkAction(type);
+    const msg = await this.#call(id, dispatchBody(id, type, payload, cause, false, true), this.#deadline(timeout),
+      `waiting for fluxd to accept ${type}`, { kind: 'ack' });
+    return { id, seq: msg.seq };
   }
 
   /**
@@ -508,7 +524,8 @@ export class Client extends EventEmitter {
     const waiter = this.pending.add(key);
     /** @type {Call} */ const call = { key, kind, waiter, entry: undefined };
     try {
-      if (this.connected || kind === 'request' || kind === 'settle') call.entry = this.#enqueue(encodeFrame(body), kind === 'request' || kind === 'settle');
+      const replay = kind === 'request' || kind === 'settle' || kind === 'ack';
+      if (this.connected || replay) call.entry = this.#enqueue(encodeFrame(body), replay);
     } catch (err) { this.pending.abandon(waiter, false); throw err; }
     this.#calls.add(call);
     if (kind === 'settle') this.#settling.set(key, call);
@@ -658,6 +675,10 @@ export class Client extends EventEmitter {
       if (call.waiter.done) continue;
       if (call.kind === 'request' && call.entry?.state === 'sent') { call.entry.state = 'offline'; again.push(call.entry); }
       else if (call.kind === 'release') this.pending.resolveWaiter(call.waiter, { op: 'lost' });
+      else if (call.kind === 'ack' && call.entry?.state === 'sent') {
+        // Sent, and no answer: fluxd may or may not have accepted it (sending it again could make it twice).
+        this.pending.rejectWaiter(call.waiter, new DisconnectedError(`the connection was lost before fluxd said whether it accepted the dispatch ${call.key}: it may or may not have been taken`));
+      }
     }
     this.#offline.push(...again);
     this.#offline.sort((a, b) => a.order - b.order);
@@ -779,7 +800,7 @@ export class Client extends EventEmitter {
     const id = typeof msg.id === 'string' ? msg.id : undefined;
     switch (msg.op) {
       case Ops.WELCOME: if (!conn.ready) conn.welcomed(msg); return;
-      case Ops.PONG: case Ops.INFO: case Ops.GOT: case Ops.QUERY_OK: case Ops.UNQUERY_OK: case Ops.SETTLED:
+      case Ops.PONG: case Ops.INFO: case Ops.GOT: case Ops.QUERY_OK: case Ops.UNQUERY_OK: case Ops.SETTLED: case Ops.ACCEPTED:
         this.#settle(id, msg); return;
       case 'recovered': this.#recovered(msg); return;
       case Ops.SUBSCRIBED: {
@@ -902,9 +923,10 @@ function checkStoreName(store) {
   if (!isValidStoreName(store)) throw new TypeError(`invalid store name ${JSON.stringify(store)}: 1-128 bytes of A-Z a-z 0-9 . _ : / -`);
 }
 
-function dispatchBody(id, type, payload, cause, settle) {
+function dispatchBody(id, type, payload, cause, settle, ack = false) {
   let head = `{"op":"dispatch","id":${JSON.stringify(id)},"type":${JSON.stringify(type)}`;
   if (settle) head += ',"settle":true';
+  if (ack) head += ',"ack":true';
   if (cause !== undefined && cause !== null) head += `,"cause":${Number(cause)}`;
   return `${head},"payload":${canonicalJSON(payload)}}`;
 }

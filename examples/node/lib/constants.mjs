@@ -9,7 +9,7 @@ export const OpsByDirection = Object.freeze({
   c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
     'reload', 'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
   s2d: Object.freeze(['done', 'patch', 'register', 'reject', 'state', 'unregister']),
-  d2c: Object.freeze(['action', 'bye', 'delta', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong',
+  d2c: Object.freeze(['accepted', 'action', 'bye', 'delta', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong',
     'queries', 'queries-changed', 'query-ok', 'recovered', 'registered', 'reloaded', 'settled', 'snapshot', 'state-at',
     'store-down', 'store-up', 'subscribed', 'subtree', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
 });

@@ -99,6 +99,20 @@ test('errors: refused settle rejects, fire-and-forget errors are emitted', async
   assert.ok(error instanceof NoHandlerError);
   assert.equal(error.ref, id);
   assert.throws(() => client.dispatch('bad type'), TypeError);
+  // dispatchAccepted (SPEC §8.3 ack): the refusal rejects the caller's promise ...
+  await assert.rejects(client.dispatchAccepted('nobody/handles'), (e) => e instanceof NoHandlerError && e.code === 'no-handler');
+});
+
+test('dispatchAccepted resolves with the seq fluxd gave the action, before its settlement', async () => {
+  await start(todoStore());
+  const client = await connect();
+  const first = await client.dispatchAccepted('todo/add', { title: 'a' });
+  const second = await client.dispatchAccepted('todo/add', { title: 'b' });
+  assert.equal(typeof first.seq, 'number');
+  assert.equal(second.seq, first.seq + 1);
+  assert.ok(first.id !== second.id);
+  const settled = await client.dispatchAndSettle('todo/add', { title: 'c' });
+  assert.equal(settled.seq, first.seq + 2);
 });
 
 test('queries drive a store; receipts withdraw them', async () => {

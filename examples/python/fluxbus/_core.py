@@ -112,6 +112,8 @@ class ClientCore:
         self.connection_events: Deque[ConnectionEvent] = collections.deque(maxlen=64)
         #: ``welcome.epoch`` of the current (or last) connection; ``None`` from a fluxd older than 0.3.0.
         self.epoch: Optional[str] = None
+        #: The seq fluxd gave the last action :meth:`dispatch` waited for the acceptance of (SPEC §8.3).
+        self.last_seq: Optional[int] = None
         self._live_queries: Dict[str, bytes] = {}  # query id -> its query frame, declared again on reconnecting
         self._unsettled: Dict[str, int] = {}  # id of a settle dispatch sent -> generation of the connection
         self._recovering: Dict[str, List[str]] = {}  # id of a recover request -> the dispatch ids it asks about
@@ -192,10 +194,13 @@ class ClientCore:
             raise ValueError(f"invalid store name {store!r}")
 
     @staticmethod
-    def _dispatch_frame(ident: str, type: str, payload: Any, cause: Optional[int], settle: bool) -> bytes:
+    def _dispatch_frame(ident: str, type: str, payload: Any, cause: Optional[int], settle: bool,
+                        ack: bool = False) -> bytes:
         fields: Message = {"op": Op.DISPATCH, "id": ident, "type": type}
         if settle:
             fields["settle"] = True
+        if ack:
+            fields["ack"] = True
         if cause is not None:
             fields["cause"] = cause
         return ClientCore._frame_with_raw(fields, "payload", dumps(payload))
@@ -758,3 +763,10 @@ class RegistrationCore:
     def live(self) -> bool:
         """Whether the store is registered on the client's current connection."""
         return self._generation != 0 and self._generation == self.client._live_generation()
+
+
+def acknowledges(welcome: Any) -> bool:
+    """Whether the fluxd behind ``welcome`` answers ``dispatch.ack`` with ``accepted`` (SPEC §8.3: fluxd 0.4.0,
+    which is also the one that announces ``deltaHistory``)."""
+    limits = getattr(welcome, "limits", None) or {}
+    return "deltaHistory" in limits

@@ -9,7 +9,7 @@ import uuid
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar,
                     Union)
 
-from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
+from ._core import (NO_LIMIT, ClientCore, acknowledges, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
                     _max_frame, describe, format_seconds, resolve_socket_path)
 from .errors import Disconnected, FluxError, FluxTimeoutError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
@@ -248,13 +248,22 @@ class AsyncClient(ClientCore):
     # -- operations ---------------------------------------------------------------------------------------------
 
     async def dispatch(self, type: str, payload: Any = None, cause: Optional[int] = None,
-                       timeout: Optional[float] = None) -> str:
-        """Dispatches without waiting for the action's result; returns the id (refusals arrive on
-        :attr:`errors` with it as ``ref``). Returns once the frame is handed to the socket (while the client
-        reconnects, once the new connection is up: ``timeout`` covers that wait too)."""
+                       timeout: Optional[float] = None, *, ack: Optional[bool] = None) -> str:
+        """Dispatches without waiting for the action's result; returns the id. With a fluxd that acknowledges
+        dispatches (0.4.0, SPEC §8.3) it awaits fluxd's acceptance (one round trip) and raises the refusal (e.g.
+        :class:`~fluxbus.errors.NoHandlerError`); :attr:`last_seq` is the seq the action got. ``ack=False`` (or an
+        older fluxd): returns once the frame is handed to the socket, refusals arriving on :attr:`errors` with the
+        id as ``ref``. ``timeout`` covers the wait for a connection, sending and the acceptance."""
         ident = self._check_action(type)
-        frame = self._dispatch_frame(ident, type, payload, cause, False)
-        await _timed(self._write(frame), self._deadline(timeout), "sending to fluxd (it is not reading)")
+        if ack is None:
+            ack = acknowledges(getattr(self, "welcome", None))
+        if not ack:
+            frame = self._dispatch_frame(ident, type, payload, cause, False)
+            await _timed(self._write(frame), self._deadline(timeout), "sending to fluxd (it is not reading)")
+            return ident
+        msg = await self._call(ident, self._dispatch_frame(ident, type, payload, cause, False, ack=True),
+                               self._deadline(timeout), f"waiting for fluxd to accept {type} ({ident})", on_lost="raise")
+        self.last_seq = msg.get("seq")
         return ident
 
     async def dispatch_and_settle(self, type: str, payload: Any = None, cause: Optional[int] = None,
@@ -433,6 +442,8 @@ class AsyncClient(ClientCore):
                 except _ConnectionLost:
                     if on_lost == "done":
                         return {}
+                    if on_lost == "raise":
+                        raise Disconnected(f"the connection was lost before fluxd answered ({what}): it may or may not have been taken")
         try:
             msg = await _timed(exchange(), deadline, what)
         except Disconnected as ended:

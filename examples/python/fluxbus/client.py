@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
-from ._core import (NO_LIMIT, ClientCore, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
+from ._core import (NO_LIMIT, ClientCore, acknowledges, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
                     _max_frame, describe, format_seconds, resolve_socket_path)
 from .errors import BadJSONError, Disconnected, FluxError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
@@ -262,12 +262,25 @@ class Client(ClientCore):
     # -- actions ------------------------------------------------------------------------------------------------
 
     def dispatch(self, type: str, payload: Any = None, cause: Optional[int] = None,
-                 timeout: Optional[float] = None) -> str:
-        """Dispatches an action without waiting for it; returns the id it was sent with. A refusal (e.g.
-        ``no-handler``) arrives later in :attr:`errors` with that id as ``ref``. ``timeout`` covers sending
-        (and, while the client reconnects, waiting for the new connection)."""
+                 timeout: Optional[float] = None, *, ack: Optional[bool] = None) -> str:
+        """Dispatches an action without waiting for its result; returns the id it was sent with.
+
+        With a fluxd that acknowledges dispatches (0.4.0, SPEC §8.3), it waits one round trip for fluxd to accept
+        the action and raises the refusal to the caller (e.g. :class:`~fluxbus.errors.NoHandlerError` when no
+        store handles the type); :attr:`last_seq` is then the seq the action got. ``ack=False`` (or an older
+        fluxd) sends it without waiting: a refusal then arrives later in :attr:`errors` with the id as ``ref``.
+        If the connection is lost before fluxd answered, :class:`~fluxbus.errors.Disconnected` is raised (the
+        action may or may not have been accepted). ``timeout`` covers sending (and, while the client reconnects,
+        waiting for the new connection) and the acceptance."""
         ident = self._check_action(type)
-        self._send_raw(self._dispatch_frame(ident, type, payload, cause, False), self._deadline(timeout))
+        if ack is None:
+            ack = acknowledges(getattr(self, "welcome", None))
+        if not ack:
+            self._send_raw(self._dispatch_frame(ident, type, payload, cause, False), self._deadline(timeout))
+            return ident
+        msg = self._call(ident, self._dispatch_frame(ident, type, payload, cause, False, ack=True),
+                         self._deadline(timeout), f"waiting for fluxd to accept {type} ({ident})", on_lost="raise")
+        self.last_seq = msg.get("seq")
         return ident
 
     def dispatch_and_settle(self, type: str, payload: Any = None, cause: Optional[int] = None,
@@ -496,6 +509,8 @@ class Client(ClientCore):
                     break
                 if on_lost == "done":
                     return {}
+                if on_lost == "raise":
+                    raise Disconnected(f"the connection was lost before fluxd answered ({what}): it may or may not have been taken")
         except Disconnected as ended:
             if track is not None and track in self._unsettled:  # sent, and no connection left to ask
                 raise self._lost_dispatch_error(track, ended, "the connection was lost") from None

@@ -14,6 +14,7 @@ PROTOCOL_VERSION = 1
 
 class Op:
     """Every ``op`` of protocol 1 (some names are used in two directions, e.g. ``info`` and ``ping``)."""
+    ACCEPTED = "accepted"
     ACTION = "action"
     BYE = "bye"
     DELTA = "delta"
@@ -71,7 +72,7 @@ OPS_TO_FLUXD: FrozenSet[str] = frozenset({
 OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.PATCH, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
 #: Ops fluxd sends to a peer (``d2c``).
 OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
-    Op.ACTION, Op.BYE, Op.DELTA, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.ACCEPTED, Op.ACTION, Op.BYE, Op.DELTA, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
     Op.QUERIES_CHANGED, Op.QUERY_OK, Op.RECOVERED, Op.REGISTERED, Op.RELOADED, Op.SETTLED, Op.SNAPSHOT, Op.STATE_AT,
     Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.SUBTREE, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
 })

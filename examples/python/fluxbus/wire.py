@@ -531,7 +531,7 @@ class QuerySet:
         return len(self._by_key)
 
 
-_REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED, Op.RECOVERED})
+_REPLIES = frozenset({Op.PONG, Op.INFO, Op.GOT, Op.QUERY_OK, Op.UNQUERY_OK, Op.SETTLED, Op.RECOVERED, Op.ACCEPTED})
 _SUBSCRIPTION = frozenset({Op.SNAPSHOT, Op.DELTA, Op.SUBTREE, Op.STORE_DOWN, Op.STORE_UP})
 _STORE = frozenset({Op.REGISTERED, Op.QUERIES, Op.QUERIES_CHANGED, Op.ACTION})
 

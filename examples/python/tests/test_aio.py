@@ -50,7 +50,12 @@ def test_async_errors(fluxd):
             with pytest.raises(FluxError) as caught:
                 await client.dispatch_and_settle("nobody/handles")
             assert caught.value.code == "no-handler"
-            ident = await client.dispatch("nobody/handles")
+            # A dispatch waits for fluxd's acceptance (SPEC §8.3) and raises the refusal to the caller ...
+            with pytest.raises(FluxError) as caught:
+                await client.dispatch("nobody/handles")
+            assert caught.value.code == "no-handler"
+            # ... or, sent without waiting (ack=False), the refusal arrives on errors with its id.
+            ident = await client.dispatch("nobody/handles", ack=False)
             error = await asyncio.wait_for(client.errors.get(), 10)
             assert (error.code, error.ref) == ("no-handler", ident)
             with pytest.raises(FluxError) as caught:

@@ -134,9 +134,14 @@ def test_errors_raise_or_are_kept(fluxd):
         with pytest.raises(FluxError) as caught:
             client.dispatch_and_settle("nobody/handles", timeout=10)
         assert caught.value.code == "no-handler" and not caught.value.fatal
-        ident = client.dispatch("nobody/handles")
+        # A dispatch waits for fluxd's acceptance (SPEC §8.3) and raises the refusal to the caller ...
+        with pytest.raises(FluxError) as caught:
+            client.dispatch("nobody/handles")
+        assert caught.value.code == "no-handler"
+        assert client.dispatch("nobody/handles", ack=False) is not None  # ... or, not waiting, it is kept
+        ident = client.dispatch("nobody/handles", ack=False)
         client.ping()
-        assert [(e.code, e.ref) for e in client.errors] == [("no-handler", ident)]
+        assert [(e.code, e.ref) for e in client.errors][-1] == ("no-handler", ident)
         client.send_raw(b'{"op":"teleport"}')
         client.ping()
         assert client.errors[-1].code == "unknown-op"
@@ -207,3 +212,16 @@ def test_unsubscribe_is_idempotent_and_close_ends_iteration(fluxd, stores):
         seen.append(snap)
     done.set()
     assert seen == [] and client.closed
+
+
+def test_dispatch_waits_for_acceptance_and_gives_the_seq(fluxd, stores):
+    """SPEC §8.3 (fluxd 0.4.0): dispatch asks for ``ack`` and returns once fluxd accepted the action; its seq is
+    ``last_seq``; the settlement is not awaited."""
+    stores(Todos)
+    with Client.connect(fluxd.socket_path) as client:
+        client.dispatch("todo/add", {"title": "a"})
+        first = client.last_seq
+        client.dispatch("todo/add", {"title": "b"})
+        assert isinstance(first, int) and client.last_seq == first + 1
+        settled = client.dispatch_and_settle("todo/add", {"title": "c"}, timeout=10)
+        assert settled.seq == first + 2

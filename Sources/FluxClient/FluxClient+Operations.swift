@@ -89,8 +89,40 @@ extension FluxClient {
                                   timeout: Duration? = nil) async throws(FluxError) -> Settlement {
         let id = nextID("s")
         let frame = try dispatchFrame(id: id, type: type, payloadJSON: payloadJSON, cause: cause, settle: true)
-        let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the settlement of \(type)", settle: true)
-        return try Self.parseSettlement(reply, id: id)
+        do {
+            let reply = try await request(key: id, frame: frame, timeout: timeout, what: "the settlement of \(type)", settle: true)
+            return try Self.parseSettlement(reply, id: id)
+        } catch {
+            throw await explainedTimeout(error, type: type)
+        }
+    }
+
+    /// A settlement's timeout with what fluxd says the action still waits for appended (`waitingFor`); any other
+    /// error as it is.
+    func explainedTimeout(_ error: FluxError, type: String) async -> FluxError {
+        guard case .timedOut(let message) = error else { return error }
+        let note = await waitingFor(type: type)
+        return note.isEmpty ? error : .timedOut(message + note)
+    }
+
+    /// What a settlement of `type` is still waiting for, as far as fluxd's `info` tells (asked with a 2-second
+    /// limit; "" when it does not answer or nothing is pending): the stores handling the type that are down (fluxd
+    /// keeps the action queued until they are back or their queue timeout ends), stalled, or busy, e.g.
+    /// `; still waiting for store "stats", which is down (1 action queued for it; ...)`.
+    public func waitingFor(type: String) async -> String {
+        guard let info = try? await self.info(timeout: .seconds(2)) else { return "" }
+        let targets = info.stores.filter { s in (s.handles ?? []).contains { Names.matches(pattern: $0, type: type) } }
+        func actions(_ n: Int) -> String { n == 1 ? "1 action" : "\(n) actions" }
+        let notes = targets.compactMap { s -> String? in
+            if s.status == "down" {
+                return "store \"\(s.name)\", which is down (\(actions(s.queued ?? 0)) queued for it; fluxd keeps them queued until the store is back or its queue timeout ends)"
+            }
+            if s.stalled == true { return "store \"\(s.name)\", which is stalled (an action unanswered for \((s.stalledFor ?? 0) / 1000) s)" }
+            let ahead = (s.queued ?? 0) + (s.inflight ?? 0)
+            if ahead > 0 { return "store \"\(s.name)\", which has \(actions(ahead)) to answer before this one" }
+            return nil
+        }
+        return notes.isEmpty ? "" : "; still waiting for " + notes.joined(separator: "; ")
     }
 
     /// Dispatches a settled action now, in call order, and returns a ticket to await its settlement later: for
@@ -509,9 +541,13 @@ public struct PendingSettlement: Sendable {
     /// Waits for the settlement (within `timeout`, default the client's `requestTimeout`, from this call on).
     public func settlement(timeout: Duration? = nil) async throws(FluxError) -> Settlement {
         let limit = timeout ?? client.requestTimeout
-        let reply = try await client.awaitAnswer(key: id, deadline: .now + limit, limit: limit,
-                                                 what: "the settlement of \(type)")
-        return try FluxClient.parseSettlement(reply, id: id)
+        do {
+            let reply = try await client.awaitAnswer(key: id, deadline: .now + limit, limit: limit,
+                                                     what: "the settlement of \(type)")
+            return try FluxClient.parseSettlement(reply, id: id)
+        } catch {
+            throw await client.explainedTimeout(error, type: type)
+        }
     }
 }
 

@@ -139,8 +139,9 @@ struct Dispatch: AsyncParsableCommand {
                     outcome = .settled(try await inFlight[printed]!.settlement(timeout: options.requestDuration))
                 } catch {
                     guard case .server(let e) = error, !e.fatal else {
-                        if case .timedOut = error {
-                            let waiting = await waitingFor(action.type, client: client)
+                        if case .timedOut(let message) = error {
+                            // (The client's message ends with what fluxd says the action still waits for.)
+                            let waiting = message.range(of: "; still waiting for ").map { String(message[$0.lowerBound...]) } ?? ""
                             throw fail(Exit.timedOut, "timed out after \(formatSeconds(options.requestTimeout)) s waiting for the settlement of \(action.type)"
                                        + (action.line.map { " (line \($0))" } ?? "") + waiting)
                         }
@@ -169,24 +170,6 @@ struct Dispatch: AsyncParsableCommand {
         }
         if refusedOther { throw ExitCode(Exit.refused) }
         if failed > 0 { throw ExitCode(Exit.failed) }
-    }
-
-    /// Which stores a settlement of `type` is still waiting for, as far as `info` tells: the stores handling it
-    /// that are down (fluxd queues the action until they come back or `queueTimeout` ends), stalled, or busy.
-    private func waitingFor(_ type: String, client: FluxClient) async -> String {
-        guard let info = try? await client.info(timeout: .seconds(2)) else { return "" }
-        let targets = info.stores.filter { s in (s.handles ?? []).contains { Names.matches(pattern: $0, type: type) } }
-        func actions(_ n: Int) -> String { n == 1 ? "1 action" : "\(n) actions" }
-        let notes = targets.compactMap { s -> String? in
-            if s.status == "down" {
-                return "store \"\(s.name)\", which is down (\(actions(s.queued ?? 0)) queued for it; fluxd keeps them queued until the store is back or its queue timeout ends)"
-            }
-            if s.stalled == true { return "store \"\(s.name)\", which is stalled (an action unanswered for \((s.stalledFor ?? 0) / 1000) s)" }
-            let ahead = (s.queued ?? 0) + (s.inflight ?? 0)
-            if ahead > 0 { return "store \"\(s.name)\", which has \(actions(ahead)) to answer before this one" }
-            return nil
-        }
-        return notes.isEmpty ? "" : "; still waiting for " + notes.joined(separator: "; ")
     }
 
     private func refusalExit(code: String, outcome: ActionOutcome, type: String) -> ExitCode {

@@ -285,3 +285,21 @@ struct DispatchAcceptedTests {
         try await todos.stop()
     }
 }
+
+@Suite("A settlement's timeout says what the action still waits for")
+struct SettleTimeoutNoteTests {
+    @Test("dispatchAndSettle to a store that is down: the timeout names the store, that it is down and its queue")
+    func timeoutNamesTheDownStore() async throws {
+        let bus = InMemoryBus()
+        let todos = try await bus.start(makeTodoStore())
+        try await todos.stop()  // down: fluxd queues its actions (queueTimeout)
+        let client = try await bus.client()
+        do {
+            _ = try await client.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "x"), timeout: .milliseconds(200))
+            Issue.record("settled while its store was down")
+        } catch {
+            guard case .timedOut(let message) = error else { Issue.record("not a timeout: \(error)"); return }
+            #expect(message.contains(#"; still waiting for store "todos", which is down (1 action queued for it"#), "\(message)")
+        }
+    }
+}

@@ -11,7 +11,7 @@ import {
 } from './errors.mjs';
 import { FrameDecoder, encodeFrame } from './framing.mjs';
 import { canonicalJSON } from './canonical.mjs';
-import { isValidStoreName, isValidActionType } from './names.mjs';
+import { isValidStoreName, isValidActionType, patternMatches } from './names.mjs';
 import { resolveSocketPath, expectedServerUid, checkServerUid } from './socket-path.mjs';
 import { openSocket } from './connect.mjs';
 import { Deadline } from './deadline.mjs';
@@ -273,8 +273,18 @@ export class Client extends EventEmitter {
    */
   async dispatchAndSettle(type, payload = null, { cause, timeout } = {}) {
     const id = this.#checkAction(type);
-    const msg = await this.#call(id, dispatchBody(id, type, payload, cause, true), this.#deadline(timeout),
-      `waiting for the settlement of ${type}`, { kind: 'settle' });
+    let msg;
+    try {
+      msg = await this.#call(id, dispatchBody(id, type, payload, cause, true), this.#deadline(timeout),
+        `waiting for the settlement of ${type}`, { kind: 'settle' });
+    } catch (err) {
+      if (!(err instanceof TimeoutError)) throw err;
+      // What the action still waits for, as fluxd's info tells (like fluxctl).
+      let note = '';
+      try { note = waitingNote(await this.info({ timeout: 2000 }), type); } catch { /* no answer: the timeout as it is */ }
+      if (!note) throw err;
+      throw new TimeoutError(err.message + note, { timeoutMs: err.timeoutMs });
+    }
     return new Settlement(type, msg);
   }
 
@@ -921,6 +931,24 @@ export class Client extends EventEmitter {
 
 function checkStoreName(store) {
   if (!isValidStoreName(store)) throw new TypeError(`invalid store name ${JSON.stringify(store)}: 1-128 bytes of A-Z a-z 0-9 . _ : / -`);
+}
+
+/**
+ * What a settlement of `type` still waits for, from fluxd's `info`: the stores handling it that are down (fluxd keeps
+ * the action queued until they are back or their queue timeout ends), stalled, or busy; '' when nothing is.
+ * @param {any} info @param {string} type @returns {string}
+ */
+function waitingNote(info, type) {
+  const actions = (n) => (n === 1 ? '1 action' : `${n} actions`);
+  const notes = [];
+  for (const s of info?.stores ?? []) {
+    if (!(s.handles ?? []).some((p) => typeof p === 'string' && patternMatches(p, type))) continue;
+    const ahead = (s.queued ?? 0) + (s.inflight ?? 0);
+    if (s.status === 'down') notes.push(`store "${s.name}", which is down (${actions(s.queued ?? 0)} queued for it; fluxd keeps them queued until the store is back or its queue timeout ends)`);
+    else if (s.stalled) notes.push(`store "${s.name}", which is stalled (an action unanswered for ${Math.floor((s.stalledFor ?? 0) / 1000)} s)`);
+    else if (ahead > 0) notes.push(`store "${s.name}", which has ${actions(ahead)} to answer before this one`);
+  }
+  return notes.length ? `; still waiting for ${notes.join('; ')}` : '';
 }
 
 function dispatchBody(id, type, payload, cause, settle, ack = false) {

@@ -157,3 +157,12 @@ test('with reconnect: false, the connection ending ends subscriptions and reject
   assert.deepEqual(await ended, []);
   await assert.rejects(client.ping(), (e) => e.code === 'disconnected');
 });
+
+test('a settlement that times out says what it still waits for: a store that is down, with its queue', async () => {
+  const store = todoStore();
+  await store.start({ socketPath: fluxd.socketPath });
+  await store.stop();
+  const client = await connect();
+  await assert.rejects(client.dispatchAndSettle('todo/add', { title: 'x' }, { timeout: 300 }),
+    (e) => e.name === 'TimeoutError' && e.message.includes('; still waiting for store "todos", which is down (1 action queued for it'));
+});

@@ -770,3 +770,27 @@ def acknowledges(welcome: Any) -> bool:
     which is also the one that announces ``deltaHistory``)."""
     limits = getattr(welcome, "limits", None) or {}
     return "deltaHistory" in limits
+
+
+def waiting_note(info: Any, action_type: str) -> str:
+    """What a settlement of ``action_type`` is still waiting for, from fluxd's ``info``: the stores handling it that
+    are down (fluxd keeps the action queued until they are back or their queue timeout ends), stalled, or busy, as
+    ``; still waiting for store "stats", which is down (1 action queued for it; ...)``; "" when nothing is."""
+    from .wire import pattern_matches
+
+    def actions(n: int) -> str:
+        return "1 action" if n == 1 else f"{n} actions"
+
+    notes = []
+    for s in (info or {}).get("stores") or []:
+        if not any(isinstance(p, str) and pattern_matches(p, action_type) for p in s.get("handles") or []):
+            continue
+        name = s.get("name")
+        if s.get("status") == "down":
+            notes.append(f'store "{name}", which is down ({actions(s.get("queued") or 0)} queued for it; fluxd keeps '
+                         "them queued until the store is back or its queue timeout ends)")
+        elif s.get("stalled"):
+            notes.append(f'store "{name}", which is stalled (an action unanswered for {(s.get("stalledFor") or 0) // 1000} s)')
+        elif (s.get("queued") or 0) + (s.get("inflight") or 0) > 0:
+            notes.append(f'store "{name}", which has {actions((s.get("queued") or 0) + (s.get("inflight") or 0))} to answer before this one')
+    return "; still waiting for " + "; ".join(notes) if notes else ""

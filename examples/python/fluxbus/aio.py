@@ -9,7 +9,7 @@ import uuid
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar,
                     Union)
 
-from ._core import (NO_LIMIT, ClientCore, acknowledges, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
+from ._core import (NO_LIMIT, ClientCore, acknowledges, waiting_note, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
                     _max_frame, describe, format_seconds, resolve_socket_path)
 from .errors import Disconnected, FluxError, FluxTimeoutError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
@@ -276,8 +276,18 @@ class AsyncClient(ClientCore):
         :class:`~fluxbus.errors.OutcomeUnknownError`)."""
         ident = self._check_action(type)
         frame = self._dispatch_frame(ident, type, payload, cause, True)
-        msg = await self._call(ident, frame, self._deadline(timeout),
-                               f"waiting for the settlement of {type} ({ident})", on_lost="recover", track=ident)
+        try:
+            msg = await self._call(ident, frame, self._deadline(timeout),
+                                   f"waiting for the settlement of {type} ({ident})", on_lost="recover", track=ident)
+        except FluxTimeoutError as timed_out:
+            # What the action still waits for, as fluxd's info tells (like fluxctl).
+            try:
+                note = waiting_note(await self.info(timeout=2), type)
+            except FluxError:
+                note = ""
+            if not note:
+                raise
+            raise FluxTimeoutError(str(timed_out) + note, ref=ident) from None
         return Settlement.from_frame(msg)
 
     async def subscribe(self, store: str, timeout: Optional[float] = None, *, path: Optional[str] = None,

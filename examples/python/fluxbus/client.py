@@ -8,9 +8,9 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
-from ._core import (NO_LIMIT, ClientCore, acknowledges, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
+from ._core import (NO_LIMIT, ClientCore, acknowledges, waiting_note, Deadline, Message, QueryReceiptCore, RegistrationCore, SubscriptionCore,
                     _max_frame, describe, format_seconds, resolve_socket_path)
-from .errors import BadJSONError, Disconnected, FluxError, NameTakenError, NotSentError, connect_error
+from .errors import BadJSONError, Disconnected, FluxError, FluxTimeoutError, NameTakenError, NotSentError, connect_error
 from .protocol import Op
 from .reconnect import ConnectionCallback, ConnectionEvent, ReconnectOption
 from .wire import (FrameDecoder, Settlement, Snapshot, Welcome, check_server_uid, encode_frame, loads,
@@ -297,8 +297,18 @@ class Client(ClientCore):
         :class:`~fluxbus.errors.OutcomeUnknownError` (fluxd restarted without its history, or cannot say)."""
         ident = self._check_action(type)
         frame = self._dispatch_frame(ident, type, payload, cause, True)
-        msg = self._call(ident, frame, self._deadline(timeout), f"waiting for the settlement of {type} ({ident})",
-                         on_lost="recover", track=ident)
+        try:
+            msg = self._call(ident, frame, self._deadline(timeout), f"waiting for the settlement of {type} ({ident})",
+                             on_lost="recover", track=ident)
+        except FluxTimeoutError as timed_out:
+            # What the action still waits for, as fluxd's info tells (like fluxctl).
+            try:
+                note = waiting_note(self.info(timeout=2), type)
+            except FluxError:
+                note = ""
+            if not note:
+                raise
+            raise FluxTimeoutError(str(timed_out) + note, ref=ident) from None
         return Settlement.from_frame(msg)
 
     # -- subscriptions ------------------------------------------------------------------------------------------

@@ -225,3 +225,14 @@ def test_dispatch_waits_for_acceptance_and_gives_the_seq(fluxd, stores):
         assert isinstance(first, int) and client.last_seq == first + 1
         settled = client.dispatch_and_settle("todo/add", {"title": "c"}, timeout=10)
         assert settled.seq == first + 2
+
+
+def test_settle_timeout_names_the_store_it_waits_for(fluxd, stores):
+    """A settlement that times out says what it still waits for, as fluxd's info tells: here a store that is
+    down, with its queue (fluxctl says the same)."""
+    todos = stores(Todos)
+    todos.stop()
+    with Client.connect(fluxd.socket_path) as client:
+        with pytest.raises(TimeoutError) as caught:
+            client.dispatch_and_settle("todo/add", {"title": "a"}, timeout=0.3)
+        assert '; still waiting for store "todos", which is down (1 action queued for it' in str(caught.value)

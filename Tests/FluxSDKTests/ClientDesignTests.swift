@@ -81,10 +81,11 @@ struct ClientDesignTests {
         let client = try await FluxClient.connect(over: bus.connect(), name: "impatient", requestTimeout: .milliseconds(150))
         // (The error names the deadline that fired: the client's default. How long it took is not asserted: a
         // loaded machine may run the timer late.)
-        await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.15 s)")) {
+        // (The settlement's timeout also says what it still waits for, from fluxd's info.)
+        await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.15 s); still waiting for store \"silent\", which has 1 action to answer before this one")) {
             _ = try await client.dispatchAndSettle(type: "silent/go")
         }
-        await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.05 s)")) {
+        await #expect(throws: FluxError.timedOut("the settlement of silent/go (no answer within 0.05 s); still waiting for store \"silent\", which has 2 actions to answer before this one")) {
             _ = try await client.dispatchAndSettle(type: "silent/go", timeout: .milliseconds(50))
         }
         // The client still works after a timeout.

@@ -103,7 +103,8 @@ struct Watch: AsyncParsableCommand {
         the state has nothing there); changes elsewhere in the state print nothing.
         """)
     @OptionGroup var options: GlobalOptions
-    @Argument(help: "The store's name.") var store: String
+    @Argument(help: ArgumentHelp("The stores to watch: names, or patterns ending in * (todo*: every store whose name starts with todo, those registering later included).", valueName: "store"))
+    var stores: [String]
     @Flag(name: .long, help: "Print whole snapshots instead of changes.") var full = false
     @Option(name: .long, help: ArgumentHelp("Follow only the value at this JSON pointer, e.g. /todos/3.", valueName: "pointer"))
     var path: String?
@@ -111,25 +112,47 @@ struct Watch: AsyncParsableCommand {
     @Flag(name: .customLong("no-reconnect"), help: "Exit when fluxd goes away (by default wait for it, like the libraries).")
     var noReconnect = false
 
+    /// The one store of `watch --path`.
+    var store: String { stores[0] }
+
     func validate() throws {
+        if stores.isEmpty { throw ValidationError("name at least one store (or a pattern such as todo*)") }
         if path != nil && full { throw ValidationError("--full does not go with --path (values at a path print whole)") }
+        if path != nil && (stores.count != 1 || stores[0].hasSuffix("*")) {
+            throw ValidationError("--path follows one store: name exactly one, not a pattern")
+        }
     }
 
     func run() async throws {
-        try checkStoreName(store)
+        let patterns = stores.filter { $0.hasSuffix("*") }
+        for name in stores where !name.hasSuffix("*") { try checkStoreName(name) }
+        for pattern in patterns where !Names.isValidStore(String(pattern.dropLast())) && pattern != "*" {
+            throw fail(ExitCode.validationFailure.rawValue, "\"\(pattern)\" is not a store-name pattern (a name's start followed by *)")
+        }
         if let path { return try await watchPath(path) }
-        // A monitor connection: it may subscribe, and its event stream says which action type each seq was.
+        // A monitor connection: it may subscribe, and its event stream says which action type each seq was (and,
+        // for patterns, which stores register later).
         let client = try await options.connect(role: .monitor, reconnect: !noReconnect)
         defer { client.abort() }
         let connectivity = reportConnectivity(client, json: options.json)
         defer { connectivity.cancel() }
-        let stream = watchStream(client, store: store, withEvents: true)
-        let store = self.store, count = self.count, socket = options.socketPath, json = options.json, full = self.full
+        var names = stores.filter { !$0.hasSuffix("*") }
+        if !patterns.isEmpty {
+            let known = (try? await client.info(timeout: options.requestDuration))?.stores.map(\.name) ?? []
+            for name in known.sorted() where Watch.matches(name, patterns) && !names.contains(name) { names.append(name) }
+        }
+        let stream = watchStream(client, stores: names, patterns: patterns)
+        let count = self.count, socket = options.socketPath, json = options.json, full = self.full
         do {
-            try await printSnapshots(from: stream, store: store, json: json, full: full, count: count, timeout: options.timeout)
+            try await printSnapshots(from: stream, stores: names, json: json, full: full, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
+    }
+
+    /// Whether a store name matches one of the patterns (`todo*`; `*` is every store).
+    static func matches(_ name: String, _ patterns: [String]) -> Bool {
+        patterns.contains { name.hasPrefix(String($0.dropLast())) }
     }
 
     /// `watch --path`: a path subscription through FluxClient; its values print as `PathPrinter` says.
@@ -268,45 +291,75 @@ struct Query: AsyncParsableCommand {
             let receipt = try await client.query(store: store, queryJSON: Array(query.utf8))
             defer { withExtendedLifetime(receipt) {} }
             if !json { emit(Style.dim("query \(store) \(query) active")) }
-            let stream = watchStream(client, store: store, withEvents: false)
-            try await printSnapshots(from: stream, store: store, json: json, full: true, count: count, timeout: options.timeout)
+            let stream = watchStream(client, stores: [store], patterns: nil)
+            try await printSnapshots(from: stream, stores: [store], json: json, full: true, count: count, timeout: options.timeout)
         } catch {
             throw failure(error, socket: socket)
         }
     }
 }
 
-/// What `watch` and `query` print from: one store's subscription events and (for `watch`) fluxd's monitor events,
+/// What `watch` and `query` print from: the stores' subscription events and (for `watch`) fluxd's monitor events,
 /// merged in the order fluxd sent them (the SDK hands both to callbacks in wire order), so the dispatch event of an
 /// action is seen before the snapshot it produced.
 enum WatchItem: Sendable {
-    case store(WireStoreEvent)
+    case store(String, WireStoreEvent)
     case monitor(MonitorEvent)
+    /// A store that matches a pattern registered: it is watched from now on.
+    case added(String)
     case ended(FluxError?)
 }
 
-/// Subscribes to `store` (and, with `withEvents`, to the monitor stream) and merges what arrives into one stream.
-func watchStream(_ client: FluxClient, store: String, withEvents: Bool) -> AsyncStream<WatchItem> {
+/// Subscribes to `stores` (and, for `watch`, `patterns` not nil, to the monitor stream: action types, and the
+/// stores that register later and match a pattern) and merges what arrives into one stream.
+func watchStream(_ client: FluxClient, stores: [String], patterns: [String]?) -> AsyncStream<WatchItem> {
     let (stream, continuation) = AsyncStream.makeStream(of: WatchItem.self)
-    if withEvents {
-        _ = client.addMonitorListener(deliver: { continuation.yield(.monitor($0)) }, end: { _ in })
+    let watched = Mutex(Set(stores))
+    @Sendable func subscribe(_ store: String) {
+        let id = client.addSubscriber(store: store, deliver: { continuation.yield(.store(store, $0)) },
+                                      end: { continuation.yield(.ended($0)); continuation.finish() })
+        if id == nil { continuation.finish() }
     }
-    let id = client.addSubscriber(store: store, deliver: { continuation.yield(.store($0)) },
-                                  end: { continuation.yield(.ended($0)); continuation.finish() })
-    if id == nil { continuation.finish() }
+    if let patterns {
+        _ = client.addMonitorListener(deliver: { event in
+            continuation.yield(.monitor(event))
+            // A store that registers (store-up) and matches a pattern: watched from now on.
+            guard !patterns.isEmpty, event.kind == "store-up", let name = event.message.str("store"),
+                  Watch.matches(name, patterns) else { return }
+            let isNew = watched.withLock { $0.insert(name).inserted }
+            if isNew {
+                continuation.yield(.added(name))
+                subscribe(name)
+            }
+        }, end: { _ in })
+    }
+    for store in stores { subscribe(store) }
     return stream
 }
 
-/// Prints `store`'s subscription events from `stream` with a `SnapshotPrinter` (watch and query) until `count`
-/// snapshots have printed, within `timeout` seconds; throws `disconnected` if fluxd closes the connection first.
-private func printSnapshots(from stream: AsyncStream<WatchItem>, store: String, json: Bool, full: Bool, count: Int?,
+/// Prints the stores' subscription events from `stream` with a `SnapshotPrinter` each (watch and query) until
+/// `count` snapshots have printed, within `timeout` seconds; throws `disconnected` if fluxd closes the connection
+/// first.
+private func printSnapshots(from stream: AsyncStream<WatchItem>, stores: [String], json: Bool, full: Bool, count: Int?,
                             timeout: Double?) async throws {
-    try await streamFor(timeout, counted: count != nil, "watching \(store)") {
-        var printer = SnapshotPrinter(store: store, json: json, full: full)
+    try await streamFor(timeout, counted: count != nil, "watching \(stores.joined(separator: ", "))") {
+        var printers = Dictionary(uniqueKeysWithValues: stores.map { ($0, SnapshotPrinter(store: $0, json: json, full: full)) })
+        var types: [Int: String] = [:]
         var seen = 0
         for await item in stream {
-            if case .ended(let error) = item { throw error ?? FluxError.disconnected("fluxd closed the connection") }
-            if printer.handle(item) { seen += 1 }
+            switch item {
+            case .ended(let error):
+                throw error ?? FluxError.disconnected("fluxd closed the connection")
+            case .monitor(let event):
+                if event.kind == "dispatch", let seq = event.seq, let type = event.type {
+                    types[seq] = type
+                    if types.count > 4096 { types = types.filter { $0.key > seq - 2048 } }
+                }
+            case .added(let store):
+                printers[store] = SnapshotPrinter(store: store, json: json, full: full)
+            case .store(let store, let event):
+                if printers[store]?.handle(event, types: types) == true { seen += 1 }
+            }
             if let count, seen >= count { return }
         }
         throw FluxError.disconnected("fluxd closed the connection")
@@ -314,14 +367,13 @@ private func printSnapshots(from stream: AsyncStream<WatchItem>, store: String, 
 }
 
 /// Prints one store's subscription events (`subscribed`, `snapshot`, `store-down`, `store-up`) for watch and
-/// query, and remembers action types from monitor `event`s to name the action behind each snapshot.
+/// query, naming the action behind each snapshot from the monitor's `dispatch` events.
 struct SnapshotPrinter {
     let store: String
     let json: Bool
     let full: Bool
     private var previous: JSONValue?
     private var lastVersion = 0
-    private var types: [Int: String] = [:]
 
     init(store: String, json: Bool, full: Bool) {
         self.store = store
@@ -330,22 +382,9 @@ struct SnapshotPrinter {
     }
 
     /// Handles an event; returns true when it was a snapshot of the store (counted by --count).
-    mutating func handle(_ item: WatchItem) -> Bool {
-        switch item {
-        case .ended:
-            return false
-        case .monitor(let event):
-            if event.kind == "dispatch", let seq = event.seq, let type = event.type {
-                types[seq] = type
-                if types.count > 4096 { types = types.filter { $0.key > seq - 2048 } }
-            }
-            return false
-        case .store(let event):
-            return handle(event)
-        }
-    }
-
-    private mutating func handle(_ event: WireStoreEvent) -> Bool {
+    /// Prints one event of its store; `types` names the action of each seq (from the monitor). Returns whether
+    /// it printed a snapshot (counted by --count).
+    mutating func handle(_ event: WireStoreEvent, types: [Int: String]) -> Bool {
         var line = JSONLine()
         switch event {
         case .subscribed(let status, let version):

@@ -439,6 +439,31 @@ struct FluxctlTests {
         return try #require((object?["owner"] as? [String: Any])?["peer"] as? Int)
     }
 
+    @Test("watch takes several stores and patterns: each store's changes, stores that register later and match included")
+    func watchSeveralStoresAndPatterns() async throws {
+        try await withBus { bus in
+            _ = try await startTodoStores(bus)
+            let both = try FluxctlProcess(["watch", "todos", "stats", "--json"], socket: bus.socketPath)
+            defer { both.cleanup() }
+            let pattern = try FluxctlProcess(["watch", "todo*", "st*", "--json"], socket: bus.socketPath)
+            defer { pattern.cleanup() }
+            for p in [both, pattern] {
+                try await p.wait("both retained states") { $0.contains(#""store":"todos","version""#) && $0.contains(#""store":"stats","version""#) }
+            }
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"milk"}"#, "--wait")
+            for p in [both, pattern] {
+                try await p.wait("a change in each") { $0.contains(#""event":"diff","store":"todos""#) && $0.contains(#""event":"diff","store":"stats""#) }
+            }
+            // A store that registers later and matches a pattern is watched from then on.
+            // (A second counting store, registered under another name.)
+            _ = try await bus.start("stats-store", ["--name", "todo-archive"])
+            try await pattern.wait("the later store's state") { $0.contains(#""store":"todo-archive""#) }
+            _ = try await bus.ctl("dispatch", "todo/create", #"{"title":"eggs"}"#, "--wait")
+            try await pattern.wait("its change") { $0.contains(#""event":"diff","store":"todo-archive""#) }
+            #expect(!both.stdout.contains("todo-archive"))
+        }
+    }
+
     @Test("watch shows the retained state, then each change with its path, old -> new, version, seq and action type")
     func watchDiffs() async throws {
         try await withBus { bus in

@@ -61,18 +61,7 @@ struct MetricsTests {
     @Test("a scrape counts the actions dispatched, done and rejected per store, their latency, connections by role; other paths and methods get 404/405")
     func scrape() async throws {
         try await withBus(["--metrics", "127.0.0.1:0"]) { bus in
-            // Port 0: fluxd logs the port it got.
-            let log = try await offPool { () -> String in
-                let deadline = ContinuousClock.now + .seconds(20)
-                while ContinuousClock.now < deadline {
-                    let log = bus.fluxd.stderr
-                    if log.contains("metrics on http://127.0.0.1:") { return log }
-                    usleep(20_000)  // polling interval, not synchronisation: the log line decides
-                }
-                throw HarnessError.timedOut("the metrics log line")
-            }
-            let portText = try #require(log.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
-            let port = try #require(UInt16(portText))
+            let port = try await metricsPort(of: bus)
 
             _ = try await bus.start("todo-store")
             let client = try await bus.connect("metrics-client")
@@ -129,17 +118,7 @@ struct MetricsTests {
         let data = try TempDirectory(prefix: "fluxdata")
         defer { data.remove() }
         try await withBus(["--metrics", "127.0.0.1:0", "--data-dir", data.path]) { bus in
-            let log = try await offPool { () -> String in
-                let deadline = ContinuousClock.now + .seconds(20)
-                while ContinuousClock.now < deadline {
-                    let log = bus.fluxd.stderr
-                    if log.contains("metrics on http://127.0.0.1:") { return log }
-                    usleep(20_000)  // polling interval, not synchronisation: the log line decides
-                }
-                throw HarnessError.timedOut("the metrics log line")
-            }
-            let portText = try #require(log.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
-            let port = try #require(UInt16(portText))
+            let port = try await metricsPort(of: bus)
             _ = try await bus.start("todo-store")
             let body = try await offPool { () -> String in
                 let response = try #require(try httpExchange(port: port, request: "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"))
@@ -240,3 +219,18 @@ private let metricsPackageRoot: String = {
     for _ in 0..<3 { url.deleteLastPathComponent() }
     return url.path
 }()
+
+/// The port of the metrics endpoint a bus's fluxd listens on (`--metrics 127.0.0.1:0`: fluxd logs the port it got).
+func metricsPort(of bus: Bus) async throws -> UInt16 {
+    let log = try await offPool { () -> String in
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let log = bus.fluxd.stderr
+            if log.contains("metrics on http://127.0.0.1:") { return log }
+            usleep(20_000)  // polling interval, not synchronisation: the log line decides
+        }
+        throw HarnessError.timedOut("the metrics log line")
+    }
+    let portText = try #require(log.split(separator: "metrics on http://127.0.0.1:").last?.prefix { $0.isNumber })
+    return try #require(UInt16(portText))
+}

@@ -245,8 +245,9 @@ def test_every_frame_validates_against_its_schema(bus):
     ctl = os.path.join(BIN, "fluxctl")
 
     client = Client.connect(proxy_path, name="py-client", timeout=20)
-    # fluxctl monitor (events) and fluxctl watch (snapshots) stay connected until fluxd says bye.
-    monitor = start("fluxctl-monitor", [ctl, "monitor", "--json", *S], stdout_file=True)
+    # fluxctl monitor (events) and fluxctl watch (snapshots) stay connected until fluxd says bye (--no-reconnect:
+    # by default they would wait for fluxd to come back).
+    monitor = start("fluxctl-monitor", [ctl, "monitor", "--json", "--no-reconnect", *S], stdout_file=True)
     wait_until("the monitor", lambda: client.info()["peers"].get("monitor", 0) >= 1)
 
     # Stores of every implementation.
@@ -258,7 +259,7 @@ def test_every_frame_validates_against_its_schema(bus):
     activity = start("activity-store", ["node", "examples/node/demo/activity-store.mjs"], "activity-store ready", env)
     pystore = PyStore(socket_path=proxy_path, client_name="py-store")
     pystore_thread = pystore.start()
-    watch = start("fluxctl-watch", [ctl, "watch", "todos", "--json", *S], stdout_file=True)
+    watch = start("fluxctl-watch", [ctl, "watch", "todos", "--json", "--no-reconnect", *S], stdout_file=True)
 
     # The polyglot demo's clients: Python watches, Node dispatches.
     py_watch = start("python-watch", [sys.executable, "examples/python/demo/watch.py", "--count", "3"],

@@ -118,7 +118,7 @@ public struct JSONBuilder {
     /// An integer field (the common types without the generic path's witness-table calls).
     public mutating func field(_ name: StaticString, _ number: Int) {
         key(name)
-        appendDecimal(magnitude: number.magnitude.toUInt64, negative: number < 0)
+        appendDecimal(magnitude: UInt64(number.magnitude), negative: number < 0)
         finishValue()
     }
 
@@ -193,8 +193,4 @@ public struct JSONBuilder {
         bytes.append(UInt8(ascii: ":"))
         appendInteger(number)
     }
-}
-
-private extension UInt {
-    var toUInt64: UInt64 { UInt64(self) }
 }

@@ -203,8 +203,9 @@ struct DispatchRequest {
         case .wrongType: throw .badMessage("\"settle\" must be a boolean", ref: ref)
         }
         if settle && id == nil { throw .badMessage("a dispatch with \"settle\": true needs an \"id\"") }
-        // (Not one of the envelope's known fields: looked up among the others, which most dispatches have none of.)
-        switch env.bool("ack") {
+        // (Not one of the envelope's known fields: looked up among the others, and only when there are any: most
+        // dispatches have none, and pay one load for it.)
+        switch env.hasOtherFields ? env.bool("ack") : .absent {
         case .absent: ack = false
         case .value(let a): ack = a
         case .wrongType: throw .badMessage("\"ack\" must be a boolean", ref: ref)

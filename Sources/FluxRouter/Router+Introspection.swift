@@ -71,9 +71,18 @@ extension Router {
         let storesJSON: [UInt8]
         if let work = preparedWork, work.peer === peer, case .info(let bytes) = work.outcome {
             storesJSON = bytes
+            memory.release(peer.account, peer.infoRowsCharge)
+            peer.infoRowsCharge = 0
         } else {
             let rows = infoRows()
             if rows.count > Self.infoStoresOffLoopAbove, let body = currentBody {
+                // The rows (and the list made from them) are the asker's while they are encoded: charged to it,
+                // so peers that each ask cannot hold unaccounted copies of a large bus.
+                let charge = InfoRow.estimatedBytes(rows)
+                guard memory.charge(peer.account, charge) else {
+                    return fail(peer, .memoryBudget, "no room in fluxd's memory budget to list \(rows.count) stores for this info (uid \(peer.account.uid) holds \(memory.byUser[peer.account.uid] ?? 0) of \(config.memory.perUser) bytes)", &out, ref: request.idRaw.map { decodeJSONString($0) })
+                }
+                peer.infoRowsCharge = charge
                 return prepare(peer, store: nil, .info(rows), holding: body, &out)
             }
             storesJSON = InfoRow.encode(rows)
@@ -220,6 +229,15 @@ public struct InfoRow: Sendable {
     /// How long the store has been stalled; nil when it is not.
     let stalledFor: Millis?
     let owner: Owner?
+
+    /// About what `rows` and the list encoded from them take: a row's fields and its share of the encoded list
+    /// (its name twice, its patterns, ~200 bytes of the rest).
+    static func estimatedBytes(_ rows: [InfoRow]) -> Int {
+        rows.reduce(0) { total, row in
+            total + 256 + 2 * row.nameJSON.count + row.handles.reduce(0) { $0 + 2 * $1.utf8.count + 16 }
+                + row.waitFor.reduce(0) { $0 + 2 * $1.utf8.count + 16 }
+        }
+    }
 
     /// The `stores` array.
     static func encode(_ rows: [InfoRow]) -> [UInt8] {

@@ -228,8 +228,9 @@ extension Router {
 
     /// A closed peer's held frames are dropped (and their charge returned).
     func dropHeld(_ peer: Peer) {
-        memory.release(peer.account, peer.heldBytes)
+        memory.release(peer.account, peer.heldBytes + peer.infoRowsCharge)
         peer.heldBytes = 0
+        peer.infoRowsCharge = 0
         peer.held.removeAll()
         peer.preparing = nil
     }

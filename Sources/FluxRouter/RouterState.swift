@@ -57,6 +57,9 @@ final class Peer {
     @exclusivity(unchecked) var preparing: PendingPreparation?
     @exclusivity(unchecked) var held = Deque<[UInt8]>()
     @exclusivity(unchecked) var heldBytes = 0
+    /// What the rows of an `info` being encoded off the loop for this peer are charged to its account (released
+    /// when the reply is made, or when the peer closes).
+    @exclusivity(unchecked) var infoRowsCharge = 0
 
     init(id: PeerID, creds: PeerCredentials, connectedAt: Millis, account: MemoryBudget.Account) {
         self.id = id

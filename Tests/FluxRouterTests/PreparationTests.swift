@@ -76,7 +76,11 @@ struct PreparationTests {
         #expect(bus.take(2).isEmpty)
         bus.send(3, #"{"op":"ping","id":"p3"}"#)
         #expect(bus.ops(3) == ["pong"])
+        // The rows are the asker's while they are encoded: charged to its user, released with the reply.
+        let charged = bus.router.memory.used
+        #expect(charged > Router.infoStoresOffLoopAbove * 256)
         bus.runPreparations()
+        #expect(bus.router.memory.used < charged - Router.infoStoresOffLoopAbove * 256)
         let got = bus.take(2)
         #expect(got.map(\.op) == ["info", "pong"])
         let info = try JSONSerialization.jsonObject(with: Data(try #require(got.first).body)) as? [String: Any]

@@ -126,6 +126,8 @@ let package = Package(
             dependencies: ["FluxClient", "FluxCore", "FluxJSONValue", "TodoModel"],
             swiftSettings: swiftSettings
         ),
+        // The Swift side of the three-language JSON Patch differential test (scripts/patch-differential.py). Not a product.
+        .executableTarget(name: "flux-patch-check", dependencies: ["FluxJSONValue"], swiftSettings: swiftSettings),
         // Benchmark workload 8 (issue 16): the example todo store and typed subscribers with a large state, whole
         // states vs deltas, one role per process (Benchmarks/run.py). Not a product.
         .executableTarget(

@@ -220,14 +220,11 @@ extension JSONValue {
         }
     }
 
-    /// JSON equality (RFC 6902 §4.6): numbers by value, objects as unordered sets of members, arrays in order.
+    /// JSON equality (RFC 6902 §4.6): numbers by exact decimal value (`JSONNumber`), objects as unordered sets of members, arrays in order.
     public func jsonEquals(_ other: JSONValue) -> Bool {
         switch (self, other) {
         case (.number(let a), .number(let b)):
-            if a == b { return true }
-            if let x = Int64(a), let y = Int64(b) { return x == y }
-            if let x = Double(a), let y = Double(b) { return x == y }
-            return false
+            return JSONNumber.exactlyEqual(a, b)
         case (.array(let a), .array(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.jsonEquals($1) }
         case (.object(let a), .object(let b)):

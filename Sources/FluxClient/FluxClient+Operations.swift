@@ -506,6 +506,24 @@ extension FluxClient {
                             changed: w.stringArray("changed").value ?? [], settings: s.stringArray("s").value ?? [])
     }
 
+    /// Forgets a store that is down for good (SPEC §10): its queued actions settle `store-unavailable`, its
+    /// subscribers get `store-down` with reason `forgotten`, its state, routes and registration go; a store of the
+    /// name registered later starts anew. Returns how many queued actions were given up. A store that is up is
+    /// refused with `store-is-up`, a name with no registered store with `unknown-store`. Privileged: fluxd's own
+    /// user, root and the config's admins (`forbidden` for others).
+    public func forget(store: String, timeout: Duration? = nil) async throws(FluxError) -> Int {
+        guard Names.isValidStore(store) else { throw .invalidArgument("bad store name \"\(store)\"") }
+        let id = nextID("f")
+        var b = FrameBuilder(op: "forget")
+        b.string("id", id)
+        b.string("store", store)
+        let reply = try await request(key: id, frame: b.finish(), timeout: timeout, what: "fluxd to forget store \"\(store)\"")
+        guard reply.fluxString("op") == "forgotten", let gaveUp = reply.fluxInt("gaveUp") else {
+            throw .protocolViolation("bad forgotten message: \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return gaveUp
+    }
+
     private func workerRequest(_ op: Op, _ name: String, timeout: Duration?) async throws(FluxError) -> Worker {
         guard Names.isValidWorker(name) else { throw .invalidArgument("bad worker name \"\(name)\"") }
         let id = nextID("w")

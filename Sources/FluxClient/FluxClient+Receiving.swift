@@ -46,7 +46,7 @@ extension FluxClient {
             complete(Self.helloKey, .success(env))
         case "error":
             handleError(env)
-        case "settled", "accepted", "info", "got", "pong", "query-ok", "unquery-ok", "workers", "worker", "history", "state-at", "reloaded":
+        case "settled", "accepted", "info", "got", "pong", "query-ok", "unquery-ok", "workers", "worker", "history", "state-at", "reloaded", "forgotten":
             if let id = env.fluxString("id") { complete(id, .success(env)) }
         case "recovered":
             handleRecovered(env)

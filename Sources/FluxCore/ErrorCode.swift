@@ -78,6 +78,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Hashable {
     /// an action closes the store's connection) while other users' work goes on. Answers to accepted actions are
     /// journaled (they finish work accepted within the share).
     case diskQuota = "disk-quota"
+    /// Since fluxd 0.4.0 (SPEC §10): `forget` of a store that is up (a live connection owns it): only a store
+    /// that is down can be forgotten. Survives.
+    case storeIsUp = "store-is-up"
 
     /// Whether fluxd closes the connection after sending this error.
     public var isFatal: Bool {

@@ -29,12 +29,14 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
     case reload, reloaded
     /// Since fluxd 0.4.0 (SPEC §8.3): the answer to a `dispatch` with `ack`.
     case accepted
+    /// Since fluxd 0.4.0 (SPEC §10): forget a store that is down for good (privileged), and the answer.
+    case forget, forgotten
 
     /// The directions a message with this op travels in (some, like `ping`, go both ways).
     public var directions: [MessageDirection] {
         switch self {
         case .hello, .dispatch, .subscribe, .unsubscribe, .query, .unquery, .get, .restartWorker, .stopWorker,
-             .recover, .reload:
+             .recover, .reload, .forget:
             return [.c2d]
         case .register, .unregister, .done, .reject, .state, .patch:
             return [.s2d]
@@ -42,7 +44,7 @@ public enum Op: String, Sendable, CaseIterable, Hashable {
             return [.c2d, .d2c]
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
-             .delta, .subtree, .reloaded, .accepted:
+             .delta, .subtree, .reloaded, .accepted, .forgotten:
             return [.d2c]
         }
     }

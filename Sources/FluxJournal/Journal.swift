@@ -32,6 +32,9 @@ public protocol JournalWriting: AnyObject {
     func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32)
     /// SPEC §16: a store's change as a patch (the bytes it wrote).
     func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32)
+    /// SPEC §10: a store forgotten for good when `seq` was the last accepted action, and the version floor after it (the highest version any forgotten
+    /// store reached). Charged to the operator who asked (`uid`).
+    func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32)
     /// The journal's bytes user `uid` holds now: its records since the newest checkpoint and its part of the
     /// checkpoints kept (history behind a checkpoint is not counted: it is reclaimed when space is short).
     func diskUse(of uid: UInt32) -> Int
@@ -100,6 +103,9 @@ public final class MemoryJournal: JournalWriting {
     }
     public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
         add(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+    }
+    public func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32) {
+        add(uid) { RecordEncoder.forget(store: store, seq: seq, versionFloor: versionFloor, into: &$0) }
     }
     public func diskUse(of uid: UInt32) -> Int { bytesByUser[uid] ?? 0 }
     public func isOverDiskShare(_ uid: UInt32) -> Bool { diskUse(of: uid) >= diskPerUser }
@@ -385,6 +391,10 @@ public final class Journal: JournalWriting {
 
     public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
         stage(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+    }
+
+    public func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32) {
+        stage(uid) { RecordEncoder.forget(store: store, seq: seq, versionFloor: versionFloor, into: &$0) }
     }
 
     @inline(__always)

@@ -120,8 +120,17 @@ public final class JournalReadView: Sendable {
             while let range = stream.next() {
                 let bytes = stream.buffer
                 guard range.count > 1, bytes[range.lowerBound] == RecordKind.snapshot.rawValue
-                        || bytes[range.lowerBound] == RecordKind.patch.rawValue else { continue }
+                        || bytes[range.lowerBound] == RecordKind.patch.rawValue
+                        || bytes[range.lowerBound] == RecordKind.forget.rawValue else { continue }
                 switch try? RecordDecoder.decode(bytes, range) {
+                case .forget(let name, _, let floor)? where name == store:
+                    // SPEC §10: the store was forgotten; `state-at` answers for the store of that name made later
+                    // only (its versions are above `floor`: one read first from the checkpoint stays).
+                    if (base?.version ?? 0) <= floor { base = nil }
+                    if (result?.version ?? 0) <= floor {
+                        best = nil
+                        result = nil
+                    }
                 case .snapshot(let name, let v, let s, let state)? where name == store:
                     base = (v, nil, Array(state))
                     if wanted(v, s) {

@@ -278,6 +278,9 @@ public struct JournalState: Sendable {
     /// The seq high-water mark: seqs up to it may have been revealed.
     public private(set) var reservedSeq: UInt64 = 0
     public private(set) var stores: [String: Store] = [:]
+    /// SPEC §10: the highest version a forgotten store reached (0: none was forgotten); stores made later start
+    /// their versions above it.
+    public private(set) var versionFloor: UInt64 = 0
     public private(set) var pending: [UInt64: Pending] = [:]
     /// Settled dispatches made under a session, for `recover` (their order is journal order).
     public private(set) var outcomes: OutcomeLog
@@ -348,6 +351,10 @@ public struct JournalState: Sendable {
             s.version = max(s.version, version)
             s.seq = max(s.seq, seq)
             stores[name] = s
+        case .forget(let name, _, let floor):
+            // Its queued actions were given up (their results journaled) before it was forgotten.
+            if !name.isEmpty { stores.removeValue(forKey: name) }
+            versionFloor = max(versionFloor, floor)
         case .outcome(let uid, let session, let id, let seq, let results):
             outcomes.insert(SessionKey(uid: uid, session: session, id: id), seq: seq, results: results, at: at)
             lastSeq = max(lastSeq, seq)

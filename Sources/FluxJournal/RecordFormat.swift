@@ -17,7 +17,7 @@ public enum SegmentHeader {
     public static let magic: [UInt8] = Array("FLUXJRNL".utf8)
     /// The format this code writes; it reads every version up to it.
     /// Version 2 (fluxd 0.4.0) adds record kind 9, `patch` (SPEC §16); everything else is as in version 1.
-    public static let currentVersion: UInt16 = 2
+    public static let currentVersion: UInt16 = 3
     /// Header bytes: magic, version, reserved.
     public static let size = 12
 

@@ -25,6 +25,10 @@ public enum RecordKind: UInt8, Sendable {
     /// Since format version 2 (SPEC §16): a store's change as a JSON Patch (RFC 6902), as the store wrote it: the
     /// version it made (the one before + 1), its seq and the patch bytes.
     case patch = 9
+    /// Since format version 3 (SPEC §10, `forget`): a store forgotten for good (its name, state, versions and
+    /// routes) when the seq given was the last accepted, and the version floor: the highest version a forgotten store reached, above which every store
+    /// made later starts. A checkpoint carries the floor as a forget record of the empty name (no store's).
+    case forget = 10
 }
 
 /// An accepted action as journaled.
@@ -79,6 +83,7 @@ public enum JournalRecord: Sendable, Equatable {
     case snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>)
     case patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>)
     case storePosition(store: String, version: UInt64, seq: UInt64)
+    case forget(store: String, seq: UInt64, versionFloor: UInt64)
     case outcome(uid: UInt32, session: [UInt8], id: [UInt8], seq: UInt64, results: [TargetResult])
     /// Segment `number` holds `actions` actions, seqs `firstSeq...lastSeq` (0, 0 when none), the last one accepted
     /// at `lastTime`.
@@ -168,6 +173,13 @@ public enum RecordEncoder {
         bytes(patch, &out)
     }
 
+    public static func forget(store: String, seq: UInt64, versionFloor: UInt64, into out: inout [UInt8]) {
+        out.append(RecordKind.forget.rawValue)
+        string(store, &out)
+        varint(seq, &out)
+        varint(versionFloor, &out)
+    }
+
     public static func storePosition(store: String, version: UInt64, seq: UInt64, into out: inout [UInt8]) {
         out.append(RecordKind.storePosition.rawValue)
         string(store, &out)
@@ -219,6 +231,8 @@ public enum RecordEncoder {
             storePosition(store: store, version: version, seq: seq, into: &out)
         case .outcome(let uid, let session, let id, let seq, let results):
             outcome(uid: uid, session: session, id: id, seq: seq, results: results, into: &out)
+        case .forget(let store, let seq, let floor):
+            forget(store: store, seq: seq, versionFloor: floor, into: &out)
         case .segmentSummary(let number, let firstSeq, let lastSeq, let lastTime, let actions):
             out.append(RecordKind.segmentSummary.rawValue)
             for v in [number, firstSeq, lastSeq, lastTime, actions] { varint(v, &out) }
@@ -334,6 +348,10 @@ public struct RecordDecoder {
                 results.append(TargetResult(store: store, outcome: try outcomeBody(), version: version))
             }
             return .outcome(uid: uid, session: session, id: id, seq: seq, results: results)
+        case .forget:
+            let store = try string()
+            let seq = try varint()
+            return .forget(store: store, seq: seq, versionFloor: try varint())
         case .segmentSummary:
             return .segmentSummary(number: try varint(), firstSeq: try varint(), lastSeq: try varint(),
                                    lastTime: try varint(), actions: try varint())

@@ -449,6 +449,21 @@ struct GetRequest {
 }
 
 /// `info`, `ping`, `pong` (SPEC §8.7): an optional id, echoed.
+/// `forget` (SPEC §10): a privileged request to forget a store that is down.
+struct ForgetRequest {
+    var id: String
+    var idRaw: ArraySlice<UInt8>
+    var store: String
+
+    init(_ env: Envelope) throws(Refusal) {
+        let fields = FieldReader(env: env, op: "forget")
+        let id = try fields.id(required: true)!
+        self.id = id.text
+        idRaw = id.raw
+        store = try fields.store(ref: id.text)
+    }
+}
+
 struct IdentifiedRequest {
     var idRaw: ArraySlice<UInt8>?
 

@@ -196,7 +196,7 @@ extension Router {
         if let previous = store.tree { discard(previous) }  // (its nodes that the new version does not share)
         store.tree = tree
         store.snapshot = nil
-        store.version += 1
+        store.version = store.nextVersion
         store.snapshotSeq = seq
         if journaling { journal!.patch(store: store.name, version: store.version, seq: seq, patch: patch, uid: store.payerUID) }
         rememberPatch(store, seq: seq, patch)

@@ -220,6 +220,7 @@ extension Router {
     public func checkpointCapture(clean: Bool = false) -> CheckpointCapture {
         expireOutcomes()
         var c = CheckpointCapture(seqMark: clean ? lastSeq : max(lastSeq, reservedSeq), outcomes: outcomes.snapshot)
+        c.versionFloor = versionFloor
         c.stores.reserveCapacity(stores.count)
         for (name, store) in stores {
             guard store.wasRegistered || store.hasRetained else { continue }
@@ -281,6 +282,7 @@ extension Router {
         restoredSeqMark = lastSeq
         restoredNewestSeq = state.lastSeq
         let owner = memory.userAccount(uid: UInt32.max)  // restored state is charged to no connection
+        versionFloor = state.versionFloor  // (before any entry is made: each starts above it)
         for name in state.stores.keys.sorted() {
             let s = state.stores[name]!
             let store = entry(name)
@@ -421,6 +423,8 @@ public struct CheckpointCapture: CheckpointContent, @unchecked Sendable {
 
     let seqMark: UInt64
     let outcomes: OutcomeLog.Snapshot
+    /// SPEC §10: the version floor of forgotten stores (kept as a forget record of no store).
+    var versionFloor: UInt64 = 0
     var stores: [Store] = []
     var pending: [Pending] = []
     private var seen: Set<UInt64> = []
@@ -444,6 +448,7 @@ public struct CheckpointCapture: CheckpointContent, @unchecked Sendable {
     /// The checkpoint's records, each with the user it is charged to, in the order `JournalState.apply` reads them.
     public func emit(_ emit: (JournalRecord, UInt32) -> Void) {
         emit(.seqReserve(seqMark), .max)
+        if versionFloor > 0 { emit(.forget(store: "", seq: seqMark, versionFloor: versionFloor), .max) }
         for s in stores.sorted(by: { $0.name < $1.name }) {
             if s.registered { emit(.register(store: s.name, handles: s.handles, waitFor: s.waitFor), s.owner) }
             switch s.state {

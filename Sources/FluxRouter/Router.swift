@@ -114,6 +114,8 @@ public final class Router {
     /// The coalescing key of the next store fluxd hears of (never reused within a run, even after a name is
     /// forgotten).
     @exclusivity(unchecked) var nextStoreKey: UInt32 = 1
+    /// SPEC §10: the highest version a forgotten store reached (0: none forgotten); stores made later start above it.
+    @exclusivity(unchecked) var versionFloor: UInt64 = 0
     /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`, and those of them
     /// still in the handshake, for `maxHandshakesPerUser`.
     @exclusivity(unchecked) var connectionsByUser: [UInt32: Int] = [:]
@@ -405,6 +407,9 @@ public final class Router {
             guard privileged(peer, op, &out) else { return }
             if hostOps.contains(op) { askHost(peer, request, &out) }
             else { fail(peer, .reloadRefused, "this fluxd has no config file to reload", &out) }
+        case .forget:
+            let request = try ForgetRequest(env)
+            if privileged(peer, op, &out) { forget(peer, request, now: now, &out) }
         case .recover:
             if permitted(peer, role.mayDispatch, op, &out) { recover(peer, try RecoverRequest(env), &out) }
         case .history, .stateAt:
@@ -414,7 +419,7 @@ public final class Router {
             else { fail(peer, .notRetained, "this fluxd is ephemeral: it keeps no history (SPEC §15.6)", &out) }
         case .welcome, .registered, .action, .settled, .snapshot, .subscribed, .unsubscribed, .storeDown, .storeUp,
              .queryOK, .unqueryOK, .queries, .queriesChanged, .got, .error, .event, .missed, .worker, .recovered,
-             .delta, .subtree, .reloaded, .accepted:
+             .delta, .subtree, .reloaded, .accepted, .forgotten:
             fail(peer, .unknownOp, "unknown op \"\(op.rawValue)\"", &out)  // (not received: `Op.received` is nil)
         }
     }

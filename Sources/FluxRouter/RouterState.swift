@@ -89,6 +89,11 @@ final class StoreEntry {
     /// The last version published (0: none yet) and the seq of the last action the store answered.
     @exclusivity(unchecked) var version: UInt64 = 0
     @exclusivity(unchecked) var seq: UInt64 = 0
+    /// SPEC §10: the version floor when the entry was made (0 unless a store was forgotten before): its first
+    /// version is above it, so a version a subscriber held of a forgotten store of the same name never comes again.
+    @exclusivity(unchecked) var versionBase: UInt64 = 0
+    /// The version its next state makes.
+    var nextVersion: UInt64 { max(version, versionBase) + 1 }
     /// The retained snapshot frame, and where its state bytes sit in it. Nil while `tree` is newer (a patch was
     /// applied and no frame needed the whole state yet: `Router.retainedSnapshot` renders it).
     @exclusivity(unchecked) var snapshot: Frame?

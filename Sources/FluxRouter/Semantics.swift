@@ -76,16 +76,17 @@ extension Router {
         let initial = store.hasRetained ? nil : request.state.map { request.body[$0.range] }
         var b = FrameBuilder(op: "registered")
         b.string("store", name)
-        b.int("version", store.version + (initial == nil ? 0 : 1))  // the initial state becomes version 1 below
+        let versionAfter = initial == nil ? store.version : store.nextVersion  // the initial state's, made below
+        b.int("version", versionAfter)
         b.int("seq", store.seq)
         b.bool("resumed", resumed)
         out.send(peer, b.finish())
         var up = FrameBuilder(op: "store-up")
         up.string("store", name)
-        up.int("version", store.version + (initial == nil ? 0 : 1))
+        up.int("version", versionAfter)
         let upFrame = up.finish(coalescing: .fence(key: store.key))
         for sub in store.subscribedPeers where sub !== peer { out.send(sub, upFrame) }
-        observeStoreUp(name, version: store.version + (initial == nil ? 0 : 1), owner: peer, &out)
+        observeStoreUp(name, version: versionAfter, owner: peer, &out)
         let versionBefore = store.version
         if let initial {
             let published = publish(store, state: initial, seq: store.seq, &out)
@@ -104,6 +105,73 @@ extension Router {
             return fail(peer, .forbidden, "store \"\(name)\" is not yours", &out, ref: name)
         }
         storeDown(store, reason: "unregistered", now: now, &out)
+    }
+
+    /// SPEC §10, `forget`: a store that is down is forgotten for good. Its queued actions are given up
+    /// (`store-unavailable`), its subscribers told (`store-down`, reason `forgotten`) and kept subscribed to the
+    /// name, its retained state, recent patches, routes and registration let go with their memory charges; the
+    /// version floor rises to its last version, so a store of the name made later starts above every version a
+    /// subscriber may hold. Journaled: a restart does not bring it back. Work: one step per queued action (each
+    /// paid for by its dispatcher) and per subscriber.
+    func forget(_ peer: Peer, _ request: ForgetRequest, now: Millis, _ out: inout Output) {
+        let name = request.store
+        guard let store = stores[name], store.wasRegistered else {
+            return fail(peer, .unknownStore, "no store \"\(name)\" was registered: there is nothing to forget", &out, ref: request.id)
+        }
+        if let owner = store.ownerPeer {
+            return fail(peer, .storeIsUp, "store \"\(name)\" is up (owned by peer \(owner.id), \(owner.name)): only a store that is down can be forgotten", &out, ref: request.id)
+        }
+        if journaling, case .failed(let why)? = journal!.refusal {
+            return fail(peer, .journalFailed, "fluxd's journal failed: \(why)", &out, ref: request.id)
+        }
+        // Its queued actions (a down store has none in flight) are given up, in seq order.
+        let queued = store.queue
+        store.queue.removeAll()
+        expiringStores.remove(name)
+        for d in queued {
+            record(d.action, store: store, result: .unavailable(.storeUnavailable, "store \"\(name)\" was forgotten"), &out)
+        }
+        versionFloor = max(versionFloor, store.version, store.versionBase)
+        if journaling { journal!.forget(store: name, seq: lastSeq, versionFloor: versionFloor, uid: peer.account.uid) }
+        // What it kept, with the memory charged for it.
+        forgetHistory(store)
+        dropPathTree(store)
+        if let tree = store.tree { discard(tree) }
+        store.tree = nil
+        store.snapshot = nil
+        store.stateRange = 0..<0
+        if let account = store.retainedBy { memory.release(account, store.retainedCost) }
+        store.retainedBy = nil
+        store.retainedCost = 0
+        store.lastTreePayer = nil
+        if let account = store.registeredBy { memory.release(account, store.registrationCost) }
+        store.registeredBy = nil
+        store.registrationCost = 0
+        routes.reindex(store, old: store.handles, new: [])
+        routes.invalidate()
+        store.handles = []
+        store.waitFor = []
+        store.wasRegistered = false
+        store.status = .unknown
+        store.version = 0
+        store.seq = 0
+        store.snapshotSeq = 0
+        store.versionBase = versionFloor
+        store.queryDeltas = false
+        store.stats = StoreStats()
+        var b = FrameBuilder(op: "store-down")
+        b.string("store", name)
+        b.constant("reason", "forgotten")
+        let frame = b.finish(coalescing: .fence(key: store.key))
+        for sub in store.subscribedPeers { out.send(sub, frame) }
+        observeStoreDown(store, reason: "forgotten", &out)
+        var reply = FrameBuilder(op: "forgotten")
+        reply.raw("id", request.idRaw)
+        reply.string("store", name)
+        reply.int("gaveUp", queued.count)
+        out.send(peer, reply.finish())
+        out.log(.notice, "store \"\(name)\" forgotten by peer \(peer.id) (\(peer.name)); \(queued.count) queued action\(queued.count == 1 ? "" : "s") given up")
+        forgetIfUnused(store)
     }
 
     /// A store's owner is gone: keep name, routes and snapshot; put unanswered actions back at the front of the
@@ -167,6 +235,7 @@ extension Router {
     func entry(_ name: String) -> StoreEntry {
         if let s = stores[name] { return s }
         let s = StoreEntry(name: name, key: nextStoreKey)
+        s.versionBase = versionFloor
         nextStoreKey &+= 1
         stores[name] = s
         storesByNameCache = nil
@@ -433,7 +502,7 @@ extension Router {
         // state costs the shared budget nothing); it stays charged to that account, and so to its user, after the
         // connection closes, until a newer state replaces it.
         guard chargeRetained(store, 96 + store.nameJSON.count + state.count) else { return false }
-        store.version += 1
+        store.version = store.nextVersion
         if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state, uid: store.payerUID) }
         let frame = snapshotFrame(store, seq: seq, state: state)
         store.snapshot = frame

@@ -23,8 +23,9 @@ struct Bench: AsyncParsableCommand {
         percentiles come from an HdrHistogram (3 significant digits). The header names fluxd's version and \
         durability: with a journal (durability always or batch) the disk dominates the latency.
 
-        The store is unregistered and its connection closed at the end, also on Ctrl-C (exit code 130). A durable \
-        fluxd remembers the name (as a store that is down) like any other store's.
+        The store is unregistered, its connection closed and the store forgotten (fluxctl forget) at the end, also \
+        on Ctrl-C (exit code 130), so no bench.PID.N store stays behind; when fluxd refuses the forget (fluxctl is \
+        not fluxd's user, root or an admin) a line on stderr says which store stays known, as a store that is down.
         """)
 
     @OptionGroup var options: GlobalOptions
@@ -84,11 +85,25 @@ struct Bench: AsyncParsableCommand {
             let pipelined = try await pipelined(client, type: type, payloadJSON: payloadJSON, count: plan.actions,
                                                 window: plan.window, timeout: timeout)
             await store.stop()
+            await forget(client, name, timeout: timeout)
             return BenchReport(server: welcome.server, durability: welcome.durability, store: name, plan: plan,
                                results: [roundTrip, pipelined])
         } catch {
             await store.stop()
+            await forget(client, name, timeout: timeout)
             throw error
+        }
+    }
+
+    /// Forgets the bench store once it is down (`stop` returns once fluxd handled its unregister), so that no
+    /// benchmark leaves a store behind; a refusal is a line on stderr, not a failure of the benchmark.
+    static func forget(_ client: FluxClient, _ name: String, timeout: Duration) async {
+        // (In a task of its own: after Ctrl-C the measuring task is cancelled, and the store must still go.)
+        let refusal = await Task { () async -> FluxError? in
+            do throws(FluxError) { _ = try await client.forget(store: name, timeout: timeout); return nil } catch { return error }
+        }.value
+        if let refusal {
+            printError("fluxctl: the bench store \(name) stays known to fluxd as a store that is down (forget: \(refusal))")
         }
     }
 

@@ -42,7 +42,7 @@ struct FluxCtl: AsyncParsableCommand {
             Stats.self,
             Monitor.self,
             Ping.self,
-            Workers.self, Restart.self, Stop.self, Reload.self,
+            Workers.self, Restart.self, Stop.self, Reload.self, Forget.self,
             Journal.self, Replay.self,
             Bench.self, Top.self,
             Completions.self,

@@ -232,6 +232,8 @@ struct EnvelopeVectorTests {
             "reload-refused": false,
             "outcome-quota": false,
             "disk-quota": false,
+            // since fluxd 0.4.0 (forget, SPEC §10)
+            "store-is-up": false,
         ]
         #expect(ErrorCode.allCases.count == expected.count)
         for code in ErrorCode.allCases {

@@ -39,6 +39,8 @@ struct JournalTests {
             .outcome(uid: 1000, session: Array("s".utf8), id: Array("c-1".utf8), seq: 3,
                      results: [TargetResult(store: "a", outcome: .done, version: 9)]),
             .segmentSummary(number: 3, firstSeq: 70000, lastSeq: 70100, lastTime: 1_795_000_000_000, actions: 101),
+            .forget(store: "bench.42.7", seq: 300, versionFloor: 1_000_000),
+            .forget(store: "", seq: 0, versionFloor: 5),
         ]
         for r in records {
             var body: [UInt8] = []
@@ -459,5 +461,35 @@ extension JournalTests {
         #expect(again.recovered.stores["todos"]?.version == 3)
         #expect(again.stateAt(store: "todos", version: 3, seq: nil)?.state == Array(#"{"n":2,"items":["x"]}"#.utf8),
                 "after a clean close the checkpoint holds the rendered snapshot")
+    }
+
+    @Test("a forgotten store (SPEC §10): gone after a restart, the version floor kept (also through a checkpoint), state-at answers for the store of the name made later only")
+    func forgottenStore() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        let journal = try Journal(options: Journal.Options(directory: dir.path))
+        journal.register(store: "todos", handles: ["todo/*"], waitFor: [])
+        journal.snapshot(store: "todos", version: 1, seq: 0, state: Array(#"{"n":1}"#.utf8)[...])
+        journal.snapshot(store: "todos", version: 2, seq: 2, state: Array(#"{"n":2}"#.utf8)[...])
+        journal.forget(store: "todos", seq: 2, versionFloor: 2, uid: 1000)
+        #expect(journal.commit(now: 0) == .written)
+        #expect(journal.stateAt(store: "todos", version: 2, seq: nil) == nil, "the forgotten store's states are not the name's")
+        journal.register(store: "todos", handles: ["todo/*"], waitFor: [])
+        journal.snapshot(store: "todos", version: 3, seq: 0, state: Array(#"{"new":true}"#.utf8)[...])
+        #expect(journal.commit(now: 1) == .written)
+        #expect(journal.stateAt(store: "todos", version: nil, seq: 9)?.version == 3)
+        #expect(journal.stateAt(store: "todos", version: 1, seq: nil) == nil)
+        journal.close(now: 2)
+        let again = try Journal(options: Journal.Options(directory: dir.path))
+        #expect(again.recovered.versionFloor == 2)
+        #expect(again.recovered.stores["todos"]?.version == 3)
+        #expect(again.stateAt(store: "todos", version: 3, seq: nil)?.state == Array(#"{"new":true}"#.utf8))
+        again.forget(store: "todos", seq: 3, versionFloor: 3, uid: 1000)
+        #expect(again.commit(now: 3) == .written)
+        again.close(now: 4)
+        let third = try Journal(options: Journal.Options(directory: dir.path))
+        #expect(third.recovered.stores["todos"] == nil)
+        #expect(third.recovered.versionFloor == 3)
+        third.close(now: 5)
     }
 }

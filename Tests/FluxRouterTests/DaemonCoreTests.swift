@@ -104,7 +104,7 @@ struct DaemonCoreTests {
         #expect(!h.transport.closes.contains { $0.0 == 3 })
     }
 
-    @Test("privileged operations (restart-worker, stop-worker, reload, history, state-at) only from fluxd's uid, root and the admins: another uid gets forbidden and stays connected; workers is open to all")
+    @Test("privileged operations (restart-worker, stop-worker, reload, history, state-at, forget) only from fluxd's uid, root and the admins: another uid gets forbidden and stays connected; workers is open to all")
     func privilegedOperations() {
         let h = Harness { $0.router.admins = .owner(1000, uids: [3000], gids: [50]) }
         var asked: [HostRequest] = []
@@ -131,6 +131,8 @@ struct DaemonCoreTests {
         #expect(h.transport.take(2).first?.string("code").value == "forbidden")
         h.send(2, #"{"op":"state-at","id":"s","store":"todos","seq":1}"#)
         #expect(h.transport.take(2).first?.string("code").value == "forbidden")
+        h.send(2, #"{"op":"forget","id":"f","store":"todos"}"#)
+        #expect(h.transport.take(2).first?.string("code").value == "forbidden")
         #expect(asked.isEmpty, "no refused request reaches the host")
         #expect(!h.transport.closes.contains { $0.0 == 2 }, "forbidden is not fatal")
         h.send(2, #"{"op":"workers","id":"w"}"#)
@@ -144,6 +146,8 @@ struct DaemonCoreTests {
             #expect(h.transport.take(peer).first?.string("code").value == "not-retained", "peer \(peer)")
             h.send(peer, #"{"op":"reload","id":"re"}"#)
             _ = h.transport.take(peer)
+            h.send(peer, #"{"op":"forget","id":"f","store":"todos"}"#)  // (permitted: the router answers)
+            #expect(h.transport.take(peer).first?.string("code").value == "unknown-store", "peer \(peer)")
         }
         #expect(asked.count == 9)
         #expect(asked.filter { $0.op == .reload }.count == 4, "reload reached the host for fluxd's user, root and the admins")

@@ -46,6 +46,7 @@ struct DurabilityTests {
             case .result(let seq, let s, _, let v): return "result \(seq) \(s) v\(v)"
             case .snapshot(let s, let v, let seq, _): return "snapshot \(s) v\(v) seq \(seq)"
             case .patch(let s, let v, let seq, _): return "patch \(s) v\(v) seq \(seq)"
+            case .forget(let s, let seq, let floor): return "forget \(s) seq \(seq) floor \(floor)"
             case .storePosition, .outcome, .segmentSummary: return "checkpoint-only"
             }
         }
@@ -79,6 +80,33 @@ struct DurabilityTests {
         bus.send(1, #"{"op":"done","store":"todos","seq":2}"#)
         let more = bus.take(1)
         #expect(more.map { $0.num("seq") } == [101])
+    }
+
+    @Test("forget is journaled: after a restart (from the records, or from a checkpoint) the store stays forgotten and a store of the name starts above the version floor")
+    func forgetSurvivesRestart() throws {
+        let before = MemoryJournal()
+        let bus1 = Self.firstRun(before)  // todos at version 2; action 2 delivered, unanswered
+        bus1.disconnect(1)
+        bus1.join(5, role: "client")
+        bus1.send(5, #"{"op":"forget","id":"f","store":"todos"}"#)
+        #expect(bus1.take(5).map(\.op) == ["forgotten"])
+        #expect(before.decoded().suffix(2).map { "\($0)" }.last?.contains("forget") == true)
+        for restored in [before.state(), { () -> JournalState in
+            var state = JournalState()
+            bus1.router.checkpointCapture().emit { record, _ in state.apply(record) }
+            return state
+        }()] {
+            #expect(restored.stores["todos"] == nil)
+            #expect(restored.versionFloor == 2)
+            #expect(restored.pending.isEmpty)  // action 2 was given up before the forget
+            let bus = TestBus { $0.durability = "batch"; $0.epoch = "e1"; $0.seqBlock = 100 }
+            bus.router.restore(from: restored, now: bus.now)
+            bus.router.journal = MemoryJournal()
+            bus.store(1, "todos", handles: ["todo/*"], state: #"{"items":[]}"#)
+            let back = bus.take(1)
+            #expect(back.map(\.op) == ["registered", "snapshot", "queries"])
+            #expect(back[0].num("version") == 3 && back[0].rawText("resumed") == "false")
+        }
     }
 
     @Test("recover: a session's settled outcome survives the restart, a pending one settles to the recovering connection, an unknown id is unknown")

@@ -903,4 +903,50 @@ struct EffectSinkTests {
         #expect(viaSink.counters.traffic.bytesOut == viaArray.counters.traffic.bytesOut)
         #expect(viaSink.counters.traffic.framesIn == viaArray.counters.traffic.framesIn)
     }
+
+    @Test("forget (SPEC §10): only a store that is down; its queue settles store-unavailable, subscribers get store-down forgotten and stay subscribed, it no longer routes, and a store of the name made later starts above the version floor")
+    func forgetAStoreThatIsDown() {
+        let bus = TestBus()
+        bus.store(1, "todos", handles: ["todo/*"], state: #"{"items":[]}"#)
+        bus.send(1, #"{"op":"state","store":"todos","state":{"items":[1]}}"#)  // version 2
+        bus.join(2, role: "client")
+        bus.send(2, #"{"op":"subscribe","store":"todos"}"#)
+        bus.join(3, role: "client", name: "ops")
+        _ = bus.take(1); _ = bus.take(2)
+        bus.send(3, #"{"op":"forget","id":"f0","store":"todos"}"#)
+        let up = bus.take(3)
+        #expect(up.map { $0.str("code") } == ["store-is-up"] && up[0].str("ref") == "f0")
+        bus.disconnect(1)
+        #expect(bus.take(2).map { $0.str("reason") } == ["disconnected"])
+        bus.send(2, #"{"op":"dispatch","id":"d1","type":"todo/add","settle":true}"#)  // queued for the down store
+        #expect(bus.take(2).isEmpty)
+        bus.send(3, #"{"op":"forget","id":"f1","store":"todos"}"#)
+        let forgotten = bus.take(3)
+        #expect(forgotten.map(\.op) == ["forgotten"])
+        #expect(forgotten.first?.str("store") == "todos" && forgotten.first?.num("gaveUp") == 1 && forgotten.first?.str("id") == "f1")
+        let told = bus.take(2)
+        #expect(told.map(\.op) == ["settled", "store-down"])
+        #expect(told.first?.rawText("results")?.contains(#""status":"unavailable","error":{"code":"store-unavailable""#) == true)
+        #expect(told.last?.str("reason") == "forgotten")
+        // Nothing routes to it any more; forgetting it again finds nothing.
+        bus.send(2, #"{"op":"dispatch","id":"d2","type":"todo/add","settle":true}"#)
+        #expect(bus.take(2).map { $0.str("code") } == ["no-handler"])
+        bus.send(3, #"{"op":"forget","id":"f2","store":"todos"}"#)
+        #expect(bus.take(3).map { $0.str("code") } == ["unknown-store"])
+        bus.send(3, #"{"op":"get","id":"g","store":"todos"}"#)
+        #expect(bus.take(3).first?.str("status") != "down")
+        // A new store of the name: a new registration (not resumed), versions above the forgotten one's 2; the
+        // subscriber, still subscribed, sees it come up and its first state.
+        bus.store(4, "todos", handles: ["todo/*"], state: #"{"items":["new"]}"#)
+        let registered = bus.take(4)
+        #expect(registered.first?.op == "registered")
+        #expect(registered.first?.num("version") == 3 && registered.first?.rawText("resumed") == "false")
+        let seen = bus.take(2)
+        #expect(seen.map(\.op) == ["store-up", "snapshot"])
+        #expect(seen.last?.num("version") == 3)
+        // A request without an id or store is a bad message.
+        bus.send(3, #"{"op":"forget","store":"todos"}"#)
+        #expect(bus.take(3).map { $0.str("code") } == ["bad-message"])
+    }
+
 }

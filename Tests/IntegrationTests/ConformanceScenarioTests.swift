@@ -105,7 +105,7 @@ struct ScenarioPlayer {
     /// The ops fluxd sends in protocol 1 (SPEC §7); a peer ignores others (SPEC §13).
     static let knownOps: Set<String> = ["welcome", "registered", "action", "settled", "snapshot", "subscribed",
         "unsubscribed", "store-down", "store-up", "query-ok", "unquery-ok", "queries", "info", "got", "pong", "bye", "error",
-        "recovered", "history", "state-at", "delta", "subtree"]
+        "recovered", "history", "state-at", "delta", "subtree", "forgotten"]
 
     static func isPlaceholder(_ s: String) -> Bool {
         guard s.hasPrefix("$"), !s.hasPrefix("$$"), s.count > 1 else { return false }

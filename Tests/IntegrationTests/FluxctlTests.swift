@@ -439,6 +439,38 @@ struct FluxctlTests {
         return try #require((object?["owner"] as? [String: Any])?["peer"] as? Int)
     }
 
+    @Test("forget: a store that is up is refused (exit 5, store-is-up); once down it is forgotten (its queued action given up), then unknown; nothing routes to it")
+    func forgetStores() async throws {
+        try await withBus { bus in
+            let todo = try await bus.start("todo-store")
+            let up = try await bus.ctl("forget", "todos")
+            #expect(up.status == 5 && up.stdout.isEmpty, "\(up)")
+            #expect(up.stderr.contains("cannot forget todos: store \"todos\" is up"), "\(up)")
+            todo.send(signal: SIGTERM)
+            #expect(await todo.waitForExit(timeout: .seconds(20)) == 0)
+            let client = try await bus.connect("forget-check")
+            let deadline = ContinuousClock.now + .seconds(20)
+            while try await client.info().stores.first(where: { $0.name == "todos" })?.status != "down" {
+                guard ContinuousClock.now < deadline else { Issue.record("todos never went down"); return }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let queued = try await bus.ctl("dispatch", "todo/create", #"{"title":"never"}"#)
+            #expect(queued.status == 0, "\(queued)")
+            let forgot = try await bus.ctl("forget", "todos", "--json")
+            #expect(forgot.status == 0 && forgot.stdout == #"{"store":"todos","gaveUp":1}"# + "\n", "\(forgot)")
+            #expect(try await client.info().stores.contains { $0.name == "todos" } == false)
+            let again = try await bus.ctl("forget", "todos", "nope")
+            #expect(again.status == 5, "\(again)")
+            #expect(again.stderr.contains("cannot forget todos: no store \"todos\" was registered"), "\(again)")
+            #expect(again.stderr.contains("cannot forget nope:"), "\(again)")
+            let noHandler = try await bus.ctl("dispatch", "todo/create", "{}", "--wait")
+            #expect(noHandler.status == 1 && noHandler.stderr.contains("no-handler"), "\(noHandler)")
+            let bad = try await bus.ctl("forget", "no spaces")
+            #expect(bad.status == 64, "\(bad)")
+            await client.close()
+        }
+    }
+
     @Test("watch takes several stores and patterns: each store's changes, stores that register later and match included")
     func watchSeveralStoresAndPatterns() async throws {
         try await withBus { bus in

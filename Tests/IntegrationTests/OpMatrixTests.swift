@@ -78,7 +78,7 @@ struct OpMatrixTests {
         .reject: reject, .state: state, .patch: patch, .subscribe: subscribe, .unsubscribe: unsubscribe,
         .query: query, .unquery: unquery, .info: info, .get: get, .ping: ping, .pong: pong, .bye: bye,
         .workers: workers, .restartWorker: restartWorker, .stopWorker: stopWorker, .recover: recover,
-        .history: history, .stateAt: stateAt, .reload: reload,
+        .history: history, .stateAt: stateAt, .reload: reload, .forget: forget,
     ]
 
     @Test("every op fluxd receives: its worst case is answered as documented, fluxd lives, another client is answered",
@@ -600,6 +600,41 @@ struct OpMatrixTests {
         guard rename(saved, bus.configPath) == 0 else { throw HarnessError.system("restore the config", errno) }
         try attacker.send(frame(#"{"op":"reload","id":"back"}"#))
         #expect(try attacker.expect("reloaded").string("id") == "back")
+    }
+
+    /// `forget` of a down store at its worst: a 256 KiB retained state, 64 subscribers, a full queue (64 actions
+    /// with settlement): one forget settles them all, tells every subscriber; then 200 forgets of names nobody
+    /// registered, pipelined: `unknown-store` each. The work is one step per queued action and per subscriber.
+    static let forget: WorstCase = { bus in
+        do {
+            let store = try RawPeer.ready(bus.socketPath, role: "store", name: "gone")
+            _ = try store.register("f", handles: ["f/*"], state: "\"\(String(repeating: "s", count: 256 << 10))\"")
+        }  // (the connection closes: the store is down)
+        var subscribers: [RawPeer] = []
+        for i in 0..<64 {
+            let subscriber = try RawPeer.ready(bus.socketPath, name: "watcher\(i)")
+            try subscriber.send(frame(#"{"op":"subscribe","store":"f"}"#))
+            subscribers.append(subscriber)
+        }
+        let dispatcher = try RawPeer.ready(bus.socketPath, name: "filler")
+        var batch: [UInt8] = []
+        for i in 0..<64 { batch += frame(#"{"op":"dispatch","id":"q\#(i)","type":"f/x","payload":\#(i),"settle":true}"#) }
+        try dispatcher.send(batch)
+        _ = try dispatcher.barrier()
+        let attacker = try RawPeer.ready(bus.socketPath, name: "forgetter")
+        batch = frame(#"{"op":"forget","id":"f","store":"f"}"#)
+        for i in 0..<200 { batch += frame(#"{"op":"forget","id":"n\#(i)","store":"nobody\#(i)"}"#) }
+        try attacker.send(batch)
+        let replies = try messages(attacker, 201, "forgotten and unknown-store")
+        #expect(replies.first?.op == "forgotten" && replies.first?.int("gaveUp") == 64, "\(replies.first?.text ?? "")")
+        #expect(codes(replies) == ["forgotten": 1, "error unknown-store": 200], "\(codes(replies))")
+        try survives(attacker, "forget")
+        let settled = try messages(dispatcher, 64, "the queued actions' settlements")
+        #expect(settled.allSatisfy { $0.op == "settled" && $0.text.contains("store-unavailable") })
+        for subscriber in subscribers {
+            let down = try subscriber.read(until: "store-down forgotten") { $0.op == "store-down" && $0.string("reason") == "forgotten" }
+            _ = down
+        }
     }
 
     // MARK: - Support of the cases

@@ -36,7 +36,8 @@ KNOWN_D2C_OPS = frozenset([
     "welcome", "registered", "action", "settled", "snapshot", "subscribed", "unsubscribed", "store-down",
     "store-up", "query-ok", "unquery-ok", "queries", "info", "got", "pong", "bye", "error",
     "recovered", "history", "state-at",  # replies to §8.12's requests, since fluxd 0.3.0
-    "delta", "subtree"])  # sent to delta and path subscribers, since fluxd 0.4.0 (§16.3, §16.4)
+    "delta", "subtree",  # sent to delta and path subscribers, since fluxd 0.4.0 (§16.3, §16.4)
+    "forgotten"])  # the reply to forget, since fluxd 0.4.0 (§10)
 PLACEHOLDER = re.compile(r"^\$[A-Za-z_][A-Za-z0-9_.:-]*$")
 
 

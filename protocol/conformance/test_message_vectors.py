@@ -206,6 +206,7 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
     "reload": {"id": (REQ, is_id)},
     "restart-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
     "stop-worker": {"id": (REQ, is_id), "name": (REQ, is_worker)},
+    "forget": {"id": (REQ, is_id), "store": (REQ, is_store)},
     "register": {"store": (REQ, is_store), "handles": (REQ, array_of(is_pattern)),
                  "waitFor": (OPT, array_of(is_store)), "state": (OPT, is_json), "queryDeltas": (OPT, is_bool)},
     "unregister": {"store": (REQ, is_store)},
@@ -221,11 +222,12 @@ FIELDS: Dict[str, Dict[str, Tuple[bool, Callable[[Any], bool]]]] = {
 # The ops each role may send on a ready connection (§7; the host operations of §8.11: any role; of §8.12's,
 # `recover` every role but monitor, `history` and `state-at` any role).
 CLIENT_OPS = {"dispatch", "subscribe", "unsubscribe", "query", "unquery", "info", "get", "ping", "pong",
-              "bye"} | RECOVERY_OPS
+              "bye", "forget"} | RECOVERY_OPS
 ROLE_OPS = {
     "client": CLIENT_OPS | HOST_OPS,
     "store": CLIENT_OPS | HOST_OPS | {"register", "unregister", "done", "reject", "state", "patch"},
-    "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye", "history", "state-at"} | HOST_OPS,
+    "monitor": {"subscribe", "unsubscribe", "info", "get", "ping", "pong", "bye", "history", "state-at",
+                "forget"} | HOST_OPS,
 }
 KNOWN_OPS = set().union(*ROLE_OPS.values())
 
@@ -628,6 +630,12 @@ def check_reply(r: Run, frames: List[Dict[str, Any]], alive: bool, context: Dict
         reply = only(frames, "reloaded", d)
         assert reply.get("id") == echo and reply.get("workers") == {"added": [], "removed": [], "changed": []} \
             and reply.get("settings") == [], f"reloaded: id echoed, nothing changed (the file is the same)\n  {d}"
+    elif op == "forget":
+        reply = next((f for f in frames if f.get("op") == "forgotten"), None)
+        assert reply is not None and (reply.get("id"), reply.get("store"), reply.get("gaveUp")) == (echo, msg["store"], 0), \
+            f"forgotten: id echoed, the store, nothing queued\n  {d}"
+        assert [f.get("reason") for f in frames if f.get("op") == "store-down"] == ["forgotten"], \
+            f"the subscriber (this connection) is told: store-down forgotten\n  {d}"
     elif op in ("restart-worker", "stop-worker"):
         reply = only(frames, "worker", d)
         assert reply.get("id") == echo and reply["worker"].get("name") == msg["name"], \
@@ -668,6 +676,13 @@ def run_request(case: Case, start_fluxd) -> None:
     if op == "get" and is_store(msg.get("store")):
         context["state"] = {"vector": "get"}
         r.store("owner", msg["store"], [], context["state"], with_state=True)
+    if op == "forget" and not r.verdict:
+        # A store of that name that is down (its owner closed), seen going down through a subscription.
+        owner = r.store("owner", msg["store"], [])
+        c.send({"op": "subscribe", "store": msg["store"]})
+        c.until("subscribed", lambda f: f.get("op") == "subscribed")
+        owner.peer.close()
+        c.until("store-down", lambda f: f.get("op") == "store-down" and f.get("reason") == "disconnected")
     if op == "unquery" and is_id(msg.get("id")):
         c.send({"op": "query", "id": msg["id"], "store": "vector-queries", "query": {}})
         c.until("query-ok", lambda f: f.get("op") == "query-ok")

@@ -12,7 +12,7 @@ const PLACEHOLDER = /^\$[A-Za-z_][A-Za-z0-9_.:-]*$/;
 // Protocol-1 ops fluxd sends (SPEC §7); a peer ignores others (SPEC §13).
 const KNOWN = new Set(['welcome', 'registered', 'action', 'settled', 'snapshot', 'subscribed', 'unsubscribed',
   'store-down', 'store-up', 'query-ok', 'unquery-ok', 'queries', 'info', 'got', 'pong', 'bye', 'error',
-  'recovered', 'history', 'state-at', 'delta', 'subtree']);
+  'recovered', 'history', 'state-at', 'delta', 'subtree', 'forgotten']);
 
 class RawPeer {
   constructor(socketPath) {

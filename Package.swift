@@ -39,6 +39,7 @@ let package = Package(
         .library(name: "FluxStore", targets: ["FluxStore"]),
         .library(name: "FluxTesting", targets: ["FluxTesting"]),
         .library(name: "FluxJSONValue", targets: ["FluxJSONValue"]),
+        .library(name: "FluxLog", targets: ["FluxLog"]),
         // For the fuzz targets (Fuzz/Package.swift depends on this package by path).
         .library(name: "FluxCore", targets: ["FluxCore"]),
         .library(name: "FluxRouter", targets: ["FluxRouter"]),
@@ -83,7 +84,7 @@ let package = Package(
         ),
         .target(
             name: "FluxDaemon",
-            dependencies: ["CFluxSys", "FluxCore", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
+            dependencies: ["CFluxSys", "FluxCore", "FluxLog", "FluxRouter", "FluxJournal", "FluxTransport", .product(name: "Logging", package: "swift-log"),
                            .product(name: "TOMLKit", package: "TOMLKit", condition: .when(traits: ["Tools"])),
                            .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
@@ -92,6 +93,9 @@ let package = Package(
         // segment files of a data directory behind the `AppendFile` storage seam.
         .target(name: "CFluxSys"),
         .target(name: "FluxJournal", dependencies: ["CFluxSys", "FluxCore", "FluxJSONValue", .product(name: "DequeModule", package: "swift-collections")],
+                swiftSettings: swiftSettings),
+        // One log line format for fluxd and every process using the SDKs (docs/logging.md).
+        .target(name: "FluxLog", dependencies: ["FluxCore", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
         .target(name: "FluxClient", dependencies: ["FluxCore", "FluxJSONValue", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: swiftSettings),
@@ -105,6 +109,7 @@ let package = Package(
             name: "fluxd",
             dependencies: (useJemalloc ? ["CJemalloc"] : []) + [
                 "FluxDaemon",
+                "FluxLog",
                 "FluxRouter",
                 "FluxJournal",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"])),
@@ -146,7 +151,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Examples: each store and view is its own process (see examples/README.md).
-        .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/Support", swiftSettings: swiftSettings),
+        .target(name: "ExampleSupport", dependencies: ["FluxClient", "FluxStore", "FluxLog", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/Support", swiftSettings: swiftSettings),
         .target(name: "TodoModel", dependencies: ["FluxJSONValue"], path: "examples/todo/Model", swiftSettings: swiftSettings),
         .executableTarget(name: "todo-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/todo/Store", swiftSettings: swiftSettings),
         .executableTarget(name: "stats-store", dependencies: ["TodoModel", "ExampleSupport", "FluxStore", "FluxClient", .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Tools"]))], path: "examples/todo/Stats", swiftSettings: swiftSettings),
@@ -166,7 +171,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FluxDaemonTests",
-            dependencies: ["FluxDaemon", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log"),
+            dependencies: ["FluxDaemon", "FluxLog", "FluxRouter", "FluxTransport", "FluxCore", .product(name: "Logging", package: "swift-log"),
                            .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Tools"]))],
             swiftSettings: swiftSettings
         ),

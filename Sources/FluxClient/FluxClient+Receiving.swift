@@ -72,7 +72,7 @@ extension FluxClient {
             try? send(frame: b.finish())
         case "bye":
             let reason = env.fluxString("reason") ?? "no reason given"
-            logger.info("fluxd said bye (\(reason))")
+            logger.debug("fluxd said bye (\(reason))")  // (the line saying the connection was lost names the reason)
             state.withLock { $0.byeReason = reason }
         default:
             break // Unknown ops from a newer fluxd are ignored (forward compatibility).

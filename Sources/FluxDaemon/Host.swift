@@ -1,5 +1,6 @@
 import FluxCore
 import FluxJournal
+import FluxLog
 import FluxRouter
 import FluxTransport
 import Glibc

@@ -362,6 +362,8 @@ public final class Supervisor {
         for (key, value) in ProcessEnvironment.current() { environment[key] = value }
         for (key, value) in spec.environment { environment[key] = value }
         environment["FLUXBUS_SOCKET"] = socketPath
+        // fluxd logs each line a worker prints with its own time: the SDKs' lines leave theirs out (docs/logging.md).
+        if spec.environment["FLUXBUS_LOG_TIME"] == nil { environment["FLUXBUS_LOG_TIME"] = "0" }
         var options = SpawnOptions(executable: spec.executable,
                                    arguments: spec.arguments + (spec.socketArgument ? ["--socket", socketPath] : []),
                                    environment: environment.map { "\($0.key)=\($0.value)" }.sorted(),

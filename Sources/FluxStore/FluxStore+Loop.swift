@@ -96,7 +96,7 @@ extension FluxStore {
                 return .stop
             case .store(.interrupted(let error)):
                 phase = .interrupted
-                store.logger.notice("store \(store.name): connection to fluxd lost (\(error)); it registers again once reconnected")
+                store.logger.debug("store \(store.name): connection to fluxd lost (\(error)); it registers again once reconnected")  // (the client said it)
             case .store(.resumed(let generation, let epochChanged)):
                 // Registered on that connection already (the first registration raced the reconnection): done.
                 if let registeredOn = self.generation, registeredOn >= generation { return .next }

@@ -4,6 +4,7 @@ import CJemalloc  // not when built with FLUXBUS_NO_JEMALLOC=1 (Package.swift), 
 #endif
 import FluxCore
 import FluxDaemon
+import FluxLog
 import FluxJournal
 import FluxRouter
 import Glibc

@@ -1,4 +1,5 @@
 import FluxDaemon
+import FluxLog
 import Foundation
 import Logging
 import Synchronization
@@ -19,6 +20,13 @@ struct LogFormatTests {
         #expect(line == "2026-11-24T00:21:07.123Z notice fluxd: worker exited status=\"exit 1 (failure)\" worker=todo\n")
         let newline = handler(.text).line(level: .info, message: "a\nb", metadata: [:], source: "")
         #expect(newline == "2026-11-24T00:21:07.123Z info fluxd: a\\nb\n", "one event, one line")
+    }
+
+    @Test("a worker under fluxd (FLUXBUS_LOG_TIME=0): the level first, no time (fluxd's line for it has one)")
+    func withoutTime() {
+        let h = FluxLogHandler(label: "todos", level: .info, format: .text, journald: false, timestamps: false,
+                               write: { _ in }, clock: { Self.time })
+        #expect(h.line(level: .info, message: "seq 1 todo/create", metadata: ["peer": "7"], source: "") == "info todos: seq 1 todo/create peer=7\n")
     }
 
     @Test("journald: no time (the journal has it), the syslog priority first")

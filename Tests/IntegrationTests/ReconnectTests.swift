@@ -173,7 +173,14 @@ struct ReconnectIntegrationTests {
             let state = String(decoding: try #require(seen.last?.snapshot).state.bytes, as: UTF8.self)
             #expect(state.contains("milk") && state.contains("eggs"), "the store resumed from its retained state: \(state)")
             #expect(store.process.isRunning, "todo-store waited for fluxd instead of exiting")
-            #expect(store.stderr.contains("fluxd went away"), "\(store.stderr)")
+            // One log format and each event once (issue 26): every line the store process wrote is in fluxd's format
+            // (time with milliseconds, level, label), and the loss and the reconnection are logged once each.
+            let lines = store.stderr.split(separator: "\n").map(String.init)
+            let format = #/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (trace|debug|info|notice|warning|error|critical) [^ ]+: /#
+            #expect(lines.allSatisfy { $0.contains(format) }, "\(store.stderr)")
+            #expect(lines.filter { $0.contains("connection to fluxd lost") }.count == 1, "\(store.stderr)")
+            #expect(lines.filter { $0.contains("reconnected to fluxd") }.count == 1, "\(store.stderr)")
+            #expect(lines.contains { $0.contains(" info todos: registered on ") }, "\(store.stderr)")
             let all = events.items
             #expect(all.first.map { if case .disconnected = $0 { return true } else { return false } } == true)
             await client.close()

@@ -1,20 +1,38 @@
 import ArgumentParser
 import FluxClient
+import FluxLog
 import FluxStore
 import Foundation
+import Logging
 
-/// A store process's log on stderr: one line per call, prefixed with `[store name] `.
+/// How every example process logs: fluxd's format (`FluxLogging`, docs/logging.md), so that a store's lines, the
+/// SDKs' and fluxd's read alike side by side. Called first thing in each example's `run()`.
+public enum ExampleLogging {
+    /// Bootstraps swift-log with fluxd's handler (level from `FLUXBUS_LOG_LEVEL`, default info).
+    public static func bootstrap() { FluxLogging.bootstrap() }
+}
+
+/// A store process's own log (its actions, its readiness): info lines labelled with the store's name, in fluxd's
+/// format once `ExampleLogging.bootstrap()` ran: `2026-11-28T14:39:46.123Z info todos: seq 1 todo/create ...`.
+/// What the SDK logs itself (connection lost, reconnected, registering again) is not repeated here.
 public struct StoreLog: Sendable {
-    /// The store name shown in brackets.
+    /// The store name, the lines' label.
     public let name: String
+    private let logger: Logger
 
     public init(_ name: String) {
         self.name = name
+        self.logger = Logger(label: name)
     }
 
-    /// Writes `[name] text` and a newline to stderr.
+    /// Logs `text` at info.
     public func callAsFunction(_ text: String) {
-        Console.err("[\(name)] \(text)\n")
+        logger.info("\(text)")
+    }
+
+    /// Logs `text` at error.
+    public func error(_ text: String) {
+        logger.error("\(text)")
     }
 }
 
@@ -37,16 +55,16 @@ public enum StoreProcess {
     }
 
     /// Runs `store` on `connection`'s socket as peer `peerName` until SIGINT/SIGTERM (then it unregisters and
-    /// returns, so the process exits 0) or a failure (logged as `PEER: error: …` on stderr, then exit code 1).
+    /// returns, so the process exits 0) or a failure (logged at error as `PEER: …` on stderr, then exit code 1).
     ///
-    /// Unanswerable errors of the store are logged as `[name] error`. Once registered it prints `PEER ready` to
-    /// stdout and logs `[name] registered on SOCKET` followed by `details()` to stderr.
+    /// Unanswerable errors of the store are logged at error. Once registered it prints `PEER ready` to stdout and
+    /// logs `registered on SOCKET` followed by `details()` (label: the store's name).
     public static func run<State>(
         _ store: FluxStore<State>, connection: ConnectionOptions, peerName: String,
         details: () -> String = { "" }
     ) async throws {
         let log = StoreLog(store.name)
-        store.onError { error in log("\(error)") }
+        store.onError { error in log.error("\(error)") }
 
         let socketPath = connection.socketPath
         let runner = Task { try await store.run(socketPath: socketPath, peerName: peerName) }
@@ -63,13 +81,13 @@ public enum StoreProcess {
         } catch .cancelled {
             return
         } catch {
-            Console.err("\(peerName): error: \(error)\n")
+            log.error("\(peerName): \(error)")
             throw ExitCode.failure
         }
         do {
             try await runner.value
         } catch {
-            Console.err("\(peerName): error: \(error)\n")
+            log.error("\(peerName): \(error)")
             throw ExitCode.failure
         }
     }

@@ -54,6 +54,7 @@ struct CommentsStoreCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        ExampleLogging.bootstrap()
         let name = self.name
         let api = SimulatedAPI(latency: .milliseconds(latencyMs), failSites: parsedFailSites ?? [], failRate: failRate,
                                seed: seed)

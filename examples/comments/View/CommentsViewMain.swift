@@ -37,6 +37,7 @@ struct CommentsViewCommand: AsyncParsableCommand {
     var store: String = CommentsStores.comments
 
     func run() async throws {
+        ExampleLogging.bootstrap()
         let client = try await ViewProcess.connect(connection, name: "comments-view")
         let site = self.site
         let storeName = store

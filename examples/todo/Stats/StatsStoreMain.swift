@@ -29,6 +29,7 @@ struct StatsStoreCommand: AsyncParsableCommand {
     var todos: String = TodoStores.todos
 
     func run() async throws {
+        ExampleLogging.bootstrap()
         let name = self.name
         let todosStore = self.todos
         let log = StoreLog(name)

@@ -31,6 +31,7 @@ struct TodoStoreCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        ExampleLogging.bootstrap()
         let name = self.name
         let store = FluxStore<TodoState>(name: name, initial: TodoState(), handles: [TodoActions.all])
         let storeLog = StoreLog(name)
@@ -77,26 +78,8 @@ struct TodoStoreCommand: AsyncParsableCommand {
         // No catch-all handler: a todo/* type with no handler above (a typo) is rejected with
         // store/unhandled-action, naming the handled types.
 
-        // fluxd going away is not the end: the SDK reconnects and the store resumes; say so in the log.
-        let connectivity = store.connectivityEvents()
-        let watcher = Task {
-            for await event in connectivity {
-                switch event {
-                case .disconnected(let reason):
-                    storeLog("fluxd went away (\(reason)); waiting for it to come back")
-                case .reconnecting(let attempt, let delay) where attempt == 1 || attempt % 10 == 0:
-                    storeLog("reconnecting (attempt \(attempt), next in \(delay))")
-                case .reconnecting:
-                    break
-                case .reconnected(let epochChanged):
-                    storeLog("fluxd is back\(epochChanged ? " with another history" : ""): registering again; "
-                                 + "resuming from the state fluxd retained")
-                case .gaveUp(let error):
-                    storeLog("gave up: \(error)")
-                }
-            }
-        }
-        defer { watcher.cancel() }
+        // fluxd going away is not the end: the SDK reconnects and the store resumes, and says so in the log
+        // (fluxbus.client / fluxbus.store lines): nothing to add here.
         try await StoreProcess.run(store, connection: connection, peerName: "todo-store") {
             " with \(store.state.todos.count) todo(s)"
         }

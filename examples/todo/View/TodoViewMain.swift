@@ -33,6 +33,7 @@ struct TodoViewCommand: AsyncParsableCommand {
     var stats: String = TodoStores.stats
 
     func run() async throws {
+        ExampleLogging.bootstrap()
         let client = try await ViewProcess.connect(connection, name: "todo-view")
         let screen = TodoScreen(tty: Console.stdoutIsTTY)
         if once {

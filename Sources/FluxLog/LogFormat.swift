@@ -32,7 +32,7 @@ public enum LogFormat: String, Sendable, CaseIterable {
     case json
 }
 
-/// fluxd's swift-log handler: one line per event, written to stderr with a single `write` (lines of concurrent
+/// fluxd's swift-log handler, and the SDKs' (`FluxLogging.bootstrap()`): one line per event, written to stderr with a single `write` (lines of concurrent
 /// threads never interleave). `journald` (see `LogDestination.detect()`) drops the timestamp from text lines and
 /// puts the syslog priority first (`<6>`, sd-daemon(3)), so the journal shows one time and the right level.
 public struct FluxLogHandler: LogHandler {
@@ -49,21 +49,25 @@ public struct FluxLogHandler: LogHandler {
     private let ownFormat: LogFormat
     private let settings: LogSettings?
     public let journald: Bool
+    /// Whether text lines start with the time (false for a worker whose lines fluxd logs with its own time).
+    public let timestamps: Bool
     /// Where a finished line goes (stderr; tests capture it).
     let write: @Sendable ([UInt8]) -> Void
     /// Now, in milliseconds since the epoch (tests fix it).
     let clock: @Sendable () -> Int64
 
     /// A handler to stderr following `settings` (fluxd's: a reload changes them).
-    public init(label: String, settings: LogSettings, journald: Bool) {
+    public init(label: String, settings: LogSettings, journald: Bool, timestamps: Bool = true) {
         self.init(label: label, level: settings.level, format: settings.format, journald: journald,
-                  write: { line in writeAllToStderr(line) }, clock: { nowMillis() }, settings: settings)
+                  timestamps: timestamps, write: { line in writeAllToStderr(line) }, clock: { nowMillis() },
+                  settings: settings)
     }
 
     /// A handler writing to `write` with the time from `clock` (tests).
-    public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool,
+    public init(label: String, level: Logger.Level, format: LogFormat, journald: Bool, timestamps: Bool = true,
                 write: @escaping @Sendable ([UInt8]) -> Void, clock: @escaping @Sendable () -> Int64,
                 settings: LogSettings? = nil) {
+        self.timestamps = timestamps
         self.label = label
         self.ownLevel = level
         self.ownFormat = format
@@ -89,7 +93,8 @@ public struct FluxLogHandler: LogHandler {
         let keys = metadata.keys.sorted()
         switch format {
         case .text:
-            var line = journald ? "<\(Self.priority(level))>\(label): " : "\(rfc3339(clock())) \(level) \(label): "
+            var line = journald ? "<\(Self.priority(level))>\(label): "
+                : timestamps ? "\(rfc3339(clock())) \(level) \(label): " : "\(level) \(label): "
             line += oneLine(message)
             for key in keys { line += " \(key)=\(textValue(metadata[key]!))" }
             return line + "\n"
@@ -201,5 +206,28 @@ private func writeAllToStderr(_ bytes: [UInt8]) {
             return
         }
         offset += n
+    }
+}
+
+/// One log format for every FluxBus process (docs/logging.md): a process that uses the Swift SDKs calls
+/// `FluxLogging.bootstrap()` once, first thing in `main`, and its lines (the SDKs', and its own through any
+/// `Logger`) look like fluxd's: `TIME LEVEL LABEL: message key=value`, time in UTC with milliseconds. A library
+/// never bootstraps logging itself: an application that already chose a `LogHandler` keeps it.
+public enum FluxLogging {
+    /// Bootstraps swift-log with `FluxLogHandler` to stderr at `level` (default: `FLUXBUS_LOG_LEVEL`, else
+    /// info) in `format` (default: `FLUXBUS_LOG_FORMAT`, else text); under systemd's journal the text lines carry
+    /// their priority instead of a time, as fluxd's do, and for a worker fluxd started (`FLUXBUS_LOG_TIME=0`, set
+    /// by fluxd: it logs each line it reads with its own time) they start with the level. Call it once per process,
+    /// before making any `Logger`.
+    public static func bootstrap(level: Logger.Level? = nil, format: LogFormat? = nil) {
+        let environment = { (name: String) in getenv(name).map { String(cString: $0) } }
+        let settings = LogSettings(
+            level: level ?? environment("FLUXBUS_LOG_LEVEL").flatMap(Logger.Level.init(rawValue:)) ?? .info,
+            format: format ?? environment("FLUXBUS_LOG_FORMAT").flatMap(LogFormat.init(rawValue:)) ?? .text)
+        let journald = LogDestination.isJournal(journalStream: environment("JOURNAL_STREAM"))
+        let timestamps = environment("FLUXBUS_LOG_TIME") != "0"
+        LoggingSystem.bootstrap { label in
+            FluxLogHandler(label: label, settings: settings, journald: journald, timestamps: timestamps)
+        }
     }
 }

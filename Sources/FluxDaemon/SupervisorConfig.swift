@@ -189,6 +189,68 @@ extension SupervisorConfig {
 }
 
 extension SupervisorConfig {
+    /// Every problem of config text in one pass (`--check-config`), each with its file, line and key, at most
+    /// `limit` of them. A TOML syntax error is reported and its line left out, then the text is parsed again (so a
+    /// second broken line is found too; what follows a skipped line may be read differently, as the message
+    /// after it says); a problem of a key is reported and that key (or, for a missing one, the table that misses
+    /// it) left out, then the checks run again. `config` is what the file gives without the problems: complete
+    /// when `errors` is empty, else what remains (its workers' commands can still be checked, `startProblems`).
+    public static func check(text: String, path: String, executableDirectory: String?,
+                             limit: Int = 50) -> (config: SupervisorConfig?, errors: [ConfigError]) {
+        var errors: [ConfigError] = []
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var table: TOMLTable?
+        while table == nil && errors.count < limit {
+            do {
+                table = try TOMLTable(string: lines.joined(separator: "\n"))
+            } catch let error as TOMLParseError {
+                let line = error.source.begin.line
+                errors.append(ConfigError(file: path, line: line, column: error.source.begin.column,
+                                          problem: "not valid TOML: \(error.description)\(errors.isEmpty ? "" : " (read with the lines above left out)")"))
+                guard line >= 1, line <= lines.count, lines[line - 1] != "", !lines[line - 1].hasPrefix(Self.skipped) else {
+                    return (nil, errors)
+                }
+                // A broken table header becomes a table of its own, left out below, so that the keys after it are
+                // not read as the previous table's.
+                let header = lines[line - 1].trimmingCharacters(in: .whitespaces).hasPrefix("[")
+                lines[line - 1] = header ? "[\(Self.skipped)\(line)]" : ""
+            } catch {
+                errors.append(ConfigError(file: path, problem: "not valid TOML: \(error)"))
+                return (nil, errors)
+            }
+        }
+        guard let table else { return (nil, errors) }
+        while errors.count < limit {
+            var parser = ConfigParser(path: path, lines: lines, executableDirectory: executableDirectory)
+            do {
+                return (try parser.config(table), errors)
+            } catch {
+                let key = error.key?.split(separator: ".").map(String.init)
+                if key?.first?.hasPrefix(Self.skipped) != true { errors.append(error) }
+                guard let key, Self.leaveOut(key, from: table) else { return (nil, errors) }
+            }
+        }
+        return (nil, errors)
+    }
+
+    /// The name a broken table header is read as while `check` looks for more problems.
+    private static let skipped = "fluxbus-check-skipped-line-"
+
+    /// Removes the deepest part of `key` that `table` holds (never the whole file); whether anything was removed.
+    private static func leaveOut(_ key: [String], from root: TOMLTable) -> Bool {
+        var tables: [TOMLTable] = [root]
+        var found = 0
+        for component in key.dropLast() {
+            guard let next = tables.last?[component]?.tomlValue.table else { break }
+            tables.append(next)
+            found += 1
+        }
+        if found == key.count - 1, tables.last?.remove(at: key[key.count - 1]) != nil { return true }
+        // The key itself is missing (a required key): leave out the table that misses it.
+        guard found >= 1 else { return false }
+        return tables[found - 1].remove(at: key[found - 1]) != nil
+    }
+
     /// What a start of fluxd with this config would run into beyond the file itself (`--check-config`): every
     /// worker whose command is not an executable file, resolved as a start resolves it (a path, relative to the
     /// file's folder; a bare name next to fluxd, else in `searchPath`, the `PATH` fluxd starts its workers with).

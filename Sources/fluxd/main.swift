@@ -268,18 +268,21 @@ struct Fluxd: ParsableCommand {
 
     func run() throws {
         if let path = checkConfig {
-            let file: SupervisorConfig
+            // Every problem in one pass: the file's (syntax, keys, values) and what a start would run into (every
+            // worker command that is not there), each with its line.
+            let text: String
             do {
-                file = try SupervisorConfig.load(path: path, executableDirectory: executableDirectory())
+                text = try SupervisorConfig.readText(path: path)
             } catch {
                 writeAll(2, "fluxd: error: bad config: \(error)\n")
                 throw ExitCode.failure
             }
-            // What a start would run into: every worker command that is not there.
-            let text = (try? SupervisorConfig.readText(path: path)) ?? ""
-            let errors = file.startProblems(text: text, searchPath: getenv("PATH").map { String(cString: $0) })
+            let (checked, problems) = SupervisorConfig.check(text: text, path: path, executableDirectory: executableDirectory())
+            let errors = (problems + (checked?.startProblems(text: text, searchPath: getenv("PATH").map { String(cString: $0) }) ?? []))
+                .enumerated().sorted { ($0.element.line ?? 0, $0.offset) < ($1.element.line ?? 0, $1.offset) }.map(\.element)
             for error in errors { writeAll(2, "fluxd: error: bad config: \(error)\n") }
-            if !errors.isEmpty { throw ExitCode.failure }
+            if errors.count > 1 { writeAll(2, "fluxd: \(errors.count) problems in \(path)\n") }
+            guard errors.isEmpty, let file = checked else { throw ExitCode.failure }
             let settings = file.fluxdKeys
             writeAll(1, "\(path): ok: \(file.workers.count) worker\(file.workers.count == 1 ? "" : "s")\(file.workers.isEmpty ? "" : " (" + file.workers.map(\.name).joined(separator: ", ") + ")"), \(settings.count) [fluxd] setting\(settings.count == 1 ? "" : "s")\(settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")\n")
             return

@@ -85,6 +85,36 @@ struct ConfigFileTests {
         #expect(missingError.contains("\(missing):2: workers.a.command: \"no-such-command-fluxbus\" is not an executable file (looked for: next to fluxd or in PATH"), "\(missingError)")
         #expect(missingError.contains("\(missing):6: workers.b.command: \"./not-here\" is not an executable file (looked for: \(dir.path)/./not-here)"), "\(missingError)")
 
+        // Every problem in one pass, in line order: two broken lines, unknown keys, a bad value, a missing command.
+        let many = dir.path + "/many.toml"
+        try """
+            [fluxd]
+            drain_timout = 5
+            log_level = 7
+
+            [workers.todo]
+            command = "todo-store"
+            restrat = "always"
+
+            [workers.stats]
+            args = ["x"]
+
+            [workers.view
+            command = "x"
+            stores = = ["v"]
+            """.write(toFile: many, atomically: true, encoding: .utf8)
+        let (manyStatus, _, manyError) = try runFluxd(["--check-config", many])
+        #expect(manyStatus == 1)
+        let problems = manyError.split(separator: "\n").filter { $0.hasPrefix("fluxd: error: bad config: ") }
+        #expect(problems.map { $0.split(separator: ":")[4] } == ["2", "3", "7", "9", "12", "14"], "\(manyError)")
+        #expect(manyError.contains("\(many):2: fluxd.drain_timout: unknown key; did you mean drain_timeout?"), "\(manyError)")
+        #expect(manyError.contains("\(many):3: fluxd.log_level: must be a string"), "\(manyError)")
+        #expect(manyError.contains("\(many):7: workers.todo.restrat: unknown key; did you mean restart?"), "\(manyError)")
+        #expect(manyError.contains("\(many):9: workers.stats: missing key 'command'"), "\(manyError)")
+        #expect(manyError.contains("\(many):12:14: not valid TOML"), "\(manyError)")
+        #expect(!manyError.contains("workers.stats.command"), "the keys after a broken header are not read as the table before it: \(manyError)")
+        #expect(manyError.hasSuffix("fluxd: 6 problems in \(many)\n"), "\(manyError)")
+
         let badValue = dir.path + "/value.toml"
         try "[fluxd]\ndurability = \"sometimes\"\n".write(toFile: badValue, atomically: true, encoding: .utf8)
         let (valueStatus, _, valueError) = try runFluxd(["--check-config", badValue])

@@ -17,7 +17,7 @@ extension Journal {
     public func isOverDiskShare(_ uid: UInt32) -> Bool {
         // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
         // over it, and the dispatch path pays two additions.)
-        guard writer.written &+ writer.staged.count &+ heldElsewhere >= diskPerUser else { return false }
+        guard writer.written &+ writer.stagedBytes &+ heldElsewhere >= diskPerUser else { return false }
         return diskUse(of: uid) >= diskPerUser
     }
 

@@ -203,7 +203,7 @@ public final class Journal: JournalWriting {
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
     /// Bytes of them (held in memory: while a full disk refuses the write, they count against the memory budget).
-    public var stagedBytes: Int { writer.staged.count }
+    public var stagedBytes: Int { writer.stagedBytes }
     /// Whether written records wait for a sync (`batch`).
     public var hasUnsynced: Bool { writer.synced < writer.written }
     /// Counters for `info` and benchmarks.
@@ -375,33 +375,33 @@ public final class Journal: JournalWriting {
         segmentInfos[last].lastSeq = seq
         segmentInfos[last].actions += 1
         segmentInfos[last].lastTime = time
-        stage(uid) {
-            RecordEncoder.action(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
-                                 session: session, uid: uid, payload: payload, targets: targets, into: &$0)
-        }
+        charge(uid, writer.stageAction(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
+                                       session: session, uid: uid, payload: payload, targets: targets))
     }
 
     public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
-        stage(uid) { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+        charge(uid, writer.stageResult(seq: seq, store: store, outcome: outcome, version: version))
     }
 
     public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
-        stage(uid) { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+        charge(uid, writer.stageState(.snapshot, store: store, version: version, seq: seq, bytes: state))
     }
 
     public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
-        stage(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+        charge(uid, writer.stageState(.patch, store: store, version: version, seq: seq, bytes: patch))
     }
 
     public func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32) {
         stage(uid) { RecordEncoder.forget(store: store, seq: seq, versionFloor: versionFloor, into: &$0) }
     }
 
-    @inline(__always)
     private func stage(_ uid: UInt32, _ encode: (inout [UInt8]) -> Void) {
-        let before = writer.staged.count
-        writer.appendEncoded(encode)
-        let bytes = writer.staged.count - before
+        charge(uid, writer.appendEncoded(encode))
+    }
+
+    /// Charges a staged record's bytes to `uid` (the user whose work made it).
+    @inline(__always)
+    private func charge(_ uid: UInt32, _ bytes: Int) {
         if uid == payer { payerBytes += bytes } else { chargeTail(uid, bytes) }
     }
 
@@ -435,7 +435,7 @@ public final class Journal: JournalWriting {
         if case .failed = refusal { return .failed }
         if checkpointsInFlight > 0 { takeFinished() }
         if writer.stagedCount > 0 {
-            let bytes = writer.staged.count
+            let bytes = writer.stagedBytes
             do throws(StorageError) {
                 while true {
                     do {

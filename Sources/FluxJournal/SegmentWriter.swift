@@ -12,10 +12,14 @@ public final class SegmentWriter {
     @exclusivity(unchecked) public private(set) var written: Int
     /// Bytes of those made durable by the last successful sync.
     @exclusivity(unchecked) public private(set) var synced: Int
-    /// Records staged and not written yet, framed.
-    @exclusivity(unchecked) public private(set) var staged: [UInt8] = []
+    /// Records staged and not written yet, framed (`RecordStaging.swift` encodes the hot path's records here).
+    let buffer = StagingBuffer()
+    /// Bytes staged.
+    public var stagedBytes: Int { buffer.count }
+    /// A copy of the staged bytes (tests).
+    public var staged: [UInt8] { Array(buffer.bytes) }
     /// How many records are staged.
-    @exclusivity(unchecked) public private(set) var stagedCount = 0
+    @exclusivity(unchecked) public internal(set) var stagedCount = 0
     /// Set when a sync failed: nothing more is written.
     @exclusivity(unchecked) public private(set) var failure: StorageError?
 
@@ -35,49 +39,39 @@ public final class SegmentWriter {
 
     /// Stages one record.
     public func append<Body: Collection>(_ body: Body) where Body.Element == UInt8 {
-        appendRecord(body, to: &staged)
+        var framed: [UInt8] = []
+        appendRecord(body, to: &framed)
+        framed.withUnsafeBufferPointer { b in
+            buffer.reserve(b.count).update(from: b.baseAddress!, count: b.count)
+        }
+        buffer.count += framed.count
         stagedCount += 1
     }
 
-    /// A record header's placeholder (an array: appended with one copy, where a generic repetition cost ~550
-    /// instructions a record).
-    static let emptyHeader = [UInt8](repeating: 0, count: recordHeaderSize)
-
-    /// Stages one record whose body `encode` appends (straight into the staged bytes: no copy of the body), then
-    /// fills in its header.
-    @inline(__always)
-    public func appendEncoded(_ encode: (inout [UInt8]) -> Void) {
-        let start = staged.count
-        staged.append(contentsOf: Self.emptyHeader)
-        encode(&staged)
-        let length = staged.count - start - recordHeaderSize
-        precondition(length <= maxRecordBytes, "journal record of \(length) bytes")
-        staged.withUnsafeMutableBufferPointer { b in
-            func put(_ v: UInt32, at i: Int) {
-                b[i] = UInt8(v >> 24); b[i + 1] = UInt8((v >> 16) & 0xFF)
-                b[i + 2] = UInt8((v >> 8) & 0xFF); b[i + 3] = UInt8(v & 0xFF)
-            }
-            put(UInt32(length), at: start)
-            put(CRC32C.checksum(UnsafeBufferPointer(rebasing: b[start..<(start + 4)])), at: start + 4)
-            put(CRC32C.checksum(UnsafeBufferPointer(rebasing: b[(start + recordHeaderSize)...])), at: start + 8)
-        }
-        stagedCount += 1
+    /// Stages one record whose body `encode` appends to an array (the records off the hot path: registrations,
+    /// seq reservations, forgets); returns its bytes, framed.
+    public func appendEncoded(_ encode: (inout [UInt8]) -> Void) -> Int {
+        var body: [UInt8] = []
+        encode(&body)
+        let before = buffer.count
+        append(body)
+        return buffer.count - before
     }
 
     /// Writes what is staged, in one write. On failure nothing of it stays in the file and it stays staged.
     public func write() throws(StorageError) {
         if let failure { throw failure }
-        guard !staged.isEmpty else { return }
+        guard buffer.count > 0 else { return }
         do {
-            try Self.write(staged, to: file, at: written)
+            try file.write(buffer.bytes, at: written)
         } catch {
             // No torn record left by a failed write (ENOSPC mid-record): the file ends at the last whole record
             // (the zeros reserved past it go too; the journal reserves again).
             try? file.truncate(to: written)
             throw error
         }
-        written += staged.count
-        staged.removeAll(keepingCapacity: true)
+        written += buffer.count
+        buffer.removeAll()
         stagedCount = 0
     }
 

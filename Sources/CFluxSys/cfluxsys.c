@@ -162,3 +162,9 @@ size_t cfluxsys_heap_in_use(void) {
 int cfluxsys_nice_thread(int nice) {
     return setpriority(PRIO_PROCESS, (id_t)gettid(), nice);
 }
+
+#include <sys/syscall.h>
+
+ssize_t cfluxsys_pwrite(int fd, const void *buffer, size_t count, off_t offset) {
+    return syscall(SYS_pwrite64, fd, buffer, count, offset);
+}

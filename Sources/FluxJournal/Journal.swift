@@ -196,9 +196,9 @@ public final class Journal: JournalWriting {
     /// The history's identity (`welcome.epoch`): made when the directory is first used.
     public let epoch: String
     /// What the segments said when the journal was opened (taken by the daemon to restore the router).
-    public var recovered: JournalState
+    @exclusivity(unchecked) public var recovered: JournalState
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
-    public internal(set) var openingNotes: [String] = []
+    @exclusivity(unchecked) public internal(set) var openingNotes: [String] = []
     @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
@@ -212,7 +212,7 @@ public final class Journal: JournalWriting {
     @exclusivity(unchecked) public private(set) var bytesWritten: UInt64 = 0
     /// Told how long each successful sync took, in nanoseconds (fluxd's metrics: docs/metrics.md). Called on the
     /// loop thread, or on `batch` mode's sync thread: it must be thread-safe.
-    public var syncObserver: (@Sendable (UInt64) -> Void)?
+    @exclusivity(unchecked) public var syncObserver: (@Sendable (UInt64) -> Void)?
 
     /// What each segment holds (for retention and `history`): its first and last action's seq and the last
     /// one's time; nil seqs: no action in it.
@@ -230,16 +230,16 @@ public final class Journal: JournalWriting {
     }
     @exclusivity(unchecked) public internal(set) var segmentInfos: [SegmentInfo] = []
     /// The size of the last checkpoint written (see `Options.checkpointMinBytes`).
-    public internal(set) var lastCheckpointBytes = 0
+    @exclusivity(unchecked) public internal(set) var lastCheckpointBytes = 0
     /// Checkpoints written (and segments deleted by retention) since the journal was opened.
-    public internal(set) var checkpoints = 0
-    public internal(set) var segmentsDeleted = 0
+    @exclusivity(unchecked) public internal(set) var checkpoints = 0
+    @exclusivity(unchecked) public internal(set) var segmentsDeleted = 0
     /// Produces a checkpoint's records, each with the user it is charged to (the router's `checkpointRecords`):
     /// set by the host; without it no checkpoint is written and no segment deleted.
-    public var checkpointSource: (((JournalRecord, UInt32) -> Void) -> Void)?
+    @exclusivity(unchecked) public var checkpointSource: (((JournalRecord, UInt32) -> Void) -> Void)?
     /// Takes a checkpoint's content (the router's `checkpointCapture`), cheaply, to be encoded where the
     /// checkpoint is written; preferred to `checkpointSource` when set.
-    public var checkpointCapture: (() -> any CheckpointContent)?
+    @exclusivity(unchecked) public var checkpointCapture: (() -> any CheckpointContent)?
     /// Checkpoints handed to the sync thread and not yet seen finished (loop thread).
     @exclusivity(unchecked) var checkpointsInFlight = 0
     let finished = FinishedCheckpoints()
@@ -255,7 +255,7 @@ public final class Journal: JournalWriting {
     /// records must not be durable before the closed one's).
     @exclusivity(unchecked) private var rolledInBackground = false
     /// Segments deleted to make room (beyond `retainBytes`, or while the disk was full) since the journal opened.
-    public internal(set) var segmentsReclaimed = 0
+    @exclusivity(unchecked) public internal(set) var segmentsReclaimed = 0
 
     // Disk shares (SPEC §15.2). A user's bytes are its records in the segment being written (since the newest
     // checkpoint) plus its records in the checkpoints kept. History behind a checkpoint is charged to nobody: it
@@ -370,13 +370,17 @@ public final class Journal: JournalWriting {
                        session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
         let time = wallClock()
         if segmentInfos.isEmpty { segmentInfos.append(SegmentInfo(number: segmentNumber)) }
-        let last = segmentInfos.count - 1
-        if segmentInfos[last].firstSeq == nil { segmentInfos[last].firstSeq = seq }
-        segmentInfos[last].lastSeq = seq
-        segmentInfos[last].actions += 1
-        segmentInfos[last].lastTime = time
+        Self.count(seq: seq, time: time, in: &segmentInfos[segmentInfos.count - 1])  // (one access to the array)
         charge(uid, writer.stageAction(seq: seq, time: time, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
                                        session: session, uid: uid, payload: payload, targets: targets))
+    }
+
+    @inline(__always)
+    private static func count(seq: UInt64, time: UInt64, in info: inout SegmentInfo) {
+        if info.firstSeq == nil { info.firstSeq = seq }
+        info.lastSeq = seq
+        info.actions += 1
+        info.lastTime = time
     }
 
     public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {

@@ -53,7 +53,7 @@ public protocol AppendFile: AnyObject {
 /// An `AppendFile` on a POSIX file descriptor.
 public final class PosixFile: AppendFile {
     public let path: String
-    private var fd: Int32
+    @exclusivity(unchecked) private var fd: Int32
 
     /// Opens `path` for appending, creating it (mode 0600) when `create`.
     public init(path: String, create: Bool = true) throws(StorageError) {
@@ -67,7 +67,7 @@ public final class PosixFile: AppendFile {
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int) throws(StorageError) {
         var done = 0
         while done < bytes.count {
-            let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done))
+            let n = cfluxsys_pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw StorageError(operation: "write", errno: errno, path: path)

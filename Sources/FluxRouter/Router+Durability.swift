@@ -22,6 +22,18 @@ extension Router {
         }
     }
 
+    /// The names of `targets` for the journal's action record: made once for a run of dispatches to the same
+    /// stores (consecutive actions mostly have the same route), not once per dispatch.
+    @inline(__always)
+    func journalNames(_ targets: [StoreEntry]) -> [String] {
+        let cached = journalNamesOf
+        if cached.count != targets.count || !zip(cached, targets).allSatisfy({ $0 === $1 }) {
+            journalNamesOf = targets
+            journalNamesCache = targets.map(\.name)
+        }
+        return journalNamesCache
+    }
+
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
         guard journaling, let journal else { return }
         // (A result fluxd gave, `unavailable`, is the dispatcher's work; a store's answer is its owner's.)

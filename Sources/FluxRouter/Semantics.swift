@@ -323,7 +323,7 @@ extension Router {
             }
             journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
                            id: action.id, session: session, uid: peer.account.uid, payload: payload,
-                           targets: targets.map(\.name))
+                           targets: journalNames(targets))
         }
         if request.ack, let idRaw {
             // Accepted (SPEC §8.3): its seq, before anything the action leads to.

@@ -38,3 +38,8 @@ size_t cfluxsys_heap_in_use(void);
 
 /// Sets the calling thread's nice value (Linux: `setpriority` on its thread id). 0 or -1 (errno set).
 int cfluxsys_nice_thread(int nice);
+
+/// pwrite(2) as the bare system call: glibc's wrapper is a cancellation point, and once the process has a second
+/// thread (the journal's sync thread) every call through it pays the cancellation bookkeeping; fluxd's threads
+/// are never cancelled. Returns the bytes written, or -1 with errno set.
+ssize_t cfluxsys_pwrite(int fd, const void *buffer, size_t count, off_t offset);

@@ -13,12 +13,16 @@ The file is proven consistent against an independent reference implementation of
   reference of §16.4's rule says whether it touches "path" as "touches" says.
 It also checks the file's shape: the keys each case has, known error categories, unique comments per section,
 no duplicate object keys anywhere and no NaN/Infinity (parsers disagree on both).
+Numbers are read as exact decimals (int, or decimal.Decimal for a fraction or exponent) and compare by exact decimal
+value (SPEC.md §16.1: 1 = 1.0 = 1e0, -0 = 0, 2^53+1 != 2^53, 0.10000000000000001 != 0.1); a float given by a caller
+counts as the decimal its repr names.
 
 Usage: python3 protocol/tools/check_patch_vectors.py [-v] [FILE]
 Prints one line per failure (and per case with -v), then "N passed, M failed"; exits 1 on failure.
 Standard library only.
 """
 import copy
+import decimal
 import json
 import os
 import re
@@ -43,16 +47,22 @@ class PatchError(Exception):
 # ---- JSON values -------------------------------------------------------------------------------------------
 
 def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool)
+
+
+def exact(v):
+    """A number's exact decimal value (a float: the decimal its repr names, 0.1 for the double nearest 0.1)."""
+    return decimal.Decimal(repr(v)) if isinstance(v, float) else decimal.Decimal(v)
 
 
 def json_equal(a, b):
-    """JSON equality: numbers by value (1 == 1.0), objects regardless of member order, arrays in order, strings
-    code point by code point (no normalization), and no cross-type equality (true is not 1, null is not false)."""
+    """JSON equality: numbers by exact decimal value (1 == 1.0, 2^53+1 != 2^53), objects regardless of member
+    order, arrays in order, strings code point by code point (no normalization), and no cross-type equality (true
+    is not 1, null is not false)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if is_number(a) or is_number(b):
-        return is_number(a) and is_number(b) and a == b
+        return is_number(a) and is_number(b) and exact(a) == exact(b)  # Decimal comparison is exact
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, str) or isinstance(b, str):
@@ -274,7 +284,18 @@ def _no_constants(name):
 
 def load(path):
     with open(path, encoding="utf-8") as f:
-        return json.load(f, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.load(f, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=decimal.Decimal)
+
+
+def dumps(value):
+    """JSON text of a value as load() gives it (Decimals written exactly), with json.dumps's default separators."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)  # 1E+400, 0.10000000000000001, -0: JSON numbers
+    if isinstance(value, dict):
+        return "{" + ", ".join(json.dumps(k, ensure_ascii=False) + ": " + dumps(v) for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _shape(case, required, either):
@@ -314,7 +335,7 @@ def check_apply(case):
         if error is not None:
             return ["expected a result, the reference failed: %s (%s)" % (error.category, error)]
         if not json_equal(result, case["expected"]):
-            return ["result %s != expected" % json.dumps(result, ensure_ascii=False)]
+            return ["result %s != expected" % dumps(result)]
         step = copy.deepcopy(case["doc"])
         for op in case["patch"]:
             step = apply_op(step, op)
@@ -322,7 +343,7 @@ def check_apply(case):
                 return ["deeper than %d in between (README: only the result counts, no case tests this)" % MAX_DEPTH]
         return []
     if error is None:
-        return ["expected error %s, the reference produced %s" % (case["error"], json.dumps(result, ensure_ascii=False))]
+        return ["expected error %s, the reference produced %s" % (case["error"], dumps(result))]
     if error.category != case["error"]:
         return ["expected error %s, the reference failed with %s (%s)" % (case["error"], error.category, error)]
     return []
@@ -341,9 +362,9 @@ def check_pointer(case):
     if "value" in case:
         if error is not None:
             return ["expected a value, the reference failed: %s (%s)" % (error.category, error)]
-        return [] if json_equal(value, case["value"]) else ["value %s != expected" % json.dumps(value)]
+        return [] if json_equal(value, case["value"]) else ["value %s != expected" % dumps(value)]
     if error is None:
-        return ["expected error %s, the reference found %s" % (case["error"], json.dumps(value))]
+        return ["expected error %s, the reference found %s" % (case["error"], dumps(value))]
     if error.category != case["error"]:
         return ["expected error %s, the reference failed with %s" % (case["error"], error.category)]
     return []
@@ -359,7 +380,7 @@ def check_diff(case):
         return ["from or to is deeper than %d" % MAX_DEPTH]
     patch = diff(a, b)
     if (patch == []) != json_equal(a, b):
-        return ["the reference diff is %s" % json.dumps(patch)]
+        return ["the reference diff is %s" % dumps(patch)]
     try:
         result = apply_patch(a, patch)
     except PatchError as e:

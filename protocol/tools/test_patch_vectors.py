@@ -1,5 +1,6 @@
 """protocol/vectors/patch.json is consistent (every case holds against the reference in check_patch_vectors.py),
 covers what SPEC.md §16.1 asks, and the checker catches a wrong case."""
+import copy
 import json
 import os
 import sys
@@ -42,15 +43,18 @@ def test_coverage():
 def test_reference_equality():
     eq = cpv.json_equal
     assert eq(1, 1.0) and eq({"a": 1, "b": [2]}, {"b": [2.0], "a": 1}) and eq(-0.0, 0)
+    d = cpv.decimal.Decimal
+    assert eq(d("1e0"), 1) and eq(d("10e-1"), 1.0) and eq(d("1e400"), d("10e399")) and eq(10 ** 23, 1e23)
+    assert not eq(2 ** 53 + 1, 2 ** 53) and not eq(d("0.10000000000000001"), 0.1) and not eq(99999999999999991611392, 1e23)
     assert not eq(True, 1) and not eq(0, False) and not eq(None, False) and not eq([1, 2], [2, 1])
     assert not eq("\u00e9", "e\u0301") and not eq({}, []) and not eq({"a": None}, {})
 
 
 def write(tmp_path, mutate):
-    data = json.loads(json.dumps(DATA))
+    data = copy.deepcopy(DATA)
     mutate(data)
     path = tmp_path / "patch.json"
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    path.write_text(cpv.dumps(data), encoding="utf-8")
     return cpv.check(str(path))
 
 
@@ -90,7 +94,7 @@ def test_the_checker_catches(tmp_path, what, mutate):
 
 @pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": 1, "a": 2}'])
 def test_the_checker_rejects_json_parsers_disagree_on(tmp_path, text):
-    body = json.dumps(DATA, ensure_ascii=False)
+    body = cpv.dumps(DATA)
     path = tmp_path / "patch.json"
     path.write_text(body.replace('"doc": {"foo": "bar"}', '"doc": ' + text, 1), encoding="utf-8")
     assert text not in body and '"doc": ' + text in path.read_text(encoding="utf-8")

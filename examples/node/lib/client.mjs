@@ -11,6 +11,7 @@ import {
 } from './errors.mjs';
 import { FrameDecoder, encodeFrame } from './framing.mjs';
 import { canonicalJSON } from './canonical.mjs';
+import { parseJSON } from './json-number.mjs';
 import { isValidStoreName, isValidActionType, patternMatches } from './names.mjs';
 import { resolveSocketPath, expectedServerUid, checkServerUid } from './socket-path.mjs';
 import { openSocket } from './connect.mjs';
@@ -805,7 +806,7 @@ export class Client extends EventEmitter {
   #route(conn, body) {
     if (conn.ended) return;
     let msg;
-    try { msg = JSON.parse(body.toString('utf8')); } catch { return; }
+    try { msg = parseJSON(body.toString('utf8')); } catch { return; } // numbers exact (SPEC §16.1)
     if (!msg || typeof msg !== 'object' || Array.isArray(msg)) return;
     const id = typeof msg.id === 'string' ? msg.id : undefined;
     switch (msg.op) {

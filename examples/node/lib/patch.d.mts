@@ -29,7 +29,7 @@ export declare function isValidPointer(pointer: unknown): pointer is string;
 /** The value at `pointer`; PatchError when there is none. */
 export declare function getPointer(doc: unknown, pointer: string): unknown;
 export declare function hasPointer(doc: unknown, pointer: string): boolean;
-/** JSON equality: numbers by value, objects regardless of member order. */
+/** JSON equality: numbers by exact decimal value (SPEC §16.1; a JSONNumber by its text, a double by its shortest text), objects regardless of member order. */
 export declare function jsonEqual(a: unknown, b: unknown): boolean;
 /** The patched value (all or nothing: PatchError); `doc` is not modified and shares what the patch did not touch. */
 export declare function applyPatch<T = unknown>(doc: T, patch: ReadonlyArray<PatchOperation | Record<string, unknown>>): T;

@@ -2,6 +2,8 @@
 // the result shares every subtree the patch did not touch), `getPointer`, pointer parsing and formatting, JSON
 // equality, and `diff(from, to)`, which skips subtrees that are the same object (===) and compares arrays by their
 // common prefix and suffix, so that a change to one item of a large, structurally shared state costs little.
+// Numbers compare by exact decimal value (a JSONNumber, from lib/json-number.mjs, is a number, never a container).
+import { JSONNumber, numbersEqual } from './json-number.mjs';
 
 /**
  * A patch or pointer that does not apply (SPEC §16.1). `code` is the category of protocol/vectors/patch.json:
@@ -22,7 +24,10 @@ export class PatchError extends Error {
 const MAX_DEPTH = 64; // SPEC §3.2
 const ARRAY_INDEX = /^(0|[1-9][0-9]*)$/;
 const hasOwn = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof JSONNumber);
+/** An object or array (a JSONNumber is a number). */
+const isContainer = (v) => v !== null && typeof v === 'object' && !(v instanceof JSONNumber);
+const isNumber = (v) => typeof v === 'number' || v instanceof JSONNumber;
 /** Sets a member as an own data property (`__proto__` included, as JSON.parse makes it). */
 function setMember(obj, key, value) {
   if (key === '__proto__') Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
@@ -61,9 +66,14 @@ export function isValidPointer(pointer) {
   try { parsePointer(/** @type {string} */ (pointer)); return true; } catch { return false; }
 }
 
-/** JSON equality: numbers by value, objects regardless of member order, arrays in order. @param {any} a @param {any} b @returns {boolean} */
+/**
+ * JSON equality: numbers by exact decimal value (SPEC §16.1: 1 = 1.0 = 1e0, -0 = 0, but 2^53+1 is not 2^53 and
+ * a JSONNumber 0.10000000000000001 is not 0.1; a double counts as the decimal its shortest text names), objects
+ * regardless of member order, arrays in order. @param {any} a @param {any} b @returns {boolean}
+ */
 export function jsonEqual(a, b) {
   if (a === b) return true;
+  if (isNumber(a) || isNumber(b)) return isNumber(a) && isNumber(b) && numbersEqual(a, b);
   if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false;
   const arr = Array.isArray(a);
   if (arr !== Array.isArray(b)) return false;
@@ -111,7 +121,7 @@ export function hasPointer(doc, pointer) {
 }
 
 function depthOf(v, limit) {
-  if (v === null || typeof v !== 'object') return 0;
+  if (!isContainer(v)) return 0;
   if (limit <= 0) return Infinity;
   let d = 0;
   for (const k in v) if (hasOwn(v, k)) { const c = depthOf(v[k], limit - 1); if (c > d) d = c; if (d >= limit) break; }
@@ -130,7 +140,7 @@ export function applyPatch(doc, patch) {
   const owned = new Set(); // containers copied by this call: written in place from then on
   let root = doc;
   const own = (v) => {
-    if (v === null || typeof v !== 'object' || owned.has(v)) return v;
+    if (!isContainer(v) || owned.has(v)) return v;
     const c = Array.isArray(v) ? v.slice() : { ...v };
     owned.add(c);
     return c;
@@ -142,7 +152,7 @@ export function applyPatch(doc, patch) {
    * call made.
    */
   const share = (v) => {
-    if (v === null || typeof v !== 'object' || !owned.has(v)) return v;
+    if (!isContainer(v) || !owned.has(v)) return v;
     owned.delete(v);
     if (Array.isArray(v)) for (const c of v) share(c);
     else for (const k in v) if (hasOwn(v, k)) share(v[k]);
@@ -159,7 +169,7 @@ export function applyPatch(doc, patch) {
       else if (isObject(node) && hasOwn(node, t) && node[t] !== undefined) key = t;
       else throw new PatchError('not-found', `${what}: no value at ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))}`);
       const child = node[key];
-      if (child === null || typeof child !== 'object') throw new PatchError('not-found', `${what}: ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))} is not a container`);
+      if (!isContainer(child)) throw new PatchError('not-found', `${what}: ${JSON.stringify(formatPointer(tokens.slice(0, i + 1)))} is not a container`);
       const copy = own(child);
       if (copy !== child) setMember(node, key, copy);
       node = copy;
@@ -200,7 +210,7 @@ export function applyPatch(doc, patch) {
   };
   /** A value written at `tokens` must keep the document within §3.2's depth (the top-level value has depth 1). */
   const fits = (tokens, value, what) => {
-    if (value !== null && typeof value === 'object' && tokens.length + depthOf(value, MAX_DEPTH + 1 - tokens.length) > MAX_DEPTH) {
+    if (isContainer(value) && tokens.length + depthOf(value, MAX_DEPTH + 1 - tokens.length) > MAX_DEPTH) {
       throw new PatchError('too-deep', `${what}: the result would be nested deeper than ${MAX_DEPTH} levels (SPEC §3.2)`);
     }
     return value;
@@ -257,7 +267,7 @@ export function diff(from, to) {
 
 function diffInto(a, b, path, ops) {
   if (a === b) return;
-  if (a !== null && b !== null && typeof a === 'object' && typeof b === 'object') {
+  if (isContainer(a) && isContainer(b)) {
     const arr = Array.isArray(a);
     if (arr === Array.isArray(b)) {
       if (arr) diffArrays(a, b, path, ops); else diffObjects(a, b, path, ops);

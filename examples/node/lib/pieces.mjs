@@ -6,6 +6,7 @@
 import { StateTooLargeError } from './errors.mjs';
 import { canonicalJSON, canonicalKeys } from './canonical.mjs';
 import { escapeToken, applyPatch } from './patch.mjs';
+import { parseJSON } from './json-number.mjs';
 
 /** The first wait after a refused registration and the longest, in ms (SPEC §16.6). */
 export const REFUSAL_FIRST_DELAY = 100;
@@ -40,8 +41,8 @@ export class Pieces {
   constructor(root, patches) { this.root = root; this.patches = patches; }
   /** The state the root and the first `count` patches make (what fluxd retains after them). @param {number} count */
   stateAfter(count) {
-    let state = JSON.parse(this.root);
-    for (const patch of this.patches.slice(0, count)) state = applyPatch(state, JSON.parse(patch));
+    let state = parseJSON(this.root);
+    for (const patch of this.patches.slice(0, count)) state = applyPatch(state, parseJSON(patch));
     return state;
   }
 }

@@ -9,14 +9,19 @@
   Arrays are compared by their common prefix and suffix; what lies between is replaced element by element, then
   removed or added.
 - :func:`parse_pointer`, :func:`format_pointer`, :func:`escape`, :func:`unescape`, :func:`resolve`.
-- :func:`json_equal`: JSON equality (numbers by value, ``true`` is not ``1``, objects regardless of order).
+- :func:`json_equal`: JSON equality (numbers by exact decimal value, ``true`` is not ``1``, objects regardless of
+  order): ``1`` = ``1.0`` = ``1e0``, ``-0`` = ``0``, but ``2**53 + 1`` is not ``2**53`` and ``0.10000000000000001``
+  (a :class:`~fluxbus.number.JSONNumber` when read by this library) is not ``0.1`` (``fluxbus.number``).
 
 ``protocol/vectors/patch.json`` holds the cases every FluxBus implementation passes (``tests/test_patch_vectors.py``).
 """
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence
+
+from .number import numbers_equal
 
 __all__ = ["PatchError", "PointerError", "apply", "diff", "escape", "unescape", "parse_pointer", "format_pointer",
            "resolve", "json_equal", "MAX_DEPTH"]
@@ -107,15 +112,17 @@ def resolve(doc: Any, pointer: str) -> Any:
 # -- equality and depth -----------------------------------------------------------------------------------------
 
 def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (``1 == 1.0``), booleans are not numbers, objects regardless of member
+    """JSON equality: numbers by exact decimal value (SPEC §16.1: ``1 == 1.0 == 1e0``, ``-0 == 0``,
+    ``2**53 + 1 != 2**53``; a float counts as the decimal its ``repr`` names, a
+    :class:`~fluxbus.number.JSONNumber` as its text), booleans are not numbers, objects regardless of member
     order, arrays element by element."""
     if a is b:
         return True
     ta, tb = type(a), type(b)
     if ta is bool or tb is bool or a is None or b is None:
         return ta is tb and a == b
-    if isinstance(a, (int, float)):
-        return isinstance(b, (int, float)) and a == b
+    if isinstance(a, (int, float, Decimal)):
+        return isinstance(b, (int, float, Decimal)) and numbers_equal(a, b)
     if isinstance(a, str):
         return isinstance(b, str) and a == b
     if isinstance(a, dict):

@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .errors import WRONG_SERVER_UID, Disconnected  # noqa: F401 (re-exported for older imports)
 from .errors import ActionRejectedError, FluxError, error_from_code, server_uid_error
+from .number import dumps as _json_text
+from .number import loads as _exact_loads
 from .protocol import PROTOCOL_VERSION, ErrorCode, Op, ResultStatus
 #: The largest frame body fluxd accepts by default; the real value is ``Welcome.limits["maxFrame"]``.
 DEFAULT_MAX_FRAME = 1_048_576
@@ -94,17 +96,16 @@ def pattern_matches(pattern: str, action_type: str) -> bool:
 
 def dumps(value: Any) -> bytes:
     """Canonical JSON bytes (sorted keys, no whitespace, UTF-8): what the clients send for payloads, states and
-    queries, so equal values are byte-equal (queries are deduplicated and states compared byte for byte)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    queries, so equal values are byte-equal (queries are deduplicated and states compared byte for byte). A
+    :class:`~fluxbus.number.JSONNumber` is written as its text (SPEC §16.1: numbers keep their exact value)."""
+    return _json_text(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def loads(body: bytes) -> Any:
-    """Decodes a frame body (rejects NaN/Infinity, which are not JSON)."""
-    return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    """Decodes a frame body (rejects NaN/Infinity, which are not JSON). Numbers keep their exact value (SPEC
+    §16.1): ints as ``int``, others as ``float`` when the float's ``repr`` has the text's value, else as a
+    :class:`~fluxbus.number.JSONNumber` (``0.10000000000000001``, ``1e400``) that keeps the text."""
+    return _exact_loads(body)
 
 
 def encode_frame(body: bytes) -> bytes:
@@ -115,7 +116,7 @@ def encode_frame(body: bytes) -> bytes:
 def encode_message(fields: Dict[str, Any]) -> bytes:
     """A frame holding ``fields`` as one JSON object (``op`` first)."""
     ordered = {"op": fields["op"], **{k: v for k, v in fields.items() if k != "op"}}
-    return encode_frame(json.dumps(ordered, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    return encode_frame(_json_text(ordered, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------------------------

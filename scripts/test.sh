@@ -94,7 +94,7 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
     echo "==> installing pytest (pip)"
     python3 -m pip install -q pytest
 fi
-if ! command -v node >/dev/null 2>&1; then echo "node is not installed (the Node.js suite needs Node 18+)" >&2; exit 1; fi
+if ! command -v node >/dev/null 2>&1; then echo "node is not installed (the Node.js suite needs Node 20.19+ or 22.12+)" >&2; exit 1; fi
 export FLUXD="${FLUXD:-$(swift_locked build --show-bin-path)/fluxd}"
 polyglot_failed=()
 run_suite() {  # run_suite LABEL COMMAND...: runs one suite and prints a PASS/FAIL line for it
@@ -113,7 +113,8 @@ run_suite "schema proxy (every frame of fluxd, fluxctl, Swift/Python/Node client
     python3 -m pytest -q -p no:cacheprovider protocol/tools/test_schema_proxy.py
 run_suite "node --test examples/node (client, Store, vectors, conformance scenarios)" \
     node --test examples/node/test/*.test.mjs
-run_suite "tsc --noEmit (Node .d.mts declarations against examples/node/types-check)" tsc -p examples/node/types-check
+run_suite "patch differential (3,000 seeded random patches: Python, Node, Swift and fluxd agree, SPEC §16.1)" python3 scripts/patch-differential.py --swift "$(swift_locked build --show-bin-path)/flux-patch-check"
+run_suite "tsc --noEmit (Node declarations: ES module use in examples/node/types-check, CommonJS use in types-check-cjs)" bash -c 'tsc -p examples/node/types-check && tsc -p examples/node/types-check-cjs'
 run_suite "check_frozen.py (schemas compatible with protocol/frozen/v1)" \
     python3 protocol/tools/check_frozen.py
 if [ ${#polyglot_failed[@]} -ne 0 ]; then

@@ -9,7 +9,7 @@ export {
   NoFluxdError, DisconnectedError, WrongServerUidError, WriteQueueFullError,
   BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
-  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError, SlowConsumerError,
+  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError, StoreIsUpError, SlowConsumerError,
   LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, NotSentError, OutcomeUnknownError,
   StateTooLargeError,
 } from './lib/errors.mjs';
@@ -18,6 +18,9 @@ export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid
 export type { Environment } from './lib/socket-path.mjs';
 export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';
 export { canonicalJSON } from './lib/canonical.mjs';
+export { JSONNumber, isJSONNumber, numbersEqual, parseJSON } from './lib/json-number.mjs';
+export { LOG_LEVELS, formatLogLine, createLogger, logSettings, describeError } from './lib/log.mjs';
+export type { Logger, LogLevel, LogMetadata, LoggerOptions, LogSettings, LineOptions, LogFormat } from './lib/log.mjs';
 export { encodeFrame, FrameDecoder } from './lib/framing.mjs';
 export type { FrameBytes, FrameEvent } from './lib/framing.mjs';
 export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';

@@ -10,13 +10,15 @@ export {
   NoFluxdError, DisconnectedError, WrongServerUidError, WriteQueueFullError,
   BadFrameError, TooLargeError, BadJsonError, BadMessageError, UnknownOpError, HandshakeRequiredError,
   UnsupportedVersionError, HandshakeTimeoutError, ForbiddenError, NameTakenError, CycleError, UnknownStoreError,
-  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError, SlowConsumerError,
+  NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError, StoreIsUpError, SlowConsumerError,
   LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError, DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, NotSentError, OutcomeUnknownError,
   StateTooLargeError,
 } from './lib/errors.mjs';
 export { defaultSocketPath, resolveSocketPath, expectedServerUid, checkServerUid } from './lib/socket-path.mjs';
 export { isValidStoreName, isValidActionType, isValidPattern, patternMatches } from './lib/names.mjs';
 export { canonicalJSON } from './lib/canonical.mjs';
+export { JSONNumber, isJSONNumber, numbersEqual, parseJSON } from './lib/json-number.mjs';
+export { LOG_LEVELS, formatLogLine, createLogger, logSettings, describeError } from './lib/log.mjs';
 export { encodeFrame, FrameDecoder } from './lib/framing.mjs';
 export { EnvelopeError, checkEnvelope } from './lib/envelope.mjs';
 export { Client, Settlement, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT } from './lib/client.mjs';

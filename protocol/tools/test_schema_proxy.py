@@ -288,6 +288,8 @@ def test_every_frame_validates_against_its_schema(bus):
     host_op("stop", "sleeper")
     host_op("restart", "sleeper")
     assert json.loads(run([ctl, "reload", "--json", *S])) == {"added": [], "removed": [], "changed": [], "settings": []}
+    # A benchmark's throwaway store, forgotten at its end (forget / forgotten, SPEC §10).
+    assert json.loads(run([ctl, "bench", "--actions", "20", "--warmup", "2", "--json", *S]))["store"].startswith("bench.")
 
     # Swift views.
     assert "from fluxctl" in run([os.path.join(BIN, "todo-view"), "--once", *S])
@@ -368,6 +370,7 @@ def test_every_frame_validates_against_its_schema(bus):
     # a path subscriber as subtree.
     patcher = RawPeer(proxy_path, "raw-patcher", "store")
     patcher.send({"op": "register", "store": "raw-patched", "handles": [], "state": {"items": [], "n": 0}})
+    first = patcher.until("registered")["version"]  # (1, or above the versions of a store forgotten before, §10)
     patcher.until("queries")
     delta_watcher = RawPeer(proxy_path, "raw-delta-watcher", "client")
     delta_watcher.send({"op": "subscribe", "store": "raw-patched", "deltas": True})
@@ -375,12 +378,12 @@ def test_every_frame_validates_against_its_schema(bus):
     path_watcher = RawPeer(proxy_path, "raw-path-watcher", "client")
     path_watcher.send({"op": "subscribe", "store": "raw-patched", "path": "/n"})
     assert path_watcher.until("subtree")["value"] == 0
-    patcher.send({"op": "patch", "store": "raw-patched", "patch": [{"op": "replace", "path": "/n", "value": 1}], "base": 1})
-    assert delta_watcher.until("delta")["version"] == 2
+    patcher.send({"op": "patch", "store": "raw-patched", "patch": [{"op": "replace", "path": "/n", "value": 1}], "base": first})
+    assert delta_watcher.until("delta")["version"] == first + 1
     assert path_watcher.until("subtree")["value"] == 1
     # A whole state outside an action (the libraries send patches since 0.4.0; the op stays in protocol 1).
     patcher.send({"op": "state", "store": "raw-patched", "state": {"items": ["x"], "n": 2}})
-    assert delta_watcher.until("snapshot")["version"] == 3
+    assert delta_watcher.until("snapshot")["version"] == first + 2
     for p in (patcher, delta_watcher, path_watcher):
         p.send({"op": "bye"})
         p.close()
@@ -452,7 +455,7 @@ def test_every_frame_validates_against_its_schema(bus):
     assert "bye" in sent("node-client", "c2d") and {"store-down", "store-up", "bye"} <= sent("py-client", "d2c")
     assert {"hello", "dispatch", "subscribe", "unsubscribe", "info", "get", "ping", "bye"} <= sent("py-async", "c2d")
     assert {"hello", "dispatch", "subscribe", "query", "get", "info", "ping", "workers", "stop-worker",
-            "restart-worker", "reload"} <= sent("fluxctl", "c2d")
+            "restart-worker", "reload", "forget"} <= sent("fluxctl", "c2d")
     assert "event" in sent("fluxctl", "d2c") and "bye" in sent("fluxctl", "d2c")
     assert {"audit-py", "activity-node", "py-watch", "node-dispatch"} <= set(peers), sorted(peers)
     assert "pong" in sent("raw-heartbeat", "c2d") and "ping" in sent("raw-heartbeat", "d2c")

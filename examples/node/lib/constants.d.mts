@@ -3,12 +3,12 @@
 export declare const PROTOCOL_VERSION: 1;
 
 /** Ops any peer sends to fluxd. */
-export type C2DOp = 'bye' | 'dispatch' | 'get' | 'hello' | 'history' | 'info' | 'ping' | 'pong' | 'query' | 'recover'
+export type C2DOp = 'bye' | 'dispatch' | 'forget' | 'get' | 'hello' | 'history' | 'info' | 'ping' | 'pong' | 'query' | 'recover'
   | 'reload' | 'restart-worker' | 'state-at' | 'stop-worker' | 'subscribe' | 'unquery' | 'unsubscribe' | 'workers';
 /** Ops a store-role peer sends to fluxd. */
 export type S2DOp = 'done' | 'patch' | 'register' | 'reject' | 'state' | 'unregister';
 /** Ops fluxd sends. */
-export type D2COp = 'action' | 'bye' | 'delta' | 'error' | 'event' | 'got' | 'history' | 'info' | 'missed' | 'ping'
+export type D2COp = 'accepted' | 'action' | 'bye' | 'delta' | 'error' | 'event' | 'forgotten' | 'got' | 'history' | 'info' | 'missed' | 'ping'
   | 'pong' | 'queries' | 'queries-changed' | 'query-ok' | 'recovered' | 'registered' | 'reloaded' | 'settled' | 'snapshot'
   | 'state-at' | 'store-down' | 'store-up' | 'subscribed' | 'subtree' | 'unquery-ok' | 'unsubscribed' | 'welcome'
   | 'worker' | 'workers';
@@ -23,7 +23,7 @@ export declare const OpsByDirection: {
 export declare const Ops: {
   readonly ACTION: 'action'; readonly BYE: 'bye'; readonly DELTA: 'delta'; readonly DISPATCH: 'dispatch'; readonly DONE: 'done';
   readonly PATCH: 'patch'; readonly SUBTREE: 'subtree';
-  readonly ERROR: 'error'; readonly EVENT: 'event'; readonly GET: 'get'; readonly GOT: 'got'; readonly HELLO: 'hello';
+  readonly ERROR: 'error'; readonly EVENT: 'event'; readonly FORGET: 'forget'; readonly FORGOTTEN: 'forgotten'; readonly GET: 'get'; readonly GOT: 'got'; readonly HELLO: 'hello';
   readonly INFO: 'info'; readonly MISSED: 'missed'; readonly PING: 'ping'; readonly PONG: 'pong';
   readonly QUERIES: 'queries'; readonly QUERIES_CHANGED: 'queries-changed'; readonly QUERY: 'query';
   readonly QUERY_OK: 'query-ok'; readonly REGISTER: 'register'; readonly REGISTERED: 'registered';
@@ -51,7 +51,7 @@ export declare const ResultStatus: { readonly DONE: 'done'; readonly REJECTED: '
 /** The error codes of SPEC §11. */
 export type ErrorCode = 'bad-frame' | 'too-large' | 'bad-json' | 'bad-message' | 'unknown-op' | 'handshake-required'
   | 'unsupported-version' | 'timeout' | 'forbidden' | 'name-taken' | 'cycle' | 'unknown-store' | 'no-handler'
-  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'reload-refused' | 'outcome-quota' | 'disk-quota' | 'slow-consumer' | 'limit-exceeded'
+  | 'overloaded' | 'store-unavailable' | 'shutting-down' | 'unknown-worker' | 'store-is-up' | 'reload-refused' | 'outcome-quota' | 'disk-quota' | 'slow-consumer' | 'limit-exceeded'
   | 'too-many-connections' | 'memory-budget' | 'unresponsive' | 'disk-full' | 'journal-failed' | 'not-retained'
   | 'patch-failed';
 export declare const ErrorCodes: {
@@ -60,7 +60,7 @@ export declare const ErrorCodes: {
   readonly UNSUPPORTED_VERSION: 'unsupported-version'; readonly TIMEOUT: 'timeout'; readonly FORBIDDEN: 'forbidden';
   readonly NAME_TAKEN: 'name-taken'; readonly CYCLE: 'cycle'; readonly UNKNOWN_STORE: 'unknown-store';
   readonly NO_HANDLER: 'no-handler'; readonly OVERLOADED: 'overloaded'; readonly STORE_UNAVAILABLE: 'store-unavailable';
-  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly RELOAD_REFUSED: 'reload-refused'; readonly OUTCOME_QUOTA: 'outcome-quota'; readonly DISK_QUOTA: 'disk-quota'; readonly SLOW_CONSUMER: 'slow-consumer';
+  readonly SHUTTING_DOWN: 'shutting-down'; readonly UNKNOWN_WORKER: 'unknown-worker'; readonly STORE_IS_UP: 'store-is-up'; readonly RELOAD_REFUSED: 'reload-refused'; readonly OUTCOME_QUOTA: 'outcome-quota'; readonly DISK_QUOTA: 'disk-quota'; readonly SLOW_CONSUMER: 'slow-consumer';
   readonly LIMIT_EXCEEDED: 'limit-exceeded'; readonly TOO_MANY_CONNECTIONS: 'too-many-connections';
   readonly MEMORY_BUDGET: 'memory-budget'; readonly UNRESPONSIVE: 'unresponsive';
   readonly DISK_FULL: 'disk-full'; readonly JOURNAL_FAILED: 'journal-failed'; readonly NOT_RETAINED: 'not-retained';

@@ -6,10 +6,10 @@ export const PROTOCOL_VERSION = 1;
 
 /** Ops a peer sends to fluxd (`c2d`: any role; `s2d`: a store-role peer) and ops fluxd sends (`d2c`). */
 export const OpsByDirection = Object.freeze({
-  c2d: Object.freeze(['bye', 'dispatch', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
+  c2d: Object.freeze(['bye', 'dispatch', 'forget', 'get', 'hello', 'history', 'info', 'ping', 'pong', 'query', 'recover',
     'reload', 'restart-worker', 'state-at', 'stop-worker', 'subscribe', 'unquery', 'unsubscribe', 'workers']),
   s2d: Object.freeze(['done', 'patch', 'register', 'reject', 'state', 'unregister']),
-  d2c: Object.freeze(['accepted', 'action', 'bye', 'delta', 'error', 'event', 'got', 'history', 'info', 'missed', 'ping', 'pong',
+  d2c: Object.freeze(['accepted', 'action', 'bye', 'delta', 'error', 'event', 'forgotten', 'got', 'history', 'info', 'missed', 'ping', 'pong',
     'queries', 'queries-changed', 'query-ok', 'recovered', 'registered', 'reloaded', 'settled', 'snapshot', 'state-at',
     'store-down', 'store-up', 'subscribed', 'subtree', 'unquery-ok', 'unsubscribed', 'welcome', 'worker', 'workers']),
 });
@@ -47,6 +47,8 @@ export const ErrorCodes = Object.freeze({
   STORE_UNAVAILABLE: 'store-unavailable',
   SHUTTING_DOWN: 'shutting-down',
   UNKNOWN_WORKER: 'unknown-worker',
+  /** `forget` of a store a live connection owns (not fatal) */
+  STORE_IS_UP: 'store-is-up',
   /** `reload` changed nothing: no config file, a bad file, or a change that takes a restart (not fatal) */
   RELOAD_REFUSED: 'reload-refused',
   OUTCOME_QUOTA: 'outcome-quota',

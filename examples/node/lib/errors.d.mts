@@ -59,6 +59,7 @@ export declare class UnknownWorkerError extends ProtocolError<'unknown-worker'> 
 export declare class ReloadRefusedError extends ProtocolError<'reload-refused'> { static readonly code: 'reload-refused'; }
 export declare class OutcomeQuotaError extends ProtocolError<'outcome-quota'> { static readonly code: 'outcome-quota'; }
 export declare class DiskQuotaError extends ProtocolError<'disk-quota'> { static readonly code: 'disk-quota'; }
+export declare class StoreIsUpError extends ProtocolError<'store-is-up'> { static readonly code: 'store-is-up'; }
 export declare class SlowConsumerError extends ProtocolError<'slow-consumer'> { static readonly code: 'slow-consumer'; }
 export declare class LimitExceededError extends ProtocolError<'limit-exceeded'> { static readonly code: 'limit-exceeded'; }
 export declare class TooManyConnectionsError extends ProtocolError<'too-many-connections'> { static readonly code: 'too-many-connections'; }
@@ -79,7 +80,7 @@ export declare const ErrorClasses: {
   readonly forbidden: typeof ForbiddenError; readonly 'name-taken': typeof NameTakenError; readonly cycle: typeof CycleError;
   readonly 'unknown-store': typeof UnknownStoreError; readonly 'no-handler': typeof NoHandlerError;
   readonly overloaded: typeof OverloadedError; readonly 'store-unavailable': typeof StoreUnavailableError;
-  readonly 'shutting-down': typeof ShuttingDownError; readonly 'unknown-worker': typeof UnknownWorkerError; readonly 'reload-refused': typeof ReloadRefusedError; readonly 'outcome-quota': typeof OutcomeQuotaError; readonly 'disk-quota': typeof DiskQuotaError;
+  readonly 'shutting-down': typeof ShuttingDownError; readonly 'unknown-worker': typeof UnknownWorkerError; readonly 'reload-refused': typeof ReloadRefusedError; readonly 'outcome-quota': typeof OutcomeQuotaError; readonly 'disk-quota': typeof DiskQuotaError; readonly 'store-is-up': typeof StoreIsUpError;
   readonly 'slow-consumer': typeof SlowConsumerError; readonly 'limit-exceeded': typeof LimitExceededError;
   readonly 'too-many-connections': typeof TooManyConnectionsError; readonly 'memory-budget': typeof MemoryBudgetError;
   readonly unresponsive: typeof UnresponsiveError; readonly 'disk-full': typeof DiskFullError;

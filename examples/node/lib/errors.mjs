@@ -80,6 +80,7 @@ export class UnknownWorkerError extends coded(ErrorCodes.UNKNOWN_WORKER) {}
 export class ReloadRefusedError extends coded(ErrorCodes.RELOAD_REFUSED) {}
 export class OutcomeQuotaError extends coded(ErrorCodes.OUTCOME_QUOTA) {}
 export class DiskQuotaError extends coded(ErrorCodes.DISK_QUOTA) {}
+export class StoreIsUpError extends coded(ErrorCodes.STORE_IS_UP) {}
 export class SlowConsumerError extends coded(ErrorCodes.SLOW_CONSUMER) {}
 export class LimitExceededError extends coded(ErrorCodes.LIMIT_EXCEEDED) {}
 export class TooManyConnectionsError extends coded(ErrorCodes.TOO_MANY_CONNECTIONS) {}
@@ -97,7 +98,7 @@ export const ErrorClasses = Object.freeze({
   'unsupported-version': UnsupportedVersionError, timeout: HandshakeTimeoutError, forbidden: ForbiddenError,
   'name-taken': NameTakenError, cycle: CycleError, 'unknown-store': UnknownStoreError, 'no-handler': NoHandlerError,
   overloaded: OverloadedError, 'store-unavailable': StoreUnavailableError, 'shutting-down': ShuttingDownError,
-  'unknown-worker': UnknownWorkerError, 'reload-refused': ReloadRefusedError, 'outcome-quota': OutcomeQuotaError, 'disk-quota': DiskQuotaError, 'slow-consumer': SlowConsumerError, 'limit-exceeded': LimitExceededError,
+  'unknown-worker': UnknownWorkerError, 'reload-refused': ReloadRefusedError, 'outcome-quota': OutcomeQuotaError, 'disk-quota': DiskQuotaError, 'store-is-up': StoreIsUpError, 'slow-consumer': SlowConsumerError, 'limit-exceeded': LimitExceededError,
   'too-many-connections': TooManyConnectionsError, 'memory-budget': MemoryBudgetError, unresponsive: UnresponsiveError,
   'disk-full': DiskFullError, 'journal-failed': JournalFailedError, 'not-retained': NotRetainedError,
   'patch-failed': PatchFailedError,

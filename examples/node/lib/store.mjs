@@ -10,7 +10,12 @@ import { QuerySet } from './query-set.mjs';
 import { kLose, kHold, kBarrier } from './internal.mjs';
 import { diff, jsonEqual } from './patch.mjs';
 import { produce } from './draft.mjs';
+import { JSONNumber, cloneJSON } from './json-number.mjs';
 import { fits as fitsFrame, patchFrame, refusalDelay, splitState, stateFrameLength } from './pieces.mjs';
+import { createLogger, describeError } from './log.mjs';
+
+/** The default `onError`'s logger (made on first use, so that FLUXBUS_LOG_* set before then count). @type {import('./log.d.mts').Logger|undefined} */
+let storeLog;
 
 /** Codes of a failed registration after a reconnection that trying again later cannot cure: the store stops. */
 const REGISTRATION_FINAL = new Set(['cycle', 'bad-message', 'forbidden']);
@@ -44,7 +49,7 @@ export const Unhandled = Object.freeze({ REJECT: 'reject', IGNORE: 'ignore' });
 /**
  * What a handler gets as its `state` (`new Store({handlerState})`): 'draft' (default) a copy-on-write draft it may
  * change in place (or it returns a new state); 'shared' the store's state itself, deep-frozen, Redux style: it
- * returns a new state that shares what did not change; 'copy' a deep copy (structuredClone; the 0.2 behaviour).
+ * returns a new state that shares what did not change; 'copy' a deep copy (the 0.2 behaviour; exact numbers kept).
  */
 export const HandlerState = Object.freeze({ DRAFT: 'draft', SHARED: 'shared', COPY: 'copy' });
 
@@ -80,6 +85,7 @@ const FIELD_TYPES = ['string', 'number', 'integer', 'boolean', 'object', 'array'
 function kindOf(value) {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
+  if (value instanceof JSONNumber) return value.isInteger() ? 'an integer' : 'a number';
   if (typeof value === 'object') return 'an object';
   if (typeof value === 'number' && Number.isInteger(value)) return 'an integer';
   return `a ${typeof value}`;
@@ -88,9 +94,10 @@ function kindOf(value) {
 function fits(type, value) {
   switch (type) {
     case 'string': case 'boolean': return typeof value === type;
-    case 'number': return typeof value === 'number';
-    case 'integer': return Number.isInteger(value);
-    case 'object': return value !== null && typeof value === 'object' && !Array.isArray(value);
+    // (a number beyond a double's precision or range comes as a JSONNumber, SPEC §16.1: still a number)
+    case 'number': return typeof value === 'number' || value instanceof JSONNumber;
+    case 'integer': return Number.isInteger(value) || (value instanceof JSONNumber && value.isInteger());
+    case 'object': return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof JSONNumber);
     case 'array': return Array.isArray(value);
     default: return true; // any
   }
@@ -182,7 +189,8 @@ export class Store {
    * `queryDeltas` (default true): register with "queryDeltas": true, so that after the first full `queries` fluxd
    * sends only the queries whose count changed (`queries-changed`); the store keeps the whole set itself, so
    * `queries` and `onQueries` see the full set as before. `unhandled`: 'reject' (default) or 'ignore' (see above).
-   * `onError(error, context)`: replaces the `onError` method (the store's log; default: console.error).
+   * `onError(error, context)`: replaces the `onError` method (the store's log; default: a line in fluxd's format on
+   * stderr, label `fluxbus.store`: lib/log.mjs).
    * `handlerState`: 'draft' (default), 'shared' or 'copy' (see HandlerState). `patches` (default true): send each
    * change as a JSON Patch from the version fluxd retains (SPEC §16.2) when fluxd speaks §16 (it announces
    * `limits.deltaHistory`), so a change costs what changed, not the state's size; false: send whole states.
@@ -250,16 +258,19 @@ export class Store {
   /**
    * The store's log: a handler that failed with something other than `Reject`, a failure while answering, or a
    * refused registration (SPEC §16.6: `context.refusals` in a row, and `context.retryIn`, the ms before the store
-   * registers again). The default writes it to stderr. @param {unknown} error @param {ErrorContext} context
+   * registers again). The default writes one line in fluxd's format to stderr (docs/logging.md), label
+   * `fluxbus.store`: a refusal at warning, anything else at error with the error's stack (escaped into the line).
+   * @param {unknown} error @param {ErrorContext} context
    */
   onError(error, context) {
+    storeLog ??= createLogger('fluxbus.store');
     if (context.retryIn !== undefined) { // a refused registration (SPEC §16.6)
       const { code = 'error', detail = String(error) } = /** @type {any} */ (error);
-      console.error(`fluxbus: store '${context.store}': registration refused (${code}: ${detail}); registering again in ${context.retryIn} ms (refusal ${context.refusals} in a row)`);
+      storeLog.warning(`store '${context.store}': registration refused (${code}: ${detail}); registering again in ${context.retryIn} ms (refusal ${context.refusals} in a row)`);
       return;
     }
     const where = context.type ? ` while handling ${context.type} (seq ${context.seq})` : '';
-    console.error(`fluxbus: store '${context.store}' failed${where}:`, error);
+    storeLog.error(`store '${context.store}' failed${where}: ${describeError(error)}`);
   }
 
   /** The handler for a type: exact beats pattern, longer pattern beats shorter. @param {string} type */
@@ -616,7 +627,7 @@ export class Store {
     try {
       if (this.handlerState === HandlerState.DRAFT) next = await produce(this.state, (draft) => handler.call(this, draft, msg.payload, ctx));
       else if (this.handlerState === HandlerState.SHARED) next = await handler.call(this, this.state, msg.payload, ctx);
-      else next = await handler.call(this, structuredClone(this.state), msg.payload, ctx);
+      else next = await handler.call(this, cloneJSON(this.state), msg.payload, ctx);
     } catch (err) {
       const error = this.#rejection(err, msg);
       if (gen === this.#gen) reject(error);

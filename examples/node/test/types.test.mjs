@@ -24,10 +24,13 @@ function declaredValues(file) {
 const modules = [path.join(ROOT, 'fluxbus.mjs'), ...fs.readdirSync(path.join(ROOT, 'lib')).filter((f) => f.endsWith('.mjs')).map((f) => path.join(ROOT, 'lib', f))];
 
 test('package.json ships the entry and its declarations', () => {
-  assert.deepEqual(pkg.exports['.'], { types: './fluxbus.d.mts', default: './fluxbus.mjs' });
+  assert.deepEqual(pkg.exports['.'], {
+    import: { types: './fluxbus.d.mts', default: './fluxbus.mjs' },
+    require: { types: './fluxbus.d.cts', default: './fluxbus.cjs' }, // the CommonJS entry: test/cjs.test.mjs
+  });
   assert.equal(pkg.types, 'fluxbus.d.mts');
   assert.equal(pkg.main, 'fluxbus.mjs');
-  for (const f of ['fluxbus.mjs', 'fluxbus.d.mts']) assert.ok(fs.existsSync(path.join(ROOT, f)) && pkg.files.includes(f), f);
+  for (const f of ['fluxbus.mjs', 'fluxbus.d.mts', 'fluxbus.cjs', 'fluxbus.d.cts']) assert.ok(fs.existsSync(path.join(ROOT, f)) && pkg.files.includes(f), f);
   assert.ok(pkg.files.includes('lib/'));
 });
 

@@ -14,6 +14,9 @@ Standard library only, Python 3.9+.
 - ``fluxbus.pieces``: a state larger than one frame, published in pieces; the wait after a refused registration
   (SPEC §16.6).
 - ``fluxbus.draft``: the change-recording drafts store handlers get.
+- ``fluxbus.log_format``: fluxd's log format (docs/logging.md): :class:`FluxLogFormatter`, and
+  :func:`configure_logging` for an application's ``main`` (the library logs to ``logging.getLogger("fluxbus")`` and
+  ``"fluxbus.store"`` and never configures logging itself).
 """
 from .aio import AsyncClient, AsyncQueryReceipt, AsyncStoreRegistration, AsyncSubscription
 from .client import Client, QueryReceipt, StoreRegistration, Subscription, connect
@@ -23,13 +26,15 @@ from .errors import (ERROR_CLASSES, ActionRejectedError, BadFrameError, BadJSONE
                      MemoryBudgetError, NameTakenError, NoHandlerError, NotConnectedError, NotSent, NotSentError,
                      OutcomeUnknownError, OverloadedError, ShuttingDownError, SlowConsumerError, StateTooLargeError,
                      StoreUnavailableError,
-                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError,
+                     TooManyConnectionsError, UnknownOpError, UnknownStoreError, UnknownWorkerError, ReloadRefusedError, OutcomeQuotaError, DiskQuotaError, StoreIsUpError,
                      UnresponsiveError, UnsupportedVersionError, WrongServerUIDError, error_class)
 from .protocol import (DURABILITY_MODES, ERROR_CODES, STORE_BAD_PAYLOAD, STORE_ERROR, STORE_UNHANDLED_ACTION, ErrorCode,
                        Op, RecoverStatus, ResultStatus, Role, StoreStatus)
 from .reconnect import ConnectionEvent, Reconnect
-from . import draft, patch
+from . import draft, log_format, patch
+from .log_format import FluxLogFormatter, configure_logging
 from .patch import PatchError, PointerError
+from .number import JSONNumber  # noqa: F401 (exact JSON numbers, SPEC §16.1: fluxbus.number)
 from .store import ActionContext, AsyncStore, Reject, Store, StoreBase, on
 from .wire import (LIMIT_EXCEEDED, MEMORY_BUDGET, TOO_MANY_CONNECTIONS, UNRESPONSIVE, WRONG_SERVER_UID, ActiveQuery,
                    Envelope, EnvelopeError, FrameDecoder, QuerySet, Settlement, Snapshot, StoreResult, Subtree,
@@ -47,11 +52,13 @@ __all__ = [
     "NoHandlerError", "NotConnectedError", "NotSent", "NotSentError", "OutcomeUnknownError", "OverloadedError",
     "ShuttingDownError", "SlowConsumerError", "StateTooLargeError",
     "StoreUnavailableError", "TooManyConnectionsError", "UnknownOpError", "UnknownStoreError",
-    "UnknownWorkerError", "ReloadRefusedError", "OutcomeQuotaError", "DiskQuotaError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
+    "UnknownWorkerError", "ReloadRefusedError", "OutcomeQuotaError", "DiskQuotaError", "StoreIsUpError", "UnresponsiveError", "UnsupportedVersionError", "WrongServerUIDError", "error_class",
     # patches (SPEC §16)
     "PatchError", "PointerError", "draft", "patch",
     # reconnection
     "ConnectionEvent", "Reconnect",
+    # logging in fluxd's format
+    "FluxLogFormatter", "configure_logging", "log_format",
     # protocol vocabulary
     "DURABILITY_MODES", "ERROR_CODES", "STORE_BAD_PAYLOAD", "STORE_ERROR", "STORE_UNHANDLED_ACTION", "ErrorCode", "Op",
     "RecoverStatus", "ResultStatus", "Role", "StoreStatus", "LIMIT_EXCEEDED", "MEMORY_BUDGET", "TOO_MANY_CONNECTIONS", "UNRESPONSIVE", "WRONG_SERVER_UID",

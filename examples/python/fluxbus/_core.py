@@ -12,6 +12,7 @@ import uuid
 from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import (BadJSONError, Disconnected, FluxError, FluxTimeoutError, NotSentError, OutcomeUnknownError)
+from .log_format import NOTICE
 from .protocol import BYE_RESTART, Op, RecoverStatus, StoreStatus
 from .reconnect import ConnectionCallback, ConnectionEvent, Reconnect, ReconnectOption, reconnect_policy
 from .patch import PatchError, apply as apply_patch, parse_pointer
@@ -67,6 +68,21 @@ def describe(error: BaseException) -> str:
     """An error in one line for a connection event: its message without the code, first line only."""
     text = error.message if isinstance(error, FluxError) and error.message else str(error)
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _event_line(event: ConnectionEvent) -> Tuple[int, str]:
+    """The level and message of the log line for a connection event: the loss and the return once each (notice:
+    reconnecting is by design, not a warning), each attempt at debug, giving up at warning (docs/logging.md)."""
+    if event.kind == ConnectionEvent.DISCONNECTED:
+        if event.will_reconnect:
+            return NOTICE, f"connection to fluxd lost ({event.reason}); reconnecting"
+        return NOTICE, f"connection to fluxd ended ({event.reason})"
+    if event.kind == ConnectionEvent.RECONNECTED:
+        epoch = " (another epoch: fluxd's history changed)" if event.epoch_changed else ""
+        return NOTICE, f"reconnected to fluxd after {event.attempt} attempt(s){epoch}"
+    if event.kind == ConnectionEvent.GAVE_UP:
+        return logging.WARNING, str(event)
+    return logging.DEBUG, str(event)
 
 
 def resolve_socket_path(socket_path: Optional[str], env: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
@@ -252,13 +268,14 @@ class ClientCore:
     def _emit(self, event: ConnectionEvent) -> None:
         """Records a connection event and hands it to :attr:`on_connection_event` (whose failures are logged)."""
         self.connection_events.append(event)
-        log.info("fluxbus %s: %s", self.name or self.role, event)  # type: ignore[attr-defined]
+        level, text = _event_line(event)
+        log.log(level, text, extra={"client": self.name or self.role})  # type: ignore[attr-defined]
         callback = self.on_connection_event
         if callback is not None:
             try:
                 self._deliver_event(callback, event)
             except Exception:  # a UI callback must not break the connection
-                log.exception("fluxbus: the connection event callback failed")
+                log.exception("the connection event callback failed")
 
     def _ended_for_good(self, end: Disconnected) -> None:
         """A connection ended and the client does not reconnect (reconnection off): tells the UI, unless the
@@ -531,7 +548,7 @@ class SubscriptionCore:
             try:
                 state = apply_patch(held.state, msg.get("patch"))
             except PatchError as error:
-                log.warning("fluxbus: delta %s -> %s of %r does not apply (%s): resynchronising", base, version,
+                log.warning("delta %s -> %s of %r does not apply (%s): resynchronising", base, version,
                             self.store, error)
             else:
                 self.deltas_applied += 1
@@ -670,7 +687,7 @@ class RegistrationCore:
                 state = self.offer_state()
                 dumps(state)
             except Exception:  # noqa: BLE001 (keep the original initial state)
-                log.exception("fluxbus: store %s: offer_state failed", self.store)
+                log.exception("store %s: offer_state failed", self.store)
             else:
                 if state is None:
                     fields.pop("state", None)
@@ -726,8 +743,8 @@ class RegistrationCore:
         if self.registrations == 0:
             return None  # the first registration: register() raises it
         if code in FINAL_REFUSALS:
-            log.error("fluxbus: store %s: registering again was refused (%s: %s); not retrying: no retry can "
-                      "cure it", self.store, code, msg.get("message", ""))
+            log.error("store %s: registering again was refused (%s: %s); not retrying: no retry can cure it",
+                      self.store, code, msg.get("message", ""))
             return None
         self._refused(f"{code}: {msg.get('message', '')}")
         if msg.get("fatal") is True:
@@ -748,8 +765,8 @@ class RegistrationCore:
         self.retry_delay = refusal_delay(self.refusals, first=self.REFUSAL_FIRST_DELAY,
                                          longest=self.REFUSAL_MAX_DELAY)
         self.retry_at = time.monotonic() + self.retry_delay
-        log.warning("fluxbus: store %s: registration refused (%s); registering again in %.2f s (refusal %d in a "
-                    "row)", self.store, why, self.retry_delay, self.refusals)
+        log.warning("store %s: registration refused (%s); registering again in %.2f s (refusal %d in a row)",
+                    self.store, why, self.retry_delay, self.refusals)
 
     def _handed_out(self, msg: Any) -> None:
         """Remembers which connection an action handed to the store came on."""

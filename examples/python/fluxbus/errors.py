@@ -317,6 +317,12 @@ class DiskQuotaError(_CodedError):
     default_code = ErrorCode.DISK_QUOTA
 
 
+class StoreIsUpError(_CodedError):
+    """``store-is-up`` (since fluxd 0.4.0, SPEC §10): ``forget`` of a store that a live connection owns; only a
+    store that is down can be forgotten."""
+    default_code = ErrorCode.STORE_IS_UP
+
+
 class SlowConsumerError(_CodedError):
     """``slow-consumer``: more than ``maxBacklog`` bytes waited unwritten for this connection (closed)."""
     default_code = ErrorCode.SLOW_CONSUMER
@@ -376,6 +382,7 @@ ERROR_CLASSES: Dict[str, Type[FluxError]] = {cls.default_code: cls for cls in (
     NoHandlerError, OverloadedError, StoreUnavailableError, ShuttingDownError, UnknownWorkerError, ReloadRefusedError,
     SlowConsumerError, LimitExceededError, TooManyConnectionsError, MemoryBudgetError, UnresponsiveError,
     DiskFullError, JournalFailedError, NotRetainedError, PatchFailedError, OutcomeQuotaError, DiskQuotaError,
+    StoreIsUpError,
 )}
 
 

@@ -22,6 +22,8 @@ class Op:
     DONE = "done"
     ERROR = "error"
     EVENT = "event"
+    FORGET = "forget"
+    FORGOTTEN = "forgotten"
     GET = "get"
     GOT = "got"
     HELLO = "hello"
@@ -65,14 +67,14 @@ class Op:
 
 #: Ops any peer sends to fluxd (direction ``c2d`` of ``schemas/index.json``).
 OPS_TO_FLUXD: FrozenSet[str] = frozenset({
-    Op.BYE, Op.DISPATCH, Op.GET, Op.HELLO, Op.HISTORY, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RECOVER,
+    Op.BYE, Op.DISPATCH, Op.FORGET, Op.GET, Op.HELLO, Op.HISTORY, Op.INFO, Op.PING, Op.PONG, Op.QUERY, Op.RECOVER,
     Op.RELOAD, Op.RESTART_WORKER, Op.STATE_AT, Op.STOP_WORKER, Op.SUBSCRIBE, Op.UNQUERY, Op.UNSUBSCRIBE, Op.WORKERS,
 })
 #: Ops only a store-role peer sends to fluxd (``s2d``).
 OPS_FROM_STORE: FrozenSet[str] = frozenset({Op.DONE, Op.PATCH, Op.REGISTER, Op.REJECT, Op.STATE, Op.UNREGISTER})
 #: Ops fluxd sends to a peer (``d2c``).
 OPS_FROM_FLUXD: FrozenSet[str] = frozenset({
-    Op.ACCEPTED, Op.ACTION, Op.BYE, Op.DELTA, Op.ERROR, Op.EVENT, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
+    Op.ACCEPTED, Op.ACTION, Op.BYE, Op.DELTA, Op.ERROR, Op.EVENT, Op.FORGOTTEN, Op.GOT, Op.HISTORY, Op.INFO, Op.MISSED, Op.PING, Op.PONG, Op.QUERIES,
     Op.QUERIES_CHANGED, Op.QUERY_OK, Op.RECOVERED, Op.REGISTERED, Op.RELOADED, Op.SETTLED, Op.SNAPSHOT, Op.STATE_AT,
     Op.STORE_DOWN, Op.STORE_UP, Op.SUBSCRIBED, Op.SUBTREE, Op.UNQUERY_OK, Op.UNSUBSCRIBED, Op.WELCOME, Op.WORKER, Op.WORKERS,
 })
@@ -149,6 +151,7 @@ class ErrorCode:
     STORE_UNAVAILABLE = "store-unavailable"
     SHUTTING_DOWN = "shutting-down"
     UNKNOWN_WORKER = "unknown-worker"
+    STORE_IS_UP = "store-is-up"
     RELOAD_REFUSED = "reload-refused"
     OUTCOME_QUOTA = "outcome-quota"
     DISK_QUOTA = "disk-quota"
@@ -168,7 +171,8 @@ ERROR_CODES: Tuple[str, ...] = (
     ErrorCode.BAD_FRAME, ErrorCode.TOO_LARGE, ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.UNKNOWN_OP,
     ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.TIMEOUT, ErrorCode.FORBIDDEN,
     ErrorCode.NAME_TAKEN, ErrorCode.CYCLE, ErrorCode.UNKNOWN_STORE, ErrorCode.NO_HANDLER, ErrorCode.OVERLOADED,
-    ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.RELOAD_REFUSED,
+    ErrorCode.STORE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN, ErrorCode.UNKNOWN_WORKER, ErrorCode.STORE_IS_UP,
+    ErrorCode.RELOAD_REFUSED,
     ErrorCode.OUTCOME_QUOTA, ErrorCode.DISK_QUOTA, ErrorCode.SLOW_CONSUMER,
     ErrorCode.LIMIT_EXCEEDED, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.MEMORY_BUDGET, ErrorCode.UNRESPONSIVE,
     ErrorCode.DISK_FULL, ErrorCode.JOURNAL_FAILED, ErrorCode.NOT_RETAINED, ErrorCode.PATCH_FAILED,

@@ -460,8 +460,8 @@ class StoreBase:
         if ctx.seq > self.adopted_seq:
             return False
         self.skipped_actions += 1
-        log.info("store %s: action %d (%s) is already in the adopted snapshot (seq %d): answered done without "
-                 "running the handler", self.name, ctx.seq, ctx.type, self.adopted_seq)
+        log.debug("store %s: action %d (%s) is already in the adopted snapshot (seq %d): answered done without "
+                  "running the handler", self.name, ctx.seq, ctx.type, self.adopted_seq)
         return True
 
     def _retry_registration(self, error: FluxError) -> bool:
@@ -485,9 +485,10 @@ class StoreBase:
     def on_connection_event(self, event: ConnectionEvent) -> Any:
         """Called with each :class:`fluxbus.ConnectionEvent` of the store's connection (``disconnected``,
         ``reconnecting``, ``reconnected``, ``gave-up``): on the client's reader thread for :class:`Store`, on the
-        loop for :class:`AsyncStore`. Default: a log line (the client logs them too, at info level)."""
+        loop for :class:`AsyncStore`. Default: nothing at info level: the client logs each event once (logger
+        ``fluxbus``: the loss and the return at notice, giving up at warning); this adds a debug line."""
         if event.kind in (ConnectionEvent.DISCONNECTED, ConnectionEvent.GAVE_UP):
-            log.warning("store %s: %s", self.name, event)
+            log.debug("store %s: %s (the client logged it)", self.name, event)
 
     def _apply_queries(self, msg: Dict[str, Any]) -> List[ActiveQuery]:
         """A full ``queries`` set, or a ``queries-changed`` delta applied to the set kept so far."""

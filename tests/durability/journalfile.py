@@ -1,4 +1,4 @@
-"""Reading fluxd's journal segments (docs/journal.md, format versions 1 and 2) from Python, for the torn and corrupt
+"""Reading fluxd's journal segments (docs/journal.md, format versions 1 to 3) from Python, for the torn and corrupt
 journal tests: the 12-byte header ("FLUXJRNL", u16 version, 2 reserved bytes), then records of a u32 big-endian
 body length, the CRC-32C of those 4 length bytes, the CRC-32C of the body, and the body.
 
@@ -61,7 +61,7 @@ def parse_segment(data: bytes) -> List[Record]:
     """The records of a whole, undamaged segment (AssertionError if it is not one)."""
     assert data[:8] == MAGIC, "not a journal segment"
     (version,) = struct.unpack(">H", data[8:10])
-    assert version in (1, 2), f"segment format version {version}; these tests read versions 1 and 2"
+    assert version in (1, 2, 3), f"segment format version {version}; these tests read versions 1 to 3"
     records = []
     at = HEADER
     while at < len(data):
@@ -115,7 +115,7 @@ class _Reader:
 
 
 KINDS = {1: "seq-reserve", 2: "register", 3: "action", 4: "result", 5: "snapshot", 6: "store-position", 7: "outcome",
-         8: "segment-summary", 9: "patch"}
+         8: "segment-summary", 9: "patch", 10: "forget"}
 
 
 def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:

@@ -8,7 +8,7 @@ import Glibc
 extension Daemon {
     /// Logs when the journal starts or stops refusing work for a full disk.
     func noteDiskFull() {
-        guard let journal else { return }
+        guard let journal, journal.isRefusing || refusingDiskFull else { return }
         var now = false
         if case .diskFull? = journal.refusal { now = true }
         guard now != refusingDiskFull else { return }
@@ -37,7 +37,7 @@ extension Daemon {
     func commitJournal() -> Bool {
         defer { if journalCharged != 0 || heldForJournal { accountStagedJournal() } }
         guard let journal else { return true }
-        if !journal.hasStaged && !heldForJournal && journal.refusal == nil { return true }
+        if !journal.hasStaged && !heldForJournal && !journal.isRefusing { return true }
         switch journal.commit(now: loop.now) {
         case .written:
             if journal.openingNotes.count != journalNotesLogged { logJournalNotes(journal) }

@@ -200,6 +200,9 @@ public final class Journal: JournalWriting {
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
     @exclusivity(unchecked) public internal(set) var openingNotes: [String] = []
     @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
+    /// Whether it refuses new work (`refusal != nil`), read on every loop iteration: a Bool read within this
+    /// module (reading the enum from another module cost a dynamic exclusivity check, ~76 instructions).
+    public var isRefusing: Bool { refusal != nil }
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
     /// Bytes of them (held in memory: while a full disk refuses the write, they count against the memory budget).

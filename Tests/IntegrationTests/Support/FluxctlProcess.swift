@@ -93,6 +93,7 @@ final class FluxctlProcess: @unchecked Sendable {
 
     /// Waits (suspended) for the exit and for both output streams to close; returns the result. Throws on deadline.
     func finish(timeout: Duration = .seconds(20)) async throws -> FluxctlResult {
+        let timeout = timeout * underASan
         guard await exit.wait(timeout: timeout) else { throw exitTimeout() }
         _ = await out.output.wait(timeout: timeout) { $0.ended }
         _ = await err.output.wait(timeout: timeout) { $0.ended }
@@ -101,6 +102,7 @@ final class FluxctlProcess: @unchecked Sendable {
 
     /// `finish` for synchronous tests (blocks).
     func finishBlocking(timeout: Duration) throws -> FluxctlResult {
+        let timeout = timeout * underASan
         guard exit.waitBlocking(timeout: timeout) else { throw exitTimeout() }
         let deadline = ContinuousClock.now + timeout
         _ = out.output.waitBlocking(until: deadline) { $0.ended }

@@ -141,12 +141,12 @@ final class Fluxd: @unchecked Sendable {
     /// Waits until the process exits; returns its exit status (or the signal number if a signal killed it, see
     /// `terminationReason`), nil when the deadline passes. Blocks.
     func waitForExit(timeout: Duration) -> Int32? {
-        exit.waitBlocking(timeout: timeout) ? process.terminationStatus : nil
+        exit.waitBlocking(timeout: timeout * underASan) ? process.terminationStatus : nil
     }
 
     /// Waits until the process exits; returns its exit status, nil when the deadline passes. Suspends.
     func waitForExit(timeout: Duration) async -> Int32? {
-        await exit.wait(timeout: timeout) ? process.terminationStatus : nil
+        await exit.wait(timeout: timeout * underASan) ? process.terminationStatus : nil
     }
 
     /// Whether fluxd ended by calling exit (as opposed to being killed by a signal). Valid after it exited.
@@ -158,17 +158,16 @@ final class Fluxd: @unchecked Sendable {
         if !exit.hasExited && process.isRunning { kill(process.processIdentifier, signal) }
     }
 
-    /// How long `stop` waits for fluxd to exit after SIGTERM by default: 10 s, 60 s under AddressSanitizer
-    /// (scripts/asan.sh sets FLUXBUS_ASAN; there the suite runs ~10x slower on 2 loaded cores and a shutdown that
-    /// takes 2 s natively was once seen past 10 s).
-    static let stopTimeout: Duration = ProcessInfo.processInfo.environment["FLUXBUS_ASAN"] == nil ? .seconds(10) : .seconds(60)
+    /// How long `stop` waits for fluxd to exit after SIGTERM by default (times `underASan`, as every wait for a
+    /// process's exit).
+    static let stopTimeout: Duration = .seconds(10)
 
     /// SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status after SIGTERM (nil if it had to be
     /// killed). Blocks.
     @discardableResult
     func stop(timeout: Duration = Fluxd.stopTimeout) -> Int32? {
         send(signal: SIGTERM)
-        if let status = waitForExit(timeout: timeout) { return status }
+        if let status = waitForExit(timeout: timeout) { return status }  // (times underASan)
         send(signal: SIGKILL)
         _ = waitForExit(timeout: .seconds(10))
         return nil
@@ -237,3 +236,8 @@ func launchProcess(_ process: Process, stderrPath: String, exit: ExitWatch) thro
     try? stdout.fileHandleForWriting.close()
     return PipeReader(stdout.fileHandleForReading, keepAlive: stdout)
 }
+
+/// How much longer a test waits for a process to exit under AddressSanitizer (scripts/asan.sh sets FLUXBUS_ASAN):
+/// there the suite runs ~10x slower with every test in parallel on 2 cores, and a fluxd that exits within
+/// milliseconds natively (a refused start, a SIGTERM) was seen to take past 20 s, with no ASan report. Natively 1.
+let underASan: Int = ProcessInfo.processInfo.environment["FLUXBUS_ASAN"] == nil ? 1 : 4

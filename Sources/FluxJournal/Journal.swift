@@ -294,8 +294,20 @@ public final class Journal: JournalWriting {
     /// The segment being written (`JournalReadView` reads it only up to what was written).
     var currentSegmentNumber: Int { segmentNumber }
     @exclusivity(unchecked) var segmentNumber: Int
-    /// A reservation staged: the next commit syncs, whatever the mode.
+    /// A sync is due at the next commit, whatever the mode (a seq above the durable reservation is staged).
     @exclusivity(unchecked) private var mustSync = false
+    /// Seq reservations (SPEC §15.1: a seq is never reused, even after a power loss): the highest one staged,
+    /// the highest written to the operating system, and the highest known durable (synced). A commit that stages
+    /// an action whose seq is above the durable one syncs before its frames go (on the loop, as every reservation
+    /// did before issue 27); the router reserves the next block while half of the current one is left, and that
+    /// reservation is made durable off the loop (the `batch` timer's sync, or one started for it), so a steady
+    /// flow of actions never waits for a sync on the loop. Durable is 0 at start: the first reservation of a run
+    /// syncs on the loop, with whatever an earlier run left unsynced.
+    @exclusivity(unchecked) private var stagedReserve: UInt64 = 0
+    @exclusivity(unchecked) private var writtenReserve: UInt64 = 0
+    @exclusivity(unchecked) private(set) var durableReserve: UInt64 = 0
+    /// The highest action seq staged since the last commit.
+    @exclusivity(unchecked) private var stagedSeq: UInt64 = 0
     @exclusivity(unchecked) private var lastSync: UInt64 = 0
     /// Where the disk space allocated ahead of the writes ends.
     @exclusivity(unchecked) private var reservedEnd = 0
@@ -362,7 +374,7 @@ public final class Journal: JournalWriting {
 
     public func reserveSeq(upTo: UInt64) {
         stage(.max) { RecordEncoder.seqReserve(upTo, into: &$0) }
-        mustSync = true
+        stagedReserve = max(stagedReserve, upTo)
     }
 
     public func register(store: String, handles: [String], waitFor: [String], uid: UInt32) {
@@ -371,6 +383,7 @@ public final class Journal: JournalWriting {
 
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
                        session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+        stagedSeq = seq
         let time = wallClock()
         if segmentInfos.isEmpty { segmentInfos.append(SegmentInfo(number: segmentNumber)) }
         Self.count(seq: seq, time: time, in: &segmentInfos[segmentInfos.count - 1])  // (one access to the array)
@@ -464,10 +477,20 @@ public final class Journal: JournalWriting {
             writes += 1
             bytesWritten += UInt64(bytes)
             if case .diskFull? = refusal { refusal = nil }
+            writtenReserve = max(writtenReserve, stagedReserve)
         }
+        // An action's seq above the durable reservation: sync before its frames reveal it. (A journal written
+        // without reservations, as some tests do, is synced as its mode says.)
+        if stagedSeq > durableReserve && stagedReserve > 0 {
+            durableReserve = max(durableReserve, background.syncedMark)
+            if stagedSeq > durableReserve { mustSync = true }
+        }
+        stagedSeq = 0
         if mustSync || options.durability == .always {
             guard sync(now: now) else { return .failed }
             mustSync = false
+        } else if writtenReserve > durableReserve {
+            syncReservationAhead(now: now)
         }
         if writer.written >= min(options.segmentBytes, max(options.checkpointMinBytes, lastCheckpointBytes)) {
             rollOver(now: now)
@@ -550,7 +573,7 @@ public final class Journal: JournalWriting {
         // `syncInterval`, and a sync of 100 ms of writes held the loop for milliseconds.
         if background.isBusy { return true }
         if let fd = writer.file.duplicateDescriptor() {
-            background.sync(fd, path: writer.file.path, observer: syncObserver)
+            background.sync(fd, path: writer.file.path, observer: syncObserver, mark: writtenReserve)
             writer.markSynced()
             lastSync = now
             syncs += 1
@@ -582,7 +605,21 @@ public final class Journal: JournalWriting {
         }
         syncs += 1
         lastSync = now
+        durableReserve = max(durableReserve, writtenReserve)
         return true
+    }
+
+    /// A reservation written ahead of its use is made durable off the loop: by a sync on the sync thread (started
+    /// now when none is under way, else at a later commit), whose success the next commits read.
+    private func syncReservationAhead(now: UInt64) {
+        durableReserve = max(durableReserve, background.syncedMark)
+        guard writtenReserve > durableReserve, !background.isBusy else { return }
+        if let fd = writer.file.duplicateDescriptor() {
+            background.sync(fd, path: writer.file.path, observer: syncObserver, mark: writtenReserve)
+            writer.markSynced()
+            lastSync = now
+            syncs += 1
+        }
     }
 
     /// Starts a new segment after syncing the full one.

@@ -386,9 +386,13 @@ extension String {
 /// the first failure for the journal's thread to take (a failed sync is final: SPEC §15.2).
 final class BackgroundSync: Sendable {
     private let queue = DispatchQueue(label: "fluxd.journal.sync")
-    private let state = Mutex<(busy: Bool, failure: StorageError?)>((false, nil))
+    private let state = Mutex<(busy: Bool, failure: StorageError?, mark: UInt64)>((false, nil, 0))
 
     var isBusy: Bool { state.withLock { $0.busy } }
+
+    /// The highest `mark` of a sync that succeeded: what the caller said the synced bytes held (the journal's seq
+    /// reservation written before the sync started).
+    var syncedMark: UInt64 { state.withLock { $0.mark } }
 
     func takeFailure() -> StorageError? {
         state.withLock { s in
@@ -397,7 +401,7 @@ final class BackgroundSync: Sendable {
         }
     }
 
-    func sync(_ fd: Int32, path: String, observer: (@Sendable (UInt64) -> Void)? = nil) {
+    func sync(_ fd: Int32, path: String, observer: (@Sendable (UInt64) -> Void)? = nil, mark: UInt64 = 0) {
         state.withLock { $0.busy = true }
         queue.async { [self] in
             let started = monotonicNanoseconds()
@@ -407,6 +411,7 @@ final class BackgroundSync: Sendable {
             self.state.withLock { s in
                 s.busy = false
                 if s.failure == nil, let failed { s.failure = failed }
+                if failed == nil { s.mark = max(s.mark, mark) }
             }
         }
     }

@@ -320,6 +320,11 @@ extension Router {
             if lastSeq > reservedSeq {
                 reservedSeq = lastSeq + config.seqBlock - 1
                 journal.reserveSeq(upTo: reservedSeq)
+            } else if reservedSeq - lastSeq < config.seqBlock / 2 {
+                // The next block, while half of this one is left: made durable off the loop before it is needed
+                // (Journal.commit), so that no dispatch waits for a sync (issue 27).
+                reservedSeq += config.seqBlock
+                journal.reserveSeq(upTo: reservedSeq)
             }
             journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
                            id: action.id, session: session, uid: peer.account.uid, payload: payload,

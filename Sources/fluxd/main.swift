@@ -356,6 +356,11 @@ struct Fluxd: ParsableCommand {
         config.router.deltaHistory = deltaHistory
         config.router.debugLogs = level <= .debug
         config.router.fairPending = fairPending
+        // Seqs reserved at a time (durable fluxd; 65,536): a test knob, so that the crash test crosses many
+        // reservations, some of them made ahead (docs/journal.md).
+        if let text = getenv("FLUXBUS_SEQ_BLOCK").map({ String(cString: $0) }), let block = UInt64(text), block >= 2 {
+            config.router.seqBlock = block
+        }
         config.router.maxQueries = maxQueries
         config.router.maxQueryBytes = maxQueryBytes
         config.router.maxSubscriptions = maxSubscriptions

@@ -492,4 +492,39 @@ extension JournalTests {
         #expect(third.recovered.versionFloor == 3)
         third.close(now: 5)
     }
+
+    @Test("seq reservations (issue 27): the first of a run is synced before its seqs are revealed; the next, made ahead, is synced off the loop, and actions within the durable one never sync")
+    func reservationsAhead() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.durability = .batch
+        let journal = try Journal(options: options)
+        func act(_ seq: UInt64) {
+            journal.action(seq: seq, typeJSON: ArraySlice(#""t""#.utf8), origin: 1, cause: nil, id: nil, session: nil,
+                           uid: 0, payload: ArraySlice("1".utf8), targets: ["s"])
+        }
+        journal.reserveSeq(upTo: 100)
+        act(1)
+        #expect(journal.commit(now: 1) == .written)
+        #expect(journal.durableReserve == 100 && journal.writer.synced == journal.writer.written, "synced on the loop")
+        act(2)
+        #expect(journal.commit(now: 2) == .written)
+        #expect(journal.writer.synced < journal.writer.written, "within the durable reservation: no sync")
+        journal.reserveSeq(upTo: 200)  // ahead, at seq 60
+        act(60)
+        #expect(journal.commit(now: 3) == .written)
+        journal.background.wait()
+        #expect(journal.commit(now: 4) == .written)  // (reads what the sync thread did)
+        #expect(journal.durableReserve == 200, "the reservation ahead is durable, synced off the loop")
+        let syncedBefore = journal.writer.synced
+        act(150)
+        #expect(journal.commit(now: 5) == .written)
+        #expect(journal.writer.synced == syncedBefore && journal.writer.synced < journal.writer.written,
+                "seq 150 was within the durable reservation: nothing synced for it")
+        act(201)  // beyond every reservation (a router never does this; the journal still syncs first)
+        #expect(journal.commit(now: 6) == .written)
+        #expect(journal.writer.synced == journal.writer.written)
+        journal.close(now: 7)
+    }
 }

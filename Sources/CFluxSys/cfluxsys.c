@@ -43,9 +43,24 @@ static uint32_t crc32c_soft(uint32_t c, const uint8_t *p, size_t n) {
 }
 
 #if defined(__x86_64__)
+/* Four 8-byte steps per turn: the crc32 instruction reads its operand from memory, so a turn is four
+   instructions and the loop's own three (issue 27: ~0.25 instructions a byte instead of ~0.75). */
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_hw(uint32_t c, const uint8_t *p, size_t n) {
     uint64_t c64 = c;
+    while (n >= 32) {
+        uint64_t v0, v1, v2, v3;
+        memcpy(&v0, p, 8);
+        memcpy(&v1, p + 8, 8);
+        memcpy(&v2, p + 16, 8);
+        memcpy(&v3, p + 24, 8);
+        c64 = __builtin_ia32_crc32di(c64, v0);
+        c64 = __builtin_ia32_crc32di(c64, v1);
+        c64 = __builtin_ia32_crc32di(c64, v2);
+        c64 = __builtin_ia32_crc32di(c64, v3);
+        p += 32;
+        n -= 32;
+    }
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -54,21 +69,59 @@ static uint32_t crc32c_hw(uint32_t c, const uint8_t *p, size_t n) {
         n -= 8;
     }
     uint32_t c32 = (uint32_t)c64;
+    if (n >= 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        c32 = __builtin_ia32_crc32si(c32, v);
+        p += 4;
+        n -= 4;
+    }
     while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
     return c32;
 }
+
+static int crc32c_has_hw = -1;
 #endif
 
 uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
     uint32_t c = ~crc;
 #if defined(__x86_64__)
-    static int hw = -1;
-    if (hw < 0) hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    c = hw ? crc32c_hw(c, p, n) : crc32c_soft(c, p, n);
+    if (crc32c_has_hw < 0) crc32c_has_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    c = crc32c_has_hw ? crc32c_hw(c, p, n) : crc32c_soft(c, p, n);
 #else
     c = crc32c_soft(c, p, n);
 #endif
     return ~c;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2")))
+static void seal_record_hw(uint8_t *record, uint32_t body_length) {
+    uint32_t length;
+    memcpy(&length, record, 4);
+    put_be32(record + 4, ~__builtin_ia32_crc32si(~0u, length));
+    put_be32(record + 8, ~crc32c_hw(~0u, record + 12, body_length));
+}
+#endif
+
+void cfluxsys_seal_record(uint8_t *record, uint32_t body_length) {
+    put_be32(record, body_length);
+#if defined(__x86_64__)
+    if (crc32c_has_hw < 0) crc32c_has_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    if (crc32c_has_hw) {
+        seal_record_hw(record, body_length);
+        return;
+    }
+#endif
+    put_be32(record + 4, cfluxsys_crc32c(0, record, 4));
+    put_be32(record + 8, cfluxsys_crc32c(0, record + 12, body_length));
 }
 
 int cfluxsys_allocate(int fd, off_t offset, off_t length) {

@@ -26,12 +26,13 @@ public protocol JournalWriting: AnyObject {
     /// Each record is charged to the user (`uid`) whose work made it: an action to its dispatcher, a registration
     /// to the registering peer, a result, snapshot or patch to the store's owner (SPEC §15.2, disk shares).
     func register(store: String, handles: [String], waitFor: [String], uid: UInt32)
+    /// (Store names come encoded once, `JournalName` and `JournalNameList`: these are the hot path's records.)
     func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
-                session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String])
-    func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32)
-    func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32)
+                session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: JournalNameList)
+    func result(seq: UInt64, store: JournalName, outcome: ResultOutcome, version: UInt64, uid: UInt32)
+    func snapshot(store: JournalName, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32)
     /// SPEC §16: a store's change as a patch (the bytes it wrote).
-    func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32)
+    func patch(store: JournalName, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32)
     /// SPEC §10: a store forgotten for good when `seq` was the last accepted action, and the version floor after it (the highest version any forgotten
     /// store reached). Charged to the operator who asked (`uid`).
     func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32)
@@ -49,14 +50,19 @@ extension JournalWriting {
     public func register(store: String, handles: [String], waitFor: [String]) {
         register(store: store, handles: handles, waitFor: waitFor, uid: .max)
     }
-    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) {
-        result(seq: seq, store: store, outcome: outcome, version: version, uid: .max)
+    public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
+                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+        action(seq: seq, typeJSON: typeJSON, origin: origin, cause: cause, id: id, session: session, uid: uid,
+               payload: payload, targets: JournalNameList(targets))
     }
-    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>) {
-        snapshot(store: store, version: version, seq: seq, state: state, uid: .max)
+    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32 = .max) {
+        result(seq: seq, store: JournalName(store), outcome: outcome, version: version, uid: uid)
     }
-    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>) {
-        self.patch(store: store, version: version, seq: seq, patch: patch, uid: .max)
+    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32 = .max) {
+        snapshot(store: JournalName(store), version: version, seq: seq, state: state, uid: uid)
+    }
+    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32 = .max) {
+        self.patch(store: JournalName(store), version: version, seq: seq, patch: patch, uid: uid)
     }
 }
 
@@ -89,20 +95,20 @@ public final class MemoryJournal: JournalWriting {
         add(uid) { RecordEncoder.register(store: store, handles: handles, waitFor: waitFor, into: &$0) }
     }
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
-                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: JournalNameList) {
         add(uid) {
             RecordEncoder.action(seq: seq, time: 0, typeJSON: typeJSON, origin: origin, cause: cause, id: id,
-                                 session: session, uid: uid, payload: payload, targets: targets, into: &$0)
+                                 session: session, uid: uid, payload: payload, targets: targets.strings, into: &$0)
         }
     }
-    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
-        add(uid) { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
+    public func result(seq: UInt64, store: JournalName, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
+        add(uid) { RecordEncoder.result(seq: seq, store: store.string, outcome: outcome, version: version, into: &$0) }
     }
-    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
-        add(uid) { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: state, into: &$0) }
+    public func snapshot(store: JournalName, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
+        add(uid) { RecordEncoder.snapshot(store: store.string, version: version, seq: seq, state: state, into: &$0) }
     }
-    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
-        add(uid) { RecordEncoder.patch(store: store, version: version, seq: seq, patch: patch, into: &$0) }
+    public func patch(store: JournalName, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
+        add(uid) { RecordEncoder.patch(store: store.string, version: version, seq: seq, patch: patch, into: &$0) }
     }
     public func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32) {
         add(uid) { RecordEncoder.forget(store: store, seq: seq, versionFloor: versionFloor, into: &$0) }
@@ -382,7 +388,7 @@ public final class Journal: JournalWriting {
     }
 
     public func action(seq: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?, id: ArraySlice<UInt8>?,
-                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: [String]) {
+                       session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>, targets: JournalNameList) {
         stagedSeq = seq
         let time = wallClock()
         if segmentInfos.isEmpty { segmentInfos.append(SegmentInfo(number: segmentNumber)) }
@@ -399,15 +405,15 @@ public final class Journal: JournalWriting {
         info.lastTime = time
     }
 
-    public func result(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
+    public func result(seq: UInt64, store: JournalName, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
         charge(uid, writer.stageResult(seq: seq, store: store, outcome: outcome, version: version))
     }
 
-    public func snapshot(store: String, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
+    public func snapshot(store: JournalName, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
         charge(uid, writer.stageState(.snapshot, store: store, version: version, seq: seq, bytes: state))
     }
 
-    public func patch(store: String, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
+    public func patch(store: JournalName, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
         charge(uid, writer.stageState(.patch, store: store, version: version, seq: seq, bytes: patch))
     }
 

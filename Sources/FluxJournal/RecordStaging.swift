@@ -94,6 +94,59 @@ struct RecordCursor {
             at += source.count
         }
     }
+
+    /// Bytes encoded before (`JournalName`, `JournalNameList`), copied as they are.
+    @inline(__always)
+    mutating func encoded(_ b: [UInt8]) {
+        b.withUnsafeBufferPointer { source in
+            if let s = source.baseAddress { at.update(from: s, count: source.count) }
+        }
+        at += b.count
+    }
+}
+
+/// A store's name as journal records hold it (its UTF-8 length as a varint, then its UTF-8), encoded once per
+/// store: the records of the hot path copy these bytes instead of encoding a `String` each time (issue 27).
+public struct JournalName: Sendable, Hashable, CustomStringConvertible {
+    /// The field's bytes, as `RecordEncoder.string` writes the name.
+    public let encoded: [UInt8]
+
+    public init(_ name: String) {
+        var bytes: [UInt8] = []
+        RecordEncoder.string(name, &bytes)
+        encoded = bytes
+    }
+
+    /// The name.
+    public var string: String {
+        var d = RecordDecoder(buffer: encoded, at: 0, end: encoded.count)
+        return (try? d.string()) ?? ""
+    }
+
+    public var description: String { string }
+}
+
+/// An action record's target stores as the record holds them (their count as a varint, then each name as
+/// `JournalName` encodes it), encoded once per route rather than once per dispatch (issue 27).
+public struct JournalNameList: Sendable, Hashable {
+    /// The field's bytes, as `RecordEncoder.action` writes the targets.
+    public let encoded: [UInt8]
+    /// How many names.
+    public let count: Int
+
+    public init(_ names: [String]) {
+        var bytes: [UInt8] = []
+        RecordEncoder.varint(UInt64(names.count), &bytes)
+        for n in names { RecordEncoder.string(n, &bytes) }
+        encoded = bytes
+        count = names.count
+    }
+
+    /// The names.
+    public var strings: [String] {
+        var d = RecordDecoder(buffer: encoded, at: 0, end: encoded.count)
+        return (try? d.strings()) ?? []
+    }
 }
 
 /// The size of a field as `RecordCursor` writes it.
@@ -119,24 +172,13 @@ extension SegmentWriter {
         precondition(bodyLength <= maxRecordBytes, "journal record of \(bodyLength) bytes")
         let total = recordHeaderSize + bodyLength
         let start = buffer.reserve(total)
-        let length = UInt32(bodyLength)
-        Self.putBigEndian(length, start)
-        Self.putBigEndian(cfluxsys_crc32c(0, start, 4), start + 4)
         var cursor = RecordCursor(at: start + recordHeaderSize)
         fill(&cursor)
         assert(cursor.at == start + total, "a record's fields did not fill its computed length")
-        Self.putBigEndian(cfluxsys_crc32c(0, start + recordHeaderSize, bodyLength), start + 8)
+        cfluxsys_seal_record(start, UInt32(bodyLength))  // the header: length and the two checksums
         buffer.count += total
         stagedCount += 1
         return total
-    }
-
-    @inline(__always)
-    static func putBigEndian(_ v: UInt32, _ p: UnsafeMutablePointer<UInt8>) {
-        p[0] = UInt8(truncatingIfNeeded: v >> 24)
-        p[1] = UInt8(truncatingIfNeeded: v >> 16)
-        p[2] = UInt8(truncatingIfNeeded: v >> 8)
-        p[3] = UInt8(truncatingIfNeeded: v)
     }
 
     // MARK: - The records of the hot path (the same bytes as `RecordEncoder`'s)
@@ -144,14 +186,13 @@ extension SegmentWriter {
     /// An accepted action (`RecordEncoder.action`).
     func stageAction(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?,
                      id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>,
-                     targets: [String]) -> Int {
+                     targets: JournalNameList) -> Int {
         var length = 1 + FieldSize.varint(seq) + FieldSize.varint(time) + FieldSize.bytes(typeJSON.count)
-            + FieldSize.varint(origin) + 1 + FieldSize.bytes(payload.count) + FieldSize.varint(UInt64(targets.count))
+            + FieldSize.varint(origin) + 1 + FieldSize.bytes(payload.count) + targets.encoded.count
         var flags: UInt8 = 0
         if let cause { flags |= RecordEncoder.hasCause; length += FieldSize.varint(cause) }
         if let id { flags |= RecordEncoder.hasID; length += FieldSize.bytes(id.count) }
         if let session { flags |= RecordEncoder.hasSession; length += FieldSize.bytes(session.count) + FieldSize.varint(UInt64(uid)) }
-        for t in targets { length += FieldSize.string(t) }
         return stageRecord(bodyLength: length) { c in
             c.byte(RecordKind.action.rawValue)
             c.varint(seq)
@@ -166,14 +207,13 @@ extension SegmentWriter {
                 c.varint(UInt64(uid))
             }
             c.bytes(payload)
-            c.varint(UInt64(targets.count))
-            for t in targets { c.string(t) }
+            c.encoded(targets.encoded)
         }
     }
 
     /// One store's final result for an action (`RecordEncoder.result`).
-    func stageResult(seq: UInt64, store: String, outcome: ResultOutcome, version: UInt64) -> Int {
-        var length = 1 + FieldSize.varint(seq) + FieldSize.string(store) + FieldSize.varint(version) + 1
+    func stageResult(seq: UInt64, store: JournalName, outcome: ResultOutcome, version: UInt64) -> Int {
+        var length = 1 + FieldSize.varint(seq) + store.encoded.count + FieldSize.varint(version) + 1
         switch outcome {
         case .done: break
         case .rejected(let error): length += FieldSize.bytes(error.count)
@@ -182,7 +222,7 @@ extension SegmentWriter {
         return stageRecord(bodyLength: length) { c in
             c.byte(RecordKind.result.rawValue)
             c.varint(seq)
-            c.string(store)
+            c.encoded(store.encoded)
             c.varint(version)
             switch outcome {
             case .done:
@@ -199,11 +239,11 @@ extension SegmentWriter {
     }
 
     /// A retained snapshot (`kind` .snapshot) or a patch (.patch): store, version, seq, the JSON bytes.
-    func stageState(_ kind: RecordKind, store: String, version: UInt64, seq: UInt64, bytes: ArraySlice<UInt8>) -> Int {
-        let length = 1 + FieldSize.string(store) + FieldSize.varint(version) + FieldSize.varint(seq) + FieldSize.bytes(bytes.count)
+    func stageState(_ kind: RecordKind, store: JournalName, version: UInt64, seq: UInt64, bytes: ArraySlice<UInt8>) -> Int {
+        let length = 1 + store.encoded.count + FieldSize.varint(version) + FieldSize.varint(seq) + FieldSize.bytes(bytes.count)
         return stageRecord(bodyLength: length) { c in
             c.byte(kind.rawValue)
-            c.string(store)
+            c.encoded(store.encoded)
             c.varint(version)
             c.varint(seq)
             c.bytes(bytes)

@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJournal
 
 // The lookup tables of the hot path, with their caches behind named types: routes by action type, peers by id.
 
@@ -6,15 +7,28 @@ import FluxCore
 /// (the order of a settlement's results), with the caches the hot path needs: the route of every type looked up
 /// since the last registration change (bounded), and the last route with its type as the dispatcher wrote it —
 /// consecutive actions mostly have the same type written the same way, which then costs no decoding or hashing.
+/// The stores one action type is routed to, and their names as its journal record holds them (encoded once per
+/// route, not per dispatch: issue 27).
+final class Route {
+    /// Sorted by name.
+    let stores: [StoreEntry]
+    let journalNames: JournalNameList
+
+    init(_ stores: [StoreEntry]) {
+        self.stores = stores
+        journalNames = JournalNameList(stores.map(\.name))
+    }
+}
+
 struct RouteTable {
-    private var routes: [String: [StoreEntry]] = [:]
+    private var routes: [String: Route] = [:]
     /// Every registered store's patterns, indexed: a type not cached costs lookups in proportion to its length,
     /// not a match against every pattern on the bus.
     private var index = PatternIndex()
     /// The route looked up last, with its type's JSON token (empty: none).
     private var lastType = ""
     private(set) var lastTypeJSON: [UInt8] = []
-    private var lastTargets: [StoreEntry] = []
+    private var lastRoute = Route([])
 
     /// How many action types' routes are cached before the cache starts over (a peer dispatching endless distinct
     /// types must not grow fluxd's memory).
@@ -23,27 +37,26 @@ struct RouteTable {
     /// The last route looked up, when `typeJSON` is its type written byte for byte the same way; the caller then
     /// needs neither to decode nor to validate the type (it was valid).
     @inline(__always)
-    func last(ifSameAs typeJSON: ArraySlice<UInt8>) -> (type: String, targets: [StoreEntry])? {
+    func last(ifSameAs typeJSON: ArraySlice<UInt8>) -> (type: String, route: Route)? {
         guard !lastTypeJSON.isEmpty, sameBytes(lastTypeJSON, typeJSON) else { return nil }
-        return (lastType, lastTargets)
+        return (lastType, lastRoute)
     }
 
     /// The stores among `stores` that handle `type` (registered ones, up or down), sorted by name.
-    mutating func targets(for type: String, typeJSON: ArraySlice<UInt8>, in stores: [String: StoreEntry]) -> [StoreEntry] {
-        if !lastTypeJSON.isEmpty && lastType == type { return lastTargets }
-        let targets: [StoreEntry]
+    mutating func route(for type: String, typeJSON: ArraySlice<UInt8>, in stores: [String: StoreEntry]) -> Route {
+        if !lastTypeJSON.isEmpty && lastType == type { return lastRoute }
+        let route: Route
         if let cached = routes[type] {
-            targets = cached
+            route = cached
         } else {
-            let found = index.matching(type)
+            route = Route(index.matching(type))
             if routes.count >= RouteTable.limit { routes.removeAll(keepingCapacity: true) }
-            routes[type] = found
-            targets = found
+            routes[type] = route
         }
         lastType = type
         lastTypeJSON = Array(typeJSON)
-        lastTargets = targets
-        return targets
+        lastRoute = route
+        return route
     }
 
     /// A registered store's patterns changed from `old` to `new` (`old` empty for a first registration).
@@ -58,7 +71,7 @@ struct RouteTable {
         routes.removeAll(keepingCapacity: true)
         lastType = ""
         lastTypeJSON = []
-        lastTargets = []
+        lastRoute = Route([])
     }
 }
 

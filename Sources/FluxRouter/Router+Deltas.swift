@@ -198,7 +198,7 @@ extension Router {
         store.snapshot = nil
         store.version = store.nextVersion
         store.snapshotSeq = seq
-        if journaling { journal!.patch(store: store.name, version: store.version, seq: seq, patch: patch, uid: store.payerUID) }
+        if journaling { journal!.patch(store: store.journalName, version: store.version, seq: seq, patch: patch, uid: store.payerUID) }
         rememberPatch(store, seq: seq, patch)
         out.traffic.snapshots += 1
         broadcast(store, seq: seq, patch: patch, operations: applied, &out)

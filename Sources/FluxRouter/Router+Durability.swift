@@ -22,24 +22,12 @@ extension Router {
         }
     }
 
-    /// The names of `targets` for the journal's action record: made once for a run of dispatches to the same
-    /// stores (consecutive actions mostly have the same route), not once per dispatch.
-    @inline(__always)
-    func journalNames(_ targets: [StoreEntry]) -> [String] {
-        let cached = journalNamesOf
-        if cached.count != targets.count || !zip(cached, targets).allSatisfy({ $0 === $1 }) {
-            journalNamesOf = targets
-            journalNamesCache = targets.map(\.name)
-        }
-        return journalNamesCache
-    }
-
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
         guard journaling, let journal else { return }
         // (A result fluxd gave, `unavailable`, is the dispatcher's work; a store's answer is its owner's.)
         let uid: UInt32
         if case .unavailable = result { uid = action.dispatcher.account.uid } else { uid = store.payerUID }
-        journal.result(seq: action.seq, store: store.name, outcome: result.journaled, version: version, uid: uid)
+        journal.result(seq: action.seq, store: store.journalName, outcome: result.journaled, version: version, uid: uid)
     }
 
     /// Whether `peer`'s user holds its share of the journal's disk (SPEC §15.2).

@@ -116,9 +116,6 @@ public final class Router {
     @exclusivity(unchecked) var nextStoreKey: UInt32 = 1
     /// SPEC §10: the highest version a forgotten store reached (0: none forgotten); stores made later start above it.
     @exclusivity(unchecked) var versionFloor: UInt64 = 0
-    /// `journalNames`' cache: the stores of the last journaled action, and their names.
-    @exclusivity(unchecked) var journalNamesOf: [StoreEntry] = []
-    @exclusivity(unchecked) var journalNamesCache: [String] = []
     /// Open connections per user (uid; `UInt32.max` when unknown), for `maxConnectionsPerUser`, and those of them
     /// still in the handshake, for `maxHandshakesPerUser`.
     @exclusivity(unchecked) var connectionsByUser: [UInt32: Int] = [:]

@@ -1,6 +1,7 @@
 import DequeModule
 import FluxCore
 import FluxJSONValue
+import FluxJournal
 
 // The router's state: peers, stores, actions in flight, and the values they are made of.
 
@@ -79,6 +80,8 @@ final class StoreEntry {
     let key: UInt32
     /// `name` as a JSON string (quoted, escaped once), spliced into every frame that names the store.
     let nameJSON: [UInt8]
+    /// `name` as journal records hold it, encoded once (issue 27).
+    let journalName: JournalName
     @exclusivity(unchecked) var status = StoreStatus.unknown
     @exclusivity(unchecked) var wasRegistered = false
     /// The connection that owns it while it is up.
@@ -165,6 +168,7 @@ final class StoreEntry {
         var json: [UInt8] = []
         appendEscaped(name, to: &json)
         self.nameJSON = json
+        self.journalName = JournalName(name)
     }
 
     /// Adds one holder of `q`; returns its new count (a change the store is told of).

@@ -192,14 +192,15 @@ extension Router {
         let idRaw = request.id.map { body[$0.range] }
         let typeJSON = body[request.type.range]
         let type: String
-        let targets: [StoreEntry]
+        let route: Route
         if request.typeIsKnown, let last = routes.last(ifSameAs: typeJSON) {
             type = last.type
-            targets = last.targets
+            route = last.route
         } else {
             type = decodeJSONString(typeJSON)
-            targets = routes.targets(for: type, typeJSON: typeJSON, in: stores)
+            route = routes.route(for: type, typeJSON: typeJSON, in: stores)
         }
+        let targets = route.stores
         let wantsSettlement = request.settle, cause = request.cause
         if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out)  // (ref: the id, SPEC §8.9)
@@ -260,8 +261,8 @@ extension Router {
                 journal.reserveSeq(upTo: reservedSeq)
             }
             journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
-                           id: action.id, session: session, uid: peer.account.uid, payload: payload,
-                           targets: journalNames(targets))
+                           id: wantsSettlement ? idRaw : nil, session: session, uid: peer.account.uid,
+                           payload: payload, targets: route.journalNames)
         }
         if request.ack, let idRaw {
             // Accepted (SPEC §8.3): its seq, before anything the action leads to.
@@ -441,7 +442,7 @@ extension Router {
         // connection closes, until a newer state replaces it.
         guard chargeRetained(store, 96 + store.nameJSON.count + state.count) else { return false }
         store.version = store.nextVersion
-        if journaling { journal!.snapshot(store: store.name, version: store.version, seq: seq, state: state, uid: store.payerUID) }
+        if journaling { journal!.snapshot(store: store.journalName, version: store.version, seq: seq, state: state, uid: store.payerUID) }
         let frame = snapshotFrame(store, seq: seq, state: state)
         store.snapshot = frame
         store.snapshotSeq = seq

@@ -54,20 +54,22 @@ struct RecordStagingTests {
                                          session: session, uid: uid, payload: payload, targets: targets, into: &$0)
                 }
                 staged = writer.stageAction(seq: seq, time: time, typeJSON: type, origin: origin, cause: cause, id: id,
-                                            session: session, uid: uid, payload: payload, targets: targets)
+                                            session: session, uid: uid, payload: payload, targets: JournalNameList(targets))
+                #expect(JournalNameList(targets).strings == targets && JournalNameList(targets).count == targets.count)
             case 1:
                 let outcome: ResultOutcome = [.done, .rejected(r.bytes()), .unavailable(code: r.name(), message: r.name())][r.below(3)]
                 let (seq, store, version) = (r.number(), r.name(), r.number())
                 expected = Self.reference { RecordEncoder.result(seq: seq, store: store, outcome: outcome, version: version, into: &$0) }
-                staged = writer.stageResult(seq: seq, store: store, outcome: outcome, version: version)
+                staged = writer.stageResult(seq: seq, store: JournalName(store), outcome: outcome, version: version)
+                #expect(JournalName(store).string == store)
             default:
                 let (store, version, seq, bytes) = (r.name(), r.number(), r.number(), r.bytes())
                 if round % 4 == 2 {
                     expected = Self.reference { RecordEncoder.snapshot(store: store, version: version, seq: seq, state: bytes, into: &$0) }
-                    staged = writer.stageState(.snapshot, store: store, version: version, seq: seq, bytes: bytes)
+                    staged = writer.stageState(.snapshot, store: JournalName(store), version: version, seq: seq, bytes: bytes)
                 } else {
                     expected = Self.reference { RecordEncoder.patch(store: store, version: version, seq: seq, patch: bytes, into: &$0) }
-                    staged = writer.stageState(.patch, store: store, version: version, seq: seq, bytes: bytes)
+                    staged = writer.stageState(.patch, store: JournalName(store), version: version, seq: seq, bytes: bytes)
                 }
             }
             let got = Array(writer.staged[before...])

@@ -16,6 +16,9 @@ int cfluxsys_release(int fd, off_t offset, off_t length);
 /// CRC-32C (Castagnoli) of `n` bytes at `p`, continuing from `crc` (0 to start; the value is pre- and
 /// post-inverted as usual). Uses the CPU's crc32 instruction where it has one (SSE 4.2), else a table.
 uint32_t cfluxsys_crc32c(uint32_t crc, const uint8_t *p, size_t n);
+/// Seals a journal record whose body (`body_length` bytes) follows its 12-byte header at `record`: writes the
+/// header (the body's length, big-endian; that length's CRC-32C; the body's CRC-32C), as docs/journal.md says.
+void cfluxsys_seal_record(uint8_t *record, uint32_t body_length);
 
 /// fallocate(fd, 0, offset, length): allocates disk space and extends the file's length over it (reads as
 /// zeros). Returns 0, or -1 with errno set.

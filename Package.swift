@@ -104,7 +104,7 @@ let package = Package(
                 swiftSettings: swiftSettings),
         .target(name: "FluxJSONValue", dependencies: ["FluxCore", .product(name: "HashTreeCollections", package: "swift-collections")],
                 swiftSettings: swiftSettings),
-        .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
+        .target(name: "FluxTesting", dependencies: ["FluxCore", "FluxJournal", "FluxRouter", "FluxClient", "FluxStore"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "fluxd",
             dependencies: (useJemalloc ? ["CJemalloc"] : []) + [

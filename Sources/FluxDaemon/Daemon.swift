@@ -134,13 +134,11 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
         core = DaemonCore(config: coreConfig, transport: self)
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
         if let journal {
-            for note in journal.openingNotes { logger.notice("journal: \(note)") }
-            journalNotesLogged = journal.openingNotes.count
             logger.info("journal: keeping at most \(journal.retainBytes) bytes of history (--retain-bytes), \(journal.diskPerUser) per user (--disk-per-user)")
-            core.router.restore(from: journal.recovered, now: loop.now)
-            for problem in core.router.restoreProblems { logger.error("journal: \(problem)") }
+            // The durability policy lives in the core (DaemonCore+Durability.swift): this adapter commits from
+            // its flush hook and runs the journal's timer.
+            core.attachJournal(journal, recovered: journal.recovered, chargedTo: geteuid(), now: loop.now)
             journal.recovered = JournalState()  // the router holds what it needs; the segments' bytes can go
-            core.router.journal = journal
             let router = core.router
             journal.checkpointCapture = { [unowned journal] in router.checkpointCapture(clean: journal.isClosing) }
             let operations = JournalOperations(journal: journal, lastSeq: { router.lastAcceptedSeq },
@@ -196,20 +194,8 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     public var workerRestarts: (() -> [String: Int])?
     /// Whether there is one (a flag for the hot path).
     let journaled: Bool
-    /// Frames are held back because the journal could not write what they reveal (disk full); a timer retries.
-    @exclusivity(unchecked) var heldForJournal = false
+    /// Syncs in `batch` mode and retries a full disk (`DaemonCore.journalTimer`).
     @exclusivity(unchecked) var journalTimer: LoopTimer?
-    @exclusivity(unchecked) var journalFailureLogged = false
-    /// Whether new work was refused for a full disk when last looked at (its end is logged).
-    @exclusivity(unchecked) var refusingDiskFull = false
-
-    /// Journal bytes held in memory (staged records a full disk keeps from being written), charged to fluxd's own
-    /// account of the memory budget (SPEC §12): forced, as they are accepted work.
-    @exclusivity(unchecked) var journalCharged = 0
-    @exclusivity(unchecked) var journalAccount: MemoryBudget.Account?
-    /// Journal notes logged so far (those of opening it are logged at start; later ones, e.g. history deleted to
-    /// make room, as they come).
-    @exclusivity(unchecked) var journalNotesLogged = Int.max
 
     /// Number of open connections.
     public var connectionCount: Int { connections.count }
@@ -261,11 +247,13 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             if self.router.hasDeferredWork, self.phase != .stopped {
                 if self.core.isHandling { self.loop.requestBeforeFlush() } else { self.feed(.endOfBatch) }
             }
-            return self.commitJournal()
+            return self.core.commitJournal(now: self.loop.now)
         }
         if let journal {
             let interval = journal.options.durability == .batch ? max(1, journal.options.syncInterval) : 100
-            journalTimer = LoopTimer(loop: loop) { [unowned self] in self.journalTimerFired() }
+            journalTimer = LoopTimer(loop: loop) { [unowned self] in
+                if self.core.journalTimer(now: self.loop.now) { self.loop.requestBeforeFlush() }
+            }
             journalTimer?.start(after: interval, repeat: interval)
         }
         if let metrics, let address = config.metricsAddress {
@@ -554,6 +542,7 @@ extension LogLevel {
         case .notice: return .notice
         case .warning: return .warning
         case .error: return .error
+        case .critical: return .critical
         }
     }
 }

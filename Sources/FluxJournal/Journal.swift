@@ -45,6 +45,44 @@ public protocol JournalWriting: AnyObject {
     func isOverDiskShare(_ uid: UInt32) -> Bool
 }
 
+/// What a commit did (`JournalCommitting.commit`).
+public enum JournalCommitResult: Equatable, Sendable {
+    /// Everything staged is written (and synced where the mode or a seq reservation asks): frames may go.
+    case written
+    /// The disk is full: nothing staged was written; frames that reveal it must wait; retried at the next
+    /// commit.
+    case diskFull
+    /// Writing or syncing failed for good: fluxd must stop.
+    case failed
+}
+
+/// The commit side of a journal: what the host of durability (`DaemonCore`, SPEC §15) calls once per batch of
+/// events, before the frames of the batch are written, and from its timer. The router only stages records
+/// (`JournalWriting`); whether the frames that reveal them may go is decided here: `Journal` writes to its
+/// segments, `MemoryJournal` to memory (and fails writes when a test says so).
+public protocol JournalCommitting: JournalWriting {
+    /// Whether new work is refused (`refusal != nil`), read once per batch.
+    var isRefusing: Bool { get }
+    /// Records staged and not yet written.
+    var hasStaged: Bool { get }
+    /// Bytes of them, held in memory (charged to the memory budget while a full disk keeps them).
+    var stagedBytes: Int { get }
+    /// Whether frames must stay held after a write or sync failed for good: `always` promised every record
+    /// durable before the frames that reveal it.
+    var holdsFramesWhenFailed: Bool { get }
+    /// Writes what is staged (and syncs where the mode says): frames may be written only after `.written`.
+    func commit(now: UInt64) -> JournalCommitResult
+    /// The timer: starts a sync that is due (`batch`); false when a sync failed (the journal refuses for good).
+    func syncIfDue(now: UInt64) -> Bool
+    /// While the disk is full: tries again to write what waits and to reserve space. Returns whether the journal
+    /// accepts work now.
+    @discardableResult
+    func retrySpace(now: UInt64) -> Bool
+    /// What the journal has to say in the log, in order (opening it, history dropped to make room); the host logs
+    /// the ones it has not logged yet.
+    var notes: [String] { get }
+}
+
 extension JournalWriting {
     /// Records charged to no user (tests, and fluxd's own records).
     public func register(store: String, handles: [String], waitFor: [String]) {
@@ -80,15 +118,35 @@ public enum JournalRefusal: Sendable, Equatable {
     case failed(String)
 }
 
-/// Records kept in memory (the router's tests, and `--ephemeral` runs that want to see what would be journaled).
-public final class MemoryJournal: JournalWriting {
+/// Records kept in memory (the router's tests, the in-memory bus, and `--ephemeral` runs that want to see what
+/// would be journaled). Records are staged as the router journals them and written by `commit`, which fails while
+/// `failWrites` is set, as a full disk would (or for good, as a failed sync would): the router tests run the
+/// same durability policy as fluxd (frames held until the write succeeds) without a disk.
+public final class MemoryJournal: JournalCommitting {
+    /// Every record journaled, in order: the first `writtenCount` are written, the rest staged.
     public private(set) var records: [[UInt8]] = []
+    public private(set) var writtenCount = 0
     public var refusal: JournalRefusal?
+    /// How `commit` fails: `.diskFull` as a full disk (retried at each commit; new work refused `disk-full`
+    /// meanwhile), `.failed` for good. Nil: writes succeed.
+    public var failWrites: JournalCommitResult?
+    /// Whether frames stay held after a failure for good (as `always` mode does).
+    public var holdsFramesWhenFailed = false
+    /// Commits that wrote something.
+    public private(set) var commits = 0
+    public private(set) var notes: [String] = []
     /// Bytes of records per user (never reclaimed: tests set `diskPerUser` to see refusals).
     public private(set) var bytesByUser: [UInt32: Int] = [:]
     public var diskPerUser = Int.max
 
     public init() {}
+
+    /// A journal that holds `written`: the records a previous run wrote, which a restart on it recovers
+    /// (`recovered()`). (Charged to no user.)
+    public init(written: [[UInt8]]) {
+        records = written
+        writtenCount = written.count
+    }
 
     public func reserveSeq(upTo: UInt64) { add(.max) { RecordEncoder.seqReserve(upTo, into: &$0) } }
     public func register(store: String, handles: [String], waitFor: [String], uid: UInt32) {
@@ -116,6 +174,37 @@ public final class MemoryJournal: JournalWriting {
     public func diskUse(of uid: UInt32) -> Int { bytesByUser[uid] ?? 0 }
     public func isOverDiskShare(_ uid: UInt32) -> Bool { diskUse(of: uid) >= diskPerUser }
 
+    // MARK: Committing
+
+    public var isRefusing: Bool { refusal != nil }
+    public var hasStaged: Bool { writtenCount < records.count }
+    public var stagedBytes: Int { records[writtenCount...].reduce(0) { $0 + $1.count + recordHeaderSize } }
+    /// The records written so far (what a restart would find).
+    public var written: ArraySlice<[UInt8]> { records[..<writtenCount] }
+
+    public func commit(now: UInt64) -> JournalCommitResult {
+        if case .failed? = refusal { return .failed }
+        switch failWrites {
+        case .diskFull?:
+            if refusal == nil { refusal = .diskFull("the memory journal's writes fail (a test's full disk)") }
+            return .diskFull
+        case .failed?:
+            refusal = .failed("the memory journal's writes failed (a test's failed sync)")
+            return .failed
+        case .written?, nil:
+            if hasStaged { commits += 1 }
+            writtenCount = records.count
+            if case .diskFull? = refusal { refusal = nil }
+            return .written
+        }
+    }
+
+    public func syncIfDue(now: UInt64) -> Bool { refusal.map { if case .failed = $0 { false } else { true } } ?? true }
+    @discardableResult
+    public func retrySpace(now: UInt64) -> Bool { commit(now: now) == .written }
+    /// Adds a line for the host's log (as `Journal` notes history it dropped).
+    public func note(_ line: String) { notes.append(line) }
+
     private func add(_ uid: UInt32, _ encode: (inout [UInt8]) -> Void) {
         var body: [UInt8] = []
         encode(&body)
@@ -125,6 +214,19 @@ public final class MemoryJournal: JournalWriting {
 
     public func decoded() -> [JournalRecord] {
         records.map { try! RecordDecoder.decode($0, 0..<$0.count) }
+    }
+
+    /// The state a fluxd restarted on the written records would recover (what `Journal` recovers from its
+    /// segments).
+    public func recovered(outcomes: OutcomeLog = OutcomeLog()) -> JournalState {
+        var s = JournalState(outcomes: outcomes)
+        for r in decodedWritten() { s.apply(r) }
+        return s
+    }
+
+    /// The written records, decoded.
+    public func decodedWritten() -> [JournalRecord] {
+        written.map { try! RecordDecoder.decode($0, 0..<$0.count) }
     }
 
     /// The state a fluxd restarted on these records would recover.
@@ -149,7 +251,7 @@ public struct JournalError: Error, Sendable, CustomStringConvertible {
 /// leaves the recovered `JournalState` in `recovered`. Then the router stages records through `JournalWriting`,
 /// and the host calls `commit` once per loop iteration before it writes frames, and `syncIfDue` on a timer.
 /// Not thread-safe: fluxd's loop thread uses it.
-public final class Journal: JournalWriting {
+public final class Journal: JournalCommitting {
     /// How a journal is kept.
     public struct Options: Sendable {
         public var directory: String
@@ -445,15 +547,12 @@ public final class Journal: JournalWriting {
     // MARK: - Committing
 
     /// What a commit did.
-    public enum CommitResult: Equatable {
-        /// Everything staged is written (and synced where the mode or a reservation asks): frames may go.
-        case written
-        /// The disk is full: nothing staged was written; frames that reveal it must wait; retried at the next
-        /// commit.
-        case diskFull
-        /// Writing or syncing failed for good: fluxd must stop.
-        case failed
-    }
+    public typealias CommitResult = JournalCommitResult
+
+    /// `always`: records are promised durable before their frames, so frames stay held once a write failed.
+    public var holdsFramesWhenFailed: Bool { options.durability == .always }
+    /// `openingNotes` (the host logs those it has not logged yet).
+    public var notes: [String] { openingNotes }
 
     /// Writes what is staged in one write, and syncs it in `always` mode (or when a seq reservation is staged).
     /// Call before writing the frames of this loop iteration; frames may be written only after `.written`.

@@ -130,6 +130,8 @@ public final class DaemonCore: RouterEffectSink {
     /// Tickets handed out and not completed yet (their peers may have closed): `maxDeferredTotal` bounds them.
     @exclusivity(unchecked) private var outstandingTickets: Set<UInt64> = []
     @exclusivity(unchecked) private var nextTicket: UInt64 = 1
+    /// The journal and what the host of durability keeps between batches (DaemonCore+Durability.swift).
+    @exclusivity(unchecked) var durability = DurabilityHost()
 
     private struct QueuedHostAnswer {
         var serial: UInt64?

@@ -254,7 +254,8 @@ public protocol RouterEffectSink: AnyObject {
 
 /// Severity of a `log` effect (mapped onto swift-log's levels by the daemon).
 public enum LogLevel: Sendable, Equatable {
-    case debug, info, notice, warning, error
+    /// (`critical`: the host can no longer do what it promised, e.g. the journal failed for good.)
+    case debug, info, notice, warning, error, critical
 }
 
 /// What the router knows of one store, for its host (e.g. a supervisor waiting for a worker to register).

@@ -1,5 +1,6 @@
 import FluxClient
 import FluxCore
+import FluxJournal
 import FluxRouter
 import FluxStore
 import Synchronization
@@ -20,6 +21,12 @@ import Glibc
 /// the bus is idle carries out the resulting deliveries (frames to connections are delivered in effect order).
 /// Time does not pass by itself: it starts at 0 ms and moves only with `advance(by:)`, which also fires the
 /// router's timers (queue and handshake timeouts), so timeouts are tested deterministically.
+///
+/// A durable bus (`durable: true`) journals into memory with the same policy as fluxd (`DaemonCore.commitJournal`):
+/// the frames of each event go out once its records are written; `failJournalWrites` makes the writes fail (a
+/// full disk holds every frame until they succeed again); `journalRecords` are what it wrote, and a bus made
+/// with `restoring:` them restarts from them (SPEC §15: seqs go on, states are kept, unanswered actions are
+/// redelivered).
 public final class InMemoryBus: Sendable {
     fileprivate enum Delivery {
         case frame(InMemoryConnection, [UInt8])
@@ -60,11 +67,28 @@ public final class InMemoryBus: Sendable {
         var queueHead = 0
         var pumping = false
         var router: Router { core.router }
+        let journal: MemoryJournal?
+        /// Deliveries waiting for the journal to write what they reveal.
+        var held: [Delivery] = []
 
-        init(config: RouterConfig) {
+        init(config: RouterConfig, journal: MemoryJournal?) {
             wire = Wire()
+            var config = config
+            if journal != nil && !config.isDurable { config.durability = "batch" }
+            if journal != nil && config.epoch.isEmpty { config.epoch = "in-memory" }
             core = DaemonCore(config: DaemonCoreConfig(router: config), transport: wire)
             core.onLog = { [unowned wire] level, message in wire.logs.append("\(level): \(message)") }
+            self.journal = journal
+            if let journal { core.attachJournal(journal, recovered: journal.recovered(), chargedTo: getuid(), now: 0) }
+        }
+
+        /// The deliveries of what was handled since the last call, once the journal wrote what they reveal.
+        mutating func release(_ out: [Delivery]) -> [Delivery] {
+            guard journal != nil else { return out }
+            held += out
+            guard core.commitJournal(now: now) else { return [] }
+            defer { held = [] }
+            return held
         }
     }
 
@@ -74,7 +98,30 @@ public final class InMemoryBus: Sendable {
 
     public init(config: RouterConfig = RouterConfig()) {
         self.config = config
-        self.state = Mutex(State(config: config))
+        self.state = Mutex(State(config: config, journal: nil))
+    }
+
+    /// A durable bus (`durable`), journaling into memory; restarted from `restoring`, the records a previous
+    /// durable bus wrote (`journalRecords`).
+    public init(config: RouterConfig = RouterConfig(), durable: Bool, restoring: [[UInt8]] = []) {
+        self.config = config
+        self.state = Mutex(State(config: config, journal: durable ? MemoryJournal(written: restoring) : nil))
+    }
+
+    // MARK: The journal (a durable bus)
+
+    /// The records the journal wrote so far (those of a restart's predecessor first).
+    public var journalRecords: [[UInt8]] { state.withLock { s in s.journal.map { Array($0.written) } ?? [] } }
+
+    /// Frames held until the journal writes what they reveal.
+    public var heldFrames: Int { state.withLock { $0.held.count } }
+
+    /// Makes the journal's writes fail as a full disk does (`.diskFull`: every frame is held until they succeed
+    /// again, new work is refused `disk-full`) or for good (`.failed`); nil: they succeed again (the held frames
+    /// go out at once).
+    public func failJournalWrites(_ failure: JournalCommitResult?) {
+        state.withLock { $0.journal?.failWrites = failure }
+        if failure == nil { submit([]) }
     }
 
     // MARK: Connections
@@ -119,7 +166,10 @@ public final class InMemoryBus: Sendable {
     /// Moves the clock forward and lets the router expire what is due (`tick`).
     public func advance(by duration: Duration) {
         let ms = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
-        state.withLock { $0.now += Millis(max(0, ms)) }
+        state.withLock { s in
+            s.now += Millis(max(0, ms))
+            _ = s.core.journalTimer(now: s.now)
+        }
         submit([.tick])
     }
 
@@ -186,6 +236,12 @@ public final class InMemoryBus: Sendable {
                     s.queue.removeAll(keepingCapacity: true)
                     s.queueHead = 0
                     s.pumping = false
+                    // (Deliveries held for the journal: a retry, e.g. after `failJournalWrites(nil)`.)
+                    if !s.held.isEmpty {
+                        let out = s.release([])
+                        if !out.isEmpty { s.pumping = true }
+                        return out.isEmpty ? nil : out
+                    }
                     return nil
                 }
                 let event = s.queue[s.queueHead]
@@ -195,7 +251,7 @@ public final class InMemoryBus: Sendable {
                 s.wire.deliveries.removeAll()
                 for peer in s.wire.closed { s.queue.append(.closed(peer)) }
                 s.wire.closed.removeAll()
-                return out
+                return s.release(out)
             }
             guard let work else { return }
             for delivery in work {

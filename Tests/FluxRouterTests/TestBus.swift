@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJournal
 @testable import FluxRouter
 
 /// The router tests' adapter of the daemon core (`DaemonCore`, the one host of the semantics): frames in,
@@ -22,6 +23,7 @@ final class TestBus: DaemonTransport {
         body()
         inBatch = false
         if router.hasDeferredWork { feed(.endOfBatch) }
+        flush()
     }
 
     /// Stores reported stalled: (store, closing).
@@ -31,17 +33,70 @@ final class TestBus: DaemonTransport {
     /// Every frame sent to each peer as (op, coalescing mark), in order; never cleared by `take`.
     private(set) var marks: [PeerID: [(op: String, coalescing: Coalescing)]] = [:]
 
-    init(_ configure: (inout RouterConfig) -> Void = { _ in }) {
+    /// A durable bus's journal (`DaemonCore.attachJournal`): frames wait in `unflushed` until the end of their
+    /// batch, when the core commits the journal (`DaemonCore.commitJournal`), as fluxd's flush hook does; while it
+    /// cannot write, they stay there. Every frame delivered is checked against what the journal has written
+    /// (`revealed`).
+    private(set) var journal: MemoryJournal?
+    private var unflushed: [(PeerID, Envelope)] = []
+    private var depth = 0
+    /// Frames delivered that revealed something the journal had not written (must stay empty).
+    private(set) var revealedUnwritten: [String] = []
+
+    init(journal: MemoryJournal? = nil, _ configure: (inout RouterConfig) -> Void = { _ in }) {
         var config = DaemonCoreConfig()
         configure(&config.router)
         core = DaemonCore(config: config, transport: self)
         core.onLog = { [unowned self] _, line in self.logs.append(line) }
         core.onStoreStalled = { [unowned self] store, _, closing in self.stalls.append((store, closing)) }
         core.onStoreChange = { [unowned self] change in self.storeChanges.append(change) }
+        if let journal {
+            self.journal = journal
+            core.attachJournal(journal, recovered: journal.recovered(), chargedTo: 0, now: now)
+        }
+    }
+
+    /// Frames held back, waiting for the journal.
+    var heldFrames: Int { unflushed.count }
+
+    /// The end of a batch with a journal: commits it and delivers the frames if it wrote.
+    private func flush() {
+        guard journal != nil, !unflushed.isEmpty || core.holdsFramesForJournal || journal!.hasStaged else { return }
+        guard core.commitJournal(now: now) else { return }
+        let frames = unflushed
+        unflushed = []
+        for (peer, env) in frames {
+            checkRevealed(env, to: peer)
+            inbox[peer, default: []].append(env)
+        }
+    }
+
+    /// What a frame reveals (an action's seq, a store's version) must be in a written record.
+    private func checkRevealed(_ env: Envelope, to peer: PeerID) {
+        guard let journal else { return }
+        let written = journal.decodedWritten()
+        var maxSeq: UInt64 = 0
+        var versions: [String: UInt64] = [:]
+        for r in written {
+            switch r {
+            case .action(let a): maxSeq = max(maxSeq, a.seq)
+            case .snapshot(let store, let version, _, _), .patch(let store, let version, _, _):
+                versions[store] = max(versions[store] ?? 0, version)
+            default: break
+            }
+        }
+        if ["action", "settled", "accepted"].contains(env.op), let seq = env.int("seq").value, UInt64(seq) > maxSeq {
+            revealedUnwritten.append("\(env.op) to peer \(peer) reveals seq \(seq); the journal has written up to \(maxSeq)")
+        }
+        if ["snapshot", "delta"].contains(env.op), let store = env.str("store"), let version = env.int("version").value,
+           UInt64(version) > versions[store] ?? 0 {
+            revealedUnwritten.append("\(env.op) to peer \(peer) reveals \(store) version \(version); the journal has written up to \(versions[store] ?? 0)")
+        }
     }
 
     /// Feeds an event through the core; a peer it closed is answered with a `closed` event, as the transport does.
     func feed(_ event: RouterEvent) {
+        depth += 1
         core.handle(event, now: now)
         let closing = toClose
         toClose = []
@@ -51,6 +106,13 @@ final class TestBus: DaemonTransport {
         }
         // Each event is its own batch here, as if every frame came in a read of its own (unless inside `batch`).
         if router.hasDeferredWork && !inBatch { feed(.endOfBatch) }
+        depth -= 1
+        if depth == 0 && !inBatch { flush() }
+    }
+
+    /// The adapter's journal timer (`DaemonCore.journalTimer`), and the flush it asks for.
+    func journalTimer() {
+        if core.journalTimer(now: now) { flush() }
     }
 
     // MARK: DaemonTransport
@@ -58,7 +120,7 @@ final class TestBus: DaemonTransport {
     func write(_ frame: Frame, to peer: PeerID) -> Int {
         precondition(!closedPeers.contains(peer), "frame sent to closed peer \(peer)")
         let env = try! Envelope(body: frame.bodyArray)
-        inbox[peer, default: []].append(env)
+        if journal != nil { unflushed.append((peer, env)) } else { inbox[peer, default: []].append(env) }
         marks[peer, default: []].append((env.op, frame.coalescing))
         return 0
     }

@@ -84,6 +84,39 @@ struct InMemoryBusTests {
         #expect(e.ref == id)
     }
 
+    @Test("a durable in-memory bus: frames wait for the journal (a full disk holds them all), and a bus restarted on what it wrote goes on from there")
+    func durableBusHoldsFramesAndRestarts() async throws {
+        let bus = InMemoryBus(durable: true)
+        let running = try await bus.start(makeTodoStore())
+        let client = try await bus.client()
+        #expect(client.welcome.durability == "batch")
+        let first = try await client.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "milk"))
+        #expect(first["todos"] == .done(version: 2))
+
+        bus.failJournalWrites(.diskFull)
+        let held = Task { try await client.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "eggs")) }
+        // Accepted and journaled in memory, not written: the action's frame to the store waits.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while bus.heldFrames == 0 && ContinuousClock.now < deadline { await Task.yield() }
+        #expect(bus.heldFrames >= 1)
+        #expect(!bus.journalRecords.contains { String(decoding: $0, as: UTF8.self).contains("eggs") })
+        bus.failJournalWrites(nil)
+        let second = try await held.value
+        #expect(second["todos"] == .done(version: 3) && second.seq > first.seq)
+        #expect(bus.journalRecords.contains { String(decoding: $0, as: UTF8.self).contains("eggs") })
+        try await running.stop()
+
+        // A restart on what was written: the state is kept (the new store process adopts it), seqs go on.
+        let restarted = InMemoryBus(durable: true, restoring: bus.journalRecords)
+        let store = makeTodoStore()
+        let again = try await restarted.start(store)
+        #expect(store.state.todos.map(\.title) == ["milk", "eggs"])
+        let client2 = try await restarted.client()
+        let third = try await client2.dispatchAndSettle(type: "todo/add", payload: AddTodo(title: "tea"))
+        #expect(third.seq > second.seq && third["todos"] == .done(version: 4))
+        try await again.stop()
+    }
+
     @Test func storeCrashAndRestartResumesFromTheRetainedState() async throws {
         let bus = InMemoryBus()
         let store = makeTodoStore()

@@ -81,6 +81,8 @@ public protocol JournalCommitting: JournalWriting {
     /// What the journal has to say in the log, in order (opening it, history dropped to make room); the host logs
     /// the ones it has not logged yet.
     var notes: [String] { get }
+    /// `notes.count` (read at every commit).
+    var noteCount: Int { get }
 }
 
 extension JournalWriting {
@@ -135,6 +137,7 @@ public final class MemoryJournal: JournalCommitting {
     /// Commits that wrote something.
     public private(set) var commits = 0
     public private(set) var notes: [String] = []
+    public var noteCount: Int { notes.count }
     /// Bytes of records per user (never reclaimed: tests set `diskPerUser` to see refusals).
     public private(set) var bytesByUser: [UInt32: Int] = [:]
     public var diskPerUser = Int.max
@@ -307,10 +310,14 @@ public final class Journal: JournalCommitting {
     @exclusivity(unchecked) public var recovered: JournalState
     /// What opening it did, for the log: torn records dropped, segments read, repairs.
     @exclusivity(unchecked) public internal(set) var openingNotes: [String] = []
-    @exclusivity(unchecked) public private(set) var refusal: JournalRefusal?
-    /// Whether it refuses new work (`refusal != nil`), read on every loop iteration: a Bool read within this
-    /// module (reading the enum from another module cost a dynamic exclusivity check, ~76 instructions).
-    public var isRefusing: Bool { refusal != nil }
+    @exclusivity(unchecked) public private(set) var refusal: JournalRefusal? {
+        didSet { isRefusing = refusal != nil }
+    }
+    /// Whether it refuses new work (`refusal != nil`), read on every loop iteration: a stored Bool (reading the
+    /// enum copies its message; from another module it cost a dynamic exclusivity check, ~76 instructions).
+    @exclusivity(unchecked) public private(set) var isRefusing = false
+    /// How many `notes` there are (read once per commit: cheaper than the array).
+    public var noteCount: Int { openingNotes.count }
     /// Records staged and not yet written.
     public var hasStaged: Bool { writer.stagedCount > 0 }
     /// Bytes of them (held in memory: while a full disk refuses the write, they count against the memory budget).
@@ -557,8 +564,9 @@ public final class Journal: JournalCommitting {
     /// Writes what is staged in one write, and syncs it in `always` mode (or when a seq reservation is staged).
     /// Call before writing the frames of this loop iteration; frames may be written only after `.written`.
     public func commit(now: UInt64) -> CommitResult {
-        if case .failed = refusal { return .failed }
+        if isRefusing, case .failed? = refusal { return .failed }
         if checkpointsInFlight > 0 { takeFinished() }
+        let writer = self.writer
         if writer.stagedCount > 0 {
             let bytes = writer.stagedBytes
             do throws(StorageError) {
@@ -581,7 +589,7 @@ public final class Journal: JournalCommitting {
             }
             writes += 1
             bytesWritten += UInt64(bytes)
-            if case .diskFull? = refusal { refusal = nil }
+            if isRefusing, case .diskFull? = refusal { refusal = nil }
             writtenReserve = max(writtenReserve, stagedReserve)
         }
         // An action's seq above the durable reservation: sync before its frames reveal it. (A journal written

@@ -15,7 +15,6 @@ import FluxJournal
 
 /// What the host of durability keeps between batches.
 struct DurabilityHost {
-    var journal: (any JournalCommitting)?
     /// Frames are held back: the journal could not write what they reveal (a full disk).
     var held = false
     var failureLogged = false
@@ -28,18 +27,17 @@ struct DurabilityHost {
 }
 
 extension DaemonCore {
-    /// Makes the bus durable on `journal` before any peer connects: the router takes over what the journal
-    /// recovered (`recovered`: seqs, stores, states, outcomes) and from then journals every accepted action,
-    /// result and state into it. Records held in memory while a full disk refuses them are charged to `uid`'s
-    /// account (fluxd's own user).
-    public func attachJournal(_ journal: any JournalCommitting, recovered: JournalState, chargedTo uid: UInt32,
-                              now: Millis) {
+    /// Makes the bus durable on the journal it was made with (`init(config:transport:journal:)`), before any
+    /// peer connects: the router takes over what the journal recovered (`recovered`: seqs, stores, states,
+    /// outcomes) and from then journals every accepted action, result and state into it. Records held in memory
+    /// while a full disk refuses them are charged to `uid`'s account (fluxd's own user).
+    public func attachJournal(recovered: JournalState, chargedTo uid: UInt32, now: Millis) {
+        guard let journal = committer else { preconditionFailure("attachJournal: this core was made without a journal") }
         for note in journal.notes { onLog?(.notice, "journal: \(note)") }
         durability.notesLogged = journal.notes.count
         router.restore(from: recovered, now: now)
         for problem in router.restoreProblems { onLog?(.error, "journal: \(problem)") }
         router.journal = journal
-        durability.journal = journal
         durability.uid = uid
     }
 
@@ -47,17 +45,19 @@ extension DaemonCore {
     /// written. Returns whether frames may be written now (false: hold them all and call again before the next
     /// flush: the write is retried then).
     public func commitJournal(now: Millis) -> Bool {
-        guard let journal = durability.journal else { return true }
+        // (`committer` is a `let`: this runs at every loop iteration of a durable fluxd, and a copy of the
+        // existential from a `var` cost a retain and a release each time.)
+        guard let journal = committer else { return true }
         defer { if durability.charged != 0 || durability.held { accountStagedJournal(journal) } }
         if !journal.hasStaged && !durability.held && !journal.isRefusing { return true }
         switch journal.commit(now: UInt64(now)) {
         case .written:
-            logNotes(journal)
+            if journal.noteCount != durability.notesLogged { logNotes(journal) }
             if durability.held {
                 durability.held = false
                 onLog?(.notice, "journal: written again; the frames held back go out")
             }
-            noteDiskFull(journal)
+            if journal.isRefusing || durability.refusingDiskFull { noteDiskFull(journal) }
             return true
         case .diskFull:
             if !durability.held {
@@ -75,7 +75,7 @@ extension DaemonCore {
     /// starts a sync that is due, retries a full disk. Returns whether a commit is wanted before the next flush
     /// (frames may be waiting for the space).
     public func journalTimer(now: Millis) -> Bool {
-        guard let journal = durability.journal else { return false }
+        guard let journal = committer else { return false }
         if !journal.syncIfDue(now: UInt64(now)) { logFailure(journal) }
         var wantsCommit = false
         if case .diskFull? = journal.refusal {

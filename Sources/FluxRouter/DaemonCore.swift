@@ -1,4 +1,5 @@
 import FluxCore
+import FluxJournal
 
 /// What a `DaemonCore` needs from whatever carries its frames: fluxd's libuv transport (`FluxDaemon.Daemon`),
 /// `FluxTesting`'s in-memory bus, or the router tests' bus. An adapter owns the connections; the core owns every
@@ -132,6 +133,8 @@ public final class DaemonCore: RouterEffectSink {
     @exclusivity(unchecked) private var nextTicket: UInt64 = 1
     /// The journal and what the host of durability keeps between batches (DaemonCore+Durability.swift).
     @exclusivity(unchecked) var durability = DurabilityHost()
+    /// The journal of a durable bus (nil: ephemeral): committed once per batch (DaemonCore+Durability.swift).
+    public let committer: (any JournalCommitting)?
 
     private struct QueuedHostAnswer {
         var serial: UInt64?
@@ -157,9 +160,11 @@ public final class DaemonCore: RouterEffectSink {
     /// Queues up to this size need no look at the peer after a write (below both the slack and `maxBacklog`).
     private let checkAbove: Int
 
-    /// A core that writes through `transport` (kept unowned: the adapter owns the core).
-    public init(config: DaemonCoreConfig, transport: any DaemonTransport) {
+    /// A core that writes through `transport` (kept unowned: the adapter owns the core); durable with `journal`
+    /// once `attachJournal` restored what it recovered.
+    public init(config: DaemonCoreConfig, transport: any DaemonTransport, journal: (any JournalCommitting)? = nil) {
         self.config = config
+        self.committer = journal
         self.router = Router(config: config.router)
         self.transport = transport
         self.checkAbove = min(Self.accountingSlack, config.router.maxBacklog)

@@ -76,10 +76,10 @@ public final class InMemoryBus: Sendable {
             var config = config
             if journal != nil && !config.isDurable { config.durability = "batch" }
             if journal != nil && config.epoch.isEmpty { config.epoch = "in-memory" }
-            core = DaemonCore(config: DaemonCoreConfig(router: config), transport: wire)
+            core = DaemonCore(config: DaemonCoreConfig(router: config), transport: wire, journal: journal)
             core.onLog = { [unowned wire] level, message in wire.logs.append("\(level): \(message)") }
             self.journal = journal
-            if let journal { core.attachJournal(journal, recovered: journal.recovered(), chargedTo: getuid(), now: 0) }
+            if let journal { core.attachJournal(recovered: journal.recovered(), chargedTo: getuid(), now: 0) }
         }
 
         /// The deliveries of what was handled since the last call, once the journal wrote what they reveal.

@@ -46,13 +46,13 @@ final class TestBus: DaemonTransport {
     init(journal: MemoryJournal? = nil, _ configure: (inout RouterConfig) -> Void = { _ in }) {
         var config = DaemonCoreConfig()
         configure(&config.router)
-        core = DaemonCore(config: config, transport: self)
+        core = DaemonCore(config: config, transport: self, journal: journal)
         core.onLog = { [unowned self] _, line in self.logs.append(line) }
         core.onStoreStalled = { [unowned self] store, _, closing in self.stalls.append((store, closing)) }
         core.onStoreChange = { [unowned self] change in self.storeChanges.append(change) }
         if let journal {
             self.journal = journal
-            core.attachJournal(journal, recovered: journal.recovered(), chargedTo: 0, now: now)
+            core.attachJournal(recovered: journal.recovered(), chargedTo: 0, now: now)
         }
     }
 

@@ -34,6 +34,12 @@ if ! command -v groff >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq groff-base >/dev/null
 fi
 
+if ! command -v strace >/dev/null 2>&1; then
+    echo "==> installing strace (apt; tests/durability/test_loop_syscalls.py traces fluxd's loop thread for syncs)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq strace >/dev/null
+fi
+
 if ! command -v swift >/dev/null 2>&1; then
     if [ -x /opt/swift/usr/bin/swift ]; then export PATH="/opt/swift/usr/bin:$PATH"; else
         echo "swift is not installed (FluxBus needs Swift 6.1 or newer)" >&2; exit 1; fi

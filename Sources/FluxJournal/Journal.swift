@@ -74,6 +74,10 @@ public protocol JournalCommitting: JournalWriting {
     func commit(now: UInt64) -> JournalCommitResult
     /// The timer: starts a sync that is due (`batch`); false when a sync failed (the journal refuses for good).
     func syncIfDue(now: UInt64) -> Bool
+    /// Makes everything written durable, here and now (at start, before the loop serves anyone: the first seq
+    /// reservation); false when it failed (for good).
+    @discardableResult
+    func sync(now: UInt64) -> Bool
     /// While the disk is full: tries again to write what waits and to reserve space. Returns whether the journal
     /// accepts work now.
     @discardableResult
@@ -203,6 +207,8 @@ public final class MemoryJournal: JournalCommitting {
     }
 
     public func syncIfDue(now: UInt64) -> Bool { refusal.map { if case .failed = $0 { false } else { true } } ?? true }
+    @discardableResult
+    public func sync(now: UInt64) -> Bool { syncIfDue(now: now) }
     @discardableResult
     public func retrySpace(now: UInt64) -> Bool { commit(now: now) == .written }
     /// Adds a line for the host's log (as `Journal` notes history it dropped).

@@ -39,6 +39,10 @@ extension DaemonCore {
         for problem in router.restoreProblems { onLog?(.error, "journal: \(problem)") }
         router.journal = journal
         durability.uid = uid
+        // The run's first block of seqs, reserved, written and synced here, before the adapter serves anyone: no
+        // dispatch waits for a sync on the loop (the later blocks are made durable off the loop, ahead of need;
+        // issue 27). A failed write is retried by the first commit, which then syncs as before.
+        if router.reserveFirstSeqs(), journal.commit(now: UInt64(now)) == .written { journal.sync(now: UInt64(now)) }
     }
 
     /// Writes what the router journaled while handling this batch's events; call before any of its frames is

@@ -22,6 +22,15 @@ extension Router {
         }
     }
 
+    /// Journals the reservation of the seqs the next dispatches take (a block of `seqBlock`, as the first
+    /// dispatch would), so that the host can make it durable before it serves anyone. Returns whether it did.
+    public func reserveFirstSeqs() -> Bool {
+        guard journaling, let journal, reservedSeq <= lastSeq else { return false }
+        reservedSeq = lastSeq + config.seqBlock
+        journal.reserveSeq(upTo: reservedSeq)
+        return true
+    }
+
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
         guard journaling, let journal else { return }
         // (A result fluxd gave, `unavailable`, is the dispatcher's work; a store's answer is its owner's.)

@@ -36,6 +36,16 @@ SESSION = "journal-client"
 IDS = [f"a-{k}" for k in range(1, 8)]
 
 
+def records_end_of_run(path: str, boundary: int) -> int:
+    """Where the segment's records end, not counting the seq reservation a restarted fluxd writes past
+    `boundary` before it serves anyone (issue 27: the run's first block, synced before the loop starts)."""
+    with open(path, "rb") as f:
+        records = parse_segment(f.read())
+    while records and records[-1].kind == "seq-reserve" and records[-1].start >= boundary:
+        records.pop()
+    return records[-1].end if records else records_end(path)
+
+
 @pytest.fixture(scope="module")
 def template():
     """A data directory whose last segment ends: ..., snapshot, result, action (delivered, unanswered)."""
@@ -197,7 +207,7 @@ def damaged_case(template, damaged: bytes, tag: str) -> List[str]:
                 problems.append(f"{tag}: no 'dropped a torn last record' in the log:\n{log}")
             if not torn and "dropped a torn" in log:
                 problems.append(f"{tag}: a torn record dropped at a record boundary:\n{log}")
-            size = records_end(path)  # (the file goes on with the zeros fluxd reserves again)
+            size = records_end_of_run(path, boundary)  # (the file goes on with the zeros fluxd reserves again)
             if size != boundary:
                 problems.append(f"{tag}: the segment is {size} bytes after the start, not cut back to {boundary}")
             problems += check_recovered(fluxd, Expected(whole, STORE, SESSION), tag)
@@ -265,7 +275,10 @@ def flip_positions(record: Record):
 def test_a_flipped_byte_in_the_middle_refuses_to_start_and_repair_cuts_there(template):
     records: List[Record] = template["records"]
     content: bytes = template["bytes"]
-    middle = [records[1], records[len(records) // 2], records[-2]]
+    # (The first record after the registration: a damaged registration loses the store, which these checks
+    # do not model; since issue 27 a run starts with its seq reservation, so the registration is records[1].)
+    first_after = next(i for i, r in enumerate(records) if r.kind == "register") + 1
+    middle = [records[first_after], records[len(records) // 2], records[-2]]
     problems: List[str] = []
     cases = 0
     for record in middle:
@@ -294,8 +307,8 @@ def test_a_flipped_byte_in_the_middle_refuses_to_start_and_repair_cuts_there(tem
                     log = fluxd.stderr()
                     if "repaired the journal" not in log or f"offset {record.start}" not in log or "lost" not in log:
                         problems.append(f"{tag}: --repair does not say where it cut and what was lost:\n{log}")
-                    if records_end(path) != record.start:
-                        problems.append(f"{tag}: --repair left records to {records_end(path)}, not {record.start}")
+                    if records_end_of_run(path, record.start) != record.start:
+                        problems.append(f"{tag}: --repair left records to {records_end_of_run(path, record.start)}, not {record.start}")
                     before = [r for r in records if r.end <= record.start]
                     problems += check_recovered(fluxd, Expected(before, STORE, SESSION), tag)
                 finally:

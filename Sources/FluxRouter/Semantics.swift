@@ -192,15 +192,14 @@ extension Router {
         let idRaw = request.id.map { body[$0.range] }
         let typeJSON = body[request.type.range]
         let type: String
-        let route: Route
+        let targets: [StoreEntry]
         if request.typeIsKnown, let last = routes.last(ifSameAs: typeJSON) {
             type = last.type
-            route = last.route
+            targets = last.targets
         } else {
             type = decodeJSONString(typeJSON)
-            route = routes.route(for: type, typeJSON: typeJSON, in: stores)
+            targets = routes.targets(for: type, typeJSON: typeJSON, in: stores)
         }
-        let targets = route.stores
         let wantsSettlement = request.settle, cause = request.cause
         if shuttingDown || draining {
             return fail(peer, .shuttingDown, "fluxd is shutting down", &out)  // (ref: the id, SPEC §8.9)
@@ -262,7 +261,7 @@ extension Router {
             }
             journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
                            id: wantsSettlement ? idRaw : nil, session: session, uid: peer.account.uid,
-                           payload: payload, targets: route.journalNames)
+                           payload: payload, targets: routes.lastJournalNames)
         }
         if request.ack, let idRaw {
             // Accepted (SPEC §8.3): its seq, before anything the action leads to.

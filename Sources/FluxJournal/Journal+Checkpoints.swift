@@ -159,7 +159,7 @@ extension Journal {
     /// Deletes segments numbered at most `covered` (behind a checkpoint) whose newest action is older than the
     /// retention window, oldest first (history stays contiguous).
     func applyRetention(coveredThrough covered: Int) {
-        let wall = wallClock()
+        let wall = wallNow()
         let keepFromTime = wall > options.retainAge ? wall - options.retainAge : 0
         while let first = segmentInfos.first, first.number <= covered, first.number < segmentNumber {
             // Beyond the count when the segments after it hold the newest `retainActions` actions already.

@@ -84,6 +84,15 @@ struct DurabilityHostTests {
             }
             _ = bus.take(3)
         }
+        /// The store answers its oldest delivered, unanswered action; false if there is none.
+        func answerNext(_ store: PeerID) -> Bool {
+            guard answered[store]! < delivered[store]!.count else { return false }
+            let seq = delivered[store]![answered[store]!]
+            answered[store]! += 1
+            let name = store == 1 ? "todos" : "stats"
+            bus.send(store, #"{"op":"done","store":"\#(name)","seq":\#(seq),"state":{"n":\#(seq)}}"#)
+            return true
+        }
         for _ in 0..<600 {
             switch rng.below(10) {
             case 0:
@@ -95,13 +104,7 @@ struct DurabilityHostTests {
                 dispatched += 1
                 bus.send(2, Self.dispatch("c-\(dispatched)", "x"))
             default:
-                let store: PeerID = rng.below(2) == 0 ? 1 : 4
-                let name = store == 1 ? "todos" : "stats"
-                if answered[store]! < delivered[store]!.count {
-                    let seq = delivered[store]![answered[store]!]
-                    answered[store]! += 1
-                    bus.send(store, #"{"op":"done","store":"\#(name)","seq":\#(seq),"state":{"n":\#(seq)}}"#)
-                }
+                _ = answerNext(rng.below(2) == 0 ? 1 : 4)
             }
             collect()
             #expect(bus.revealedUnwritten.isEmpty, "\(bus.revealedUnwritten)")
@@ -112,13 +115,7 @@ struct DurabilityHostTests {
         bus.journalTimer()
         collect()
         for store in [PeerID(1), 4] {
-            let name = store == 1 ? "todos" : "stats"
-            while answered[store]! < delivered[store]!.count {
-                let seq = delivered[store]![answered[store]!]
-                answered[store]! += 1
-                bus.send(store, #"{"op":"done","store":"\#(name)","seq":\#(seq),"state":{"n":\#(seq)}}"#)
-                collect()
-            }
+            while answerNext(store) { collect() }
         }
         #expect(bus.heldFrames == 0)
         #expect(settled + refused == dispatched && settled > 50 && refused > 0, "\(settled) settled, \(refused) refused of \(dispatched)")

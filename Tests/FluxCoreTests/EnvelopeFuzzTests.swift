@@ -17,6 +17,10 @@ import Testing
 /// - E3 huge numbers: Foundation rejects a number literal whose value overflows a Double (e.g. 1e400); RFC 8259's
 ///   grammar accepts it and the protocol forwards numbers untouched.
 /// - E4 depth: the protocol rejects nesting deeper than 64 (SPEC.md §3); Foundation's limit is 512.
+/// - E6 a raw U+FEFF in a string (key or value): Foundation drops it at the start of the string and right after an
+///   escape (it makes a string of each run between escapes, and CoreFoundation strips a leading byte order mark);
+///   the protocol keeps every byte. (E5, keys equal as Swift strings, is
+///   handled where keys are compared, in Fuzz/.)
 /// Everything else must agree. Lone surrogate escapes, duplicate keys and invalid UTF-8 need no exclusion: on
 /// those Foundation's validity verdict is the protocol's.
 struct EnvelopeFuzzTests {
@@ -38,7 +42,7 @@ struct EnvelopeFuzzTests {
         (try? JSONSerialization.jsonObject(with: Data(b), options: .fragmentsAllowed)) == nil ? .invalid : .valid
     }
 
-    enum Exclusion: String, CaseIterable { case encoding = "E1", trailingComma = "E2", hugeNumber = "E3", depth = "E4" }
+    enum Exclusion: String, CaseIterable { case encoding = "E1", trailingComma = "E2", hugeNumber = "E3", depth = "E4", byteOrderMark = "E6" }
 
     /// Which known difference (if any) applies to `b`. Strings are delimited by unescaped quotes.
     static func exclusion(_ b: [UInt8]) -> Exclusion? {
@@ -54,9 +58,11 @@ struct EnvelopeFuzzTests {
         var i = 0
         var trailingComma = false
         var huge = false
+        var bom = false
         while i < b.count {
             let c = b[i]
             if inString {
+                if c == 0xEF, b[i...].starts(with: [0xEF, 0xBB, 0xBF]) { bom = true }
                 if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true }
                 else if c == UInt8(ascii: "\"") { inString = false; lastSignificant = c }
                 i += 1
@@ -83,6 +89,7 @@ struct EnvelopeFuzzTests {
         if maxDepth > 64 { return .depth }
         if trailingComma { return .trailingComma }
         if huge { return .hugeNumber }
+        if bom { return .byteOrderMark }
         return nil
     }
 
@@ -195,11 +202,20 @@ struct EnvelopeFuzzTests {
         #expect(Self.exclusion([0xEF, 0xBB, 0xBF, 0x7B, 0x7D]) == .encoding)
         #expect(Self.exclusion([0x7B, 0x00, 0x7D, 0x00]) == .encoding)
         #expect(Self.exclusion([0x7B, 0x7D, 0x20, 0x20, 0x00]) == nil)
+        #expect(ex("{\"\u{FEFF}a\":1}") == .byteOrderMark)
+        #expect(ex("{\"a\":[\"\u{FEFF}x\"]}") == .byteOrderMark)
+        #expect(ex("{\"a\\n\u{FEFF}\":1}") == .byteOrderMark)
+        #expect(ex("{\"a\":1}\u{FEFF}") == nil)
+        #expect(ex(#"{"\ufeffa":1}"#) == nil)
         // And the differences really exist in this Foundation (if one disappears, its exclusion can go).
         #expect(Self.foundation(Array(#"{"a":[1,]}"#.utf8)) == .valid)
         #expect(Self.foundation(Array(#"{"a":1e400}"#.utf8)) == .invalid)
         #expect(Self.scanner(Array(#"{"a":1e400}"#.utf8)) == .valid)
         #expect(Self.scanner(Array(#"{"a":[1,]}"#.utf8)) == .invalid)
+        let bom = try? JSONSerialization.jsonObject(with: Data("{\"\u{FEFF}a\":1}".utf8)) as? [String: Any]
+        #expect(bom?.keys.first == "a")
+        let afterEscape = try? JSONSerialization.jsonObject(with: Data("{\"a\\n\u{FEFF}b\":1}".utf8)) as? [String: Any]
+        #expect(afterEscape?.keys.first == "a\nb")
     }
 
     // MARK: valid documents: both accept, and the scanner's spans hold the values Foundation sees

@@ -5,7 +5,7 @@ import FluxCore
 /// the coverage-guided form of Tests/FluxCoreTests/EnvelopeFuzzTests.swift (same verdicts, same exclusions):
 /// - verdict: the scanner says "valid JSON" when it accepts or rejects with `notAnObject` / `duplicateKey`
 ///   (`bad-message` is only for valid JSON, SPEC §3), "invalid" on `invalidJSON`; Foundation (with
-///   `.fragmentsAllowed`) must agree, except on the known differences E1-E4 (see `exclusion`);
+///   `.fragmentsAllowed`) must agree, except on the known differences E1-E4 and E6 (see `exclusion`);
 /// - accepted: Foundation's top level is an object with the same keys; every top-level field's span, parsed
 ///   alone, is the value Foundation found for that key (compared re-serialized with sorted keys); string fields
 ///   decode to Foundation's string; the well-known keys' spans (`span(.op)` …) are the ones in `fields`; the typed
@@ -110,7 +110,7 @@ enum EnvelopeTarget {
         return "\(b.count) bytes \(hex) \(String(decoding: b.prefix(256), as: UTF8.self).debugDescription)"
     }
 
-    enum Exclusion: String { case encoding = "E1", trailingComma = "E2", hugeNumber = "E3", depth = "E4" }
+    enum Exclusion: String { case encoding = "E1", trailingComma = "E2", hugeNumber = "E3", depth = "E4", byteOrderMark = "E6" }
 
     /// The known, legitimate differences between the protocol's JSON and Foundation's, exactly as in
     /// EnvelopeFuzzTests.exclusion (keep the two in step):
@@ -118,7 +118,10 @@ enum EnvelopeTarget {
     ///   a 0x00 byte among its first 4 bytes; the protocol is UTF-8 only and rejects;
     /// - E2 trailing commas: Foundation accepts `,` before `]` or `}`; RFC 8259 does not;
     /// - E3 huge numbers: Foundation rejects a number that overflows a Double; the protocol forwards numbers untouched;
-    /// - E4 depth: the protocol rejects nesting deeper than 64 (SPEC §3); Foundation's limit is 512.
+    /// - E4 depth: the protocol rejects nesting deeper than 64 (SPEC §3); Foundation's limit is 512;
+    /// - E6 a raw U+FEFF in a string (key or value): Foundation drops it at the start of the string and right
+    ///   after an escape (CoreFoundation strips a leading byte order mark from each run between escapes); the
+    ///   protocol keeps every byte.
     static func exclusion(_ b: [UInt8]) -> Exclusion? {
         if b.starts(with: [0xEF, 0xBB, 0xBF]) || b.starts(with: [0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE])
             || b.prefix(4).contains(0) {
@@ -132,9 +135,11 @@ enum EnvelopeTarget {
         var i = 0
         var trailingComma = false
         var huge = false
+        var bom = false
         while i < b.count {
             let c = b[i]
             if inString {
+                if c == 0xEF, b[i...].starts(with: [0xEF, 0xBB, 0xBF]) { bom = true }
                 if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true }
                 else if c == UInt8(ascii: "\"") { inString = false; lastSignificant = c }
                 i += 1
@@ -161,6 +166,7 @@ enum EnvelopeTarget {
         if maxDepth > 64 { return .depth }
         if trailingComma { return .trailingComma }
         if huge { return .hugeNumber }
+        if bom { return .byteOrderMark }
         return nil
     }
 }

@@ -14,6 +14,9 @@ extension Journal {
     }
 
     @inline(__always)
+    public func refusesWork(of uid: UInt32) -> Bool { isRefusing || isOverDiskShare(uid) }
+
+    @inline(__always)
     public func isOverDiskShare(_ uid: UInt32) -> Bool {
         // (A user holds at most the current segment's bytes and the kept checkpoints': below a share, nobody is
         // over it, and the dispatch path pays two additions.)

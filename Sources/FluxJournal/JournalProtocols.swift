@@ -29,6 +29,8 @@ public protocol JournalWriting: AnyObject {
     var diskPerUser: Int { get }
     /// Whether `diskUse(of: uid)` is at least `diskPerUser` (cheap while the journal holds less than a share).
     func isOverDiskShare(_ uid: UInt32) -> Bool
+    /// `refusal != nil || isOverDiskShare(uid)`: whether new work of `uid` is refused (one call per dispatch).
+    func refusesWork(of uid: UInt32) -> Bool
 }
 
 /// What a commit did (`JournalCommitting.commit`).

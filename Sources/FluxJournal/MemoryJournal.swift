@@ -54,6 +54,7 @@ public final class MemoryJournal: JournalCommitting {
     }
     public func diskUse(of uid: UInt32) -> Int { bytesByUser[uid] ?? 0 }
     public func isOverDiskShare(_ uid: UInt32) -> Bool { diskUse(of: uid) >= diskPerUser }
+    public func refusesWork(of uid: UInt32) -> Bool { refusal != nil || isOverDiskShare(uid) }
 
     // MARK: Committing
 

@@ -37,7 +37,7 @@ extension DaemonCore {
         durability.notesLogged = journal.notes.count
         router.restore(from: recovered, now: now)
         for problem in router.restoreProblems { onLog?(.error, "journal: \(problem)") }
-        router.journal = journal
+        router.startJournaling()
         durability.uid = uid
         // The run's first block of seqs, reserved, written and synced here, before the adapter serves anyone: no
         // dispatch waits for a sync on the loop (the later blocks are made durable off the loop, ahead of need;

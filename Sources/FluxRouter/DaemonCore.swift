@@ -165,7 +165,7 @@ public final class DaemonCore: RouterEffectSink {
     public init(config: DaemonCoreConfig, transport: any DaemonTransport, journal: (any JournalCommitting)? = nil) {
         self.config = config
         self.committer = journal
-        self.router = Router(config: config.router)
+        self.router = Router(config: config.router, journal: journal)
         self.transport = transport
         self.checkAbove = min(Self.accountingSlack, config.router.maxBacklog)
     }

@@ -32,11 +32,11 @@ extension Router {
     }
 
     func journalResult(_ action: ActionRecord, store: StoreEntry, _ result: StoreResult, version: UInt64) {
-        guard journaling, let journal else { return }
+        guard journaling else { return }
         // (A result fluxd gave, `unavailable`, is the dispatcher's work; a store's answer is its owner's.)
         let uid: UInt32
         if case .unavailable = result { uid = action.dispatcher.account.uid } else { uid = store.payerUID }
-        journal.result(seq: action.seq, store: store.journalName, outcome: result.journaled, version: version, uid: uid)
+        journal!.result(seq: action.seq, store: store.journalName, outcome: result.journaled, version: version, uid: uid)
     }
 
     /// Whether `peer`'s user holds its share of the journal's disk (SPEC §15.2).

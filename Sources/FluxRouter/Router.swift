@@ -48,9 +48,12 @@ public final class Router {
     /// Which stores handle which action types (with its caches).
     @exclusivity(unchecked) var routes = RouteTable()
     @exclusivity(unchecked) var lastSeq: UInt64 = 0
-    /// Where this run's records go (nil: an ephemeral fluxd). Set before the first event (SPEC §15).
-    @exclusivity(unchecked) public var journal: (any JournalWriting)? { didSet { journaling = journal != nil } }
-    /// Whether `journal` is set (a plain flag: the hot path of an ephemeral fluxd tests this, not the existential).
+    /// Where this run's records go (nil: an ephemeral fluxd), given at init; records go there once
+    /// `startJournaling()` is called, after the restore (SPEC §15). A `let`: the hot path's calls through it need no
+    /// retain and release (a `var` cost ~22 instructions per call; issue 27).
+    public let journal: (any JournalWriting)?
+    /// Whether the router journals: `journal` is set and `startJournaling()` was called (a plain flag: the hot path
+    /// of an ephemeral fluxd tests this, not the existential).
     @exclusivity(unchecked) var journaling = false
     /// The seq high-water mark journaled: seqs up to it may be handed out (SPEC §15.1).
     @exclusivity(unchecked) var reservedSeq: UInt64 = 0
@@ -140,12 +143,19 @@ public final class Router {
     /// Connections the host failed to accept, by errno name (e.g. `EMFILE`), as it counted them (shown in `info`).
     @exclusivity(unchecked) public var acceptErrors: [String: UInt64] = [:]
 
-    public init(config: RouterConfig = RouterConfig()) {
+    public init(config: RouterConfig = RouterConfig(), journal: (any JournalWriting)? = nil) {
         self.config = config
+        self.journal = journal
         self.hostOps = config.hostOps
         self.memory = MemoryBudget(limits: config.memory)
         self.outcomes = OutcomeLog(capacity: config.maxOutcomes, window: config.outcomeWindow)
         self.welcomeLimits = Router.limitsJSON(config)
+    }
+
+    /// From now on every accepted action, result and state is journaled (after `restore`, before any peer
+    /// connects; `DaemonCore.attachJournal`).
+    public func startJournaling() {
+        journaling = journal != nil
     }
 
     /// `welcome.limits` (the config does not change while the router runs).

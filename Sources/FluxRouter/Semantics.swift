@@ -13,7 +13,7 @@ extension Router {
         if !peer.owned.contains(name) && peer.owned.count >= config.maxStoresPerConnection {
             return refuseRegistration(peer, name, .limitExceeded, "this connection owns \(peer.owned.count) stores (maxStoresPerConnection \(config.maxStoresPerConnection))", &out)
         }
-        if !(stores[name]?.wasRegistered ?? false), let refusal = journal?.refusal {
+        if !(stores[name]?.wasRegistered ?? false), journaling, let refusal = journal!.refusal {
             logRefusedRegistration(peer, name, "journal", &out)
             return failJournal(peer, refusal, &out)  // a new name must be journaled; a known one resumes
         }
@@ -63,7 +63,7 @@ extension Router {
         upStores.insert(name)
         if config.storeTimeout > 0 { scheduleSweep() }
         if !store.wasRegistered || store.handles != handles || store.waitFor != waitFor {
-            journal?.register(store: name, handles: handles, waitFor: waitFor, uid: peer.account.uid)
+            if journaling { journal!.register(store: name, handles: handles, waitFor: waitFor, uid: peer.account.uid) }
         }
         routes.reindex(store, old: store.wasRegistered ? store.handles : [], new: handles)
         store.handles = handles
@@ -207,8 +207,10 @@ extension Router {
         if targets.isEmpty {
             return fail(peer, .noHandler, "no store handles \"\(type)\"", &out)
         }
-        if journaling, let refusal = journal!.refusal { return failJournal(peer, refusal, &out) }
-        if journaling, journal!.isOverDiskShare(peer.account.uid) { return failDiskQuota(peer, "this dispatch was not accepted", &out) }
+        if journaling, journal!.refusesWork(of: peer.account.uid) {
+            if let refusal = journal!.refusal { return failJournal(peer, refusal, &out) }
+            return failDiskQuota(peer, "this dispatch was not accepted", &out)
+        }
         if peer.unsettled >= config.maxPending {
             return fail(peer, .overloaded, "\(peer.unsettled) dispatches are unsettled (maxPending \(config.maxPending))", &out)
         }
@@ -249,19 +251,19 @@ extension Router {
             seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause,
             payload: payload,
             dispatcher: peer, id: wantsSettlement ? idRaw : nil, targets: targets)
-        if journaling, let journal {
+        if journaling {
             if lastSeq > reservedSeq {
                 reservedSeq = lastSeq + config.seqBlock - 1
-                journal.reserveSeq(upTo: reservedSeq)
+                journal!.reserveSeq(upTo: reservedSeq)
             } else if reservedSeq - lastSeq < config.seqBlock / 2 {
                 // The next block, while half of this one is left: made durable off the loop before it is needed
                 // (Journal.commit), so that no dispatch waits for a sync (issue 27).
                 reservedSeq += config.seqBlock
-                journal.reserveSeq(upTo: reservedSeq)
+                journal!.reserveSeq(upTo: reservedSeq)
             }
-            journal.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
-                           id: wantsSettlement ? idRaw : nil, session: session, uid: peer.account.uid,
-                           payload: payload, targets: routes.lastJournalNames)
+            journal!.action(seq: lastSeq, typeJSON: typeJSON, origin: peer.id, cause: cause.map { UInt64($0) },
+                               id: wantsSettlement ? idRaw : nil, session: session, uid: peer.account.uid,
+                               payload: payload, targets: routes.lastJournalNames)
         }
         if request.ack, let idRaw {
             // Accepted (SPEC §8.3): its seq, before anything the action leads to.

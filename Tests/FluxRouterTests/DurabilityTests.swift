@@ -9,15 +9,12 @@ struct DurabilityTests {
     /// A bus whose router journals to `journal`, restored first from `from` (a previous run's records).
     static func durableBus(_ journal: MemoryJournal, from: MemoryJournal? = nil,
                            configure: (inout RouterConfig) -> Void = { _ in }) -> TestBus {
-        let bus = TestBus {
+        TestBus(journal: journal, restoring: from?.state()) {
             $0.durability = "batch"
             $0.epoch = "e1"
             $0.seqBlock = 100
             configure(&$0)
         }
-        if let from { bus.router.restore(from: from.state(), now: bus.now) }
-        bus.router.journal = journal
-        return bus
     }
 
     /// A run: store "todos" registered, one action answered with a new state, one delivered and unanswered.
@@ -34,7 +31,7 @@ struct DurabilityTests {
         return bus
     }
 
-    @Test("each record is journaled where it is made: a seq block before the first seq, then actions, snapshots before their results")
+    @Test("each record is journaled where it is made: the first seq block before anyone connects, then actions, snapshots before their results")
     func whatIsJournaled() {
         let journal = MemoryJournal()
         _ = Self.firstRun(journal)
@@ -50,7 +47,7 @@ struct DurabilityTests {
             case .storePosition, .outcome, .segmentSummary: return "checkpoint-only"
             }
         }
-        #expect(kinds == ["register todos", "snapshot todos v1 seq 0", "reserve 100", "action 1",
+        #expect(kinds == ["reserve 100", "register todos", "snapshot todos v1 seq 0", "action 1",
                           "snapshot todos v2 seq 1", "result 1 todos v2", "action 2"])
     }
 
@@ -99,9 +96,7 @@ struct DurabilityTests {
             #expect(restored.stores["todos"] == nil)
             #expect(restored.versionFloor == 2)
             #expect(restored.pending.isEmpty)  // action 2 was given up before the forget
-            let bus = TestBus { $0.durability = "batch"; $0.epoch = "e1"; $0.seqBlock = 100 }
-            bus.router.restore(from: restored, now: bus.now)
-            bus.router.journal = MemoryJournal()
+            let bus = TestBus(journal: MemoryJournal(), restoring: restored) { $0.durability = "batch"; $0.epoch = "e1"; $0.seqBlock = 100 }
             bus.store(1, "todos", handles: ["todo/*"], state: #"{"items":[]}"#)
             let back = bus.take(1)
             #expect(back.map(\.op) == ["registered", "snapshot", "queries"])

@@ -43,7 +43,8 @@ final class TestBus: DaemonTransport {
     /// Frames delivered that revealed something the journal had not written (must stay empty).
     private(set) var revealedUnwritten: [String] = []
 
-    init(journal: MemoryJournal? = nil, _ configure: (inout RouterConfig) -> Void = { _ in }) {
+    /// `restoring`: what the journal recovered, when not `journal`'s own records (a previous run's).
+    init(journal: MemoryJournal? = nil, restoring: JournalState? = nil, _ configure: (inout RouterConfig) -> Void = { _ in }) {
         var config = DaemonCoreConfig()
         configure(&config.router)
         core = DaemonCore(config: config, transport: self, journal: journal)
@@ -52,7 +53,7 @@ final class TestBus: DaemonTransport {
         core.onStoreChange = { [unowned self] change in self.storeChanges.append(change) }
         if let journal {
             self.journal = journal
-            core.attachJournal(recovered: journal.recovered(), chargedTo: 0, now: now)
+            core.attachJournal(recovered: restoring ?? journal.recovered(), chargedTo: 0, now: now)
         }
     }
 

@@ -2,7 +2,7 @@
 
 `python3 Benchmarks/report.py [results.json]` rewrites RESULTS.md from a saved run without measuring again;
 `python3 Benchmarks/report.py --splice 8 results-large-state.json` rewrites only section 8 (a run with `--only 8`),
-keeping the other sections as they are."""
+keeping the other sections as they are (`--splice 10 results-durable-speed.json`: only section 10)."""
 import json
 import os
 import re
@@ -490,6 +490,246 @@ def durability_section(L, res, doc):
     return checks
 
 
+W10_ROWS = [("bb8fa48", "flux", "bb8fa48 (before hardening)"), ("ephemeral", "flux", "main `--ephemeral`"),
+            ("none", "flux", "main `--durability none`"), ("batch", "flux", "main `--durability batch` (default)"),
+            ("always", "flux", "main `--durability always`"), ("redis", "redis", "Redis pub/sub (no persistence)"),
+            ("nats", "nats", "NATS")]
+W10_SHAPES = [("rtt", "1 in flight"), ("pipe-c1", "64 in flight x 1 client"), ("pipe-c8", "64 in flight x 8 clients")]
+
+
+def durable_speed_section(L, res, doc):
+    """Workload 10 (issue 27): the durable default (batch) against --ephemeral, the other modes, fluxd built from
+    bb8fa48 (before durability and the hardening) and the peers, in one run; callgrind; the longest loop hold."""
+    rows = {key: {shape: pick(res, sysn, f"w10-{key}-{shape}-") for shape, _ in W10_SHAPES} for key, sysn, _ in W10_ROWS}
+    holds = {r["durability"]: r for r in res if r.get("label", "").startswith("w10-hold-")}
+    cgs = [r for r in res if r.get("sys") == "callgrind" and r.get("label", "").startswith("w10-callgrind")]
+    meta = next((r for r in res if r.get("label") == "w10-base"), {})
+    if not any(v for shapes in rows.values() for v in shapes.values()) and not holds and not cgs:
+        return []
+    m, d, args = doc["machine"], doc.get("disk", {}), doc["args"]
+
+    def val(key, shape, field):
+        return med(rows[key][shape], field)
+
+    def rounds(key, shape):
+        return next((r["rounds"] for r in rows[key][shape] if "rounds" in r), None)
+
+    # callgrind: Ir per round trip by row and window ("64", "1"); the journal's extra comes from the run that
+    # measured --ephemeral and batch together, --ephemeral against bb8fa48 from the run that measured those two.
+    ir, runs = {}, {}
+    for r in cgs:
+        if "error" in r or not r.get("windows"):
+            continue
+        runs[(r["base"], r["new"])] = r
+        for w, v in r["windows"].items():
+            ir.setdefault(r["new"], {})[w] = v["new"]
+            ir.setdefault(r["base"], {}).setdefault(w, v["base"])
+    eb, be = runs.get(("bb8fa48", "ephemeral")), runs.get(("ephemeral", "batch"))
+
+    L.append("## 10. The durable default against the dispatcher before durability (issue 27)")
+    L.append("")
+    L.append(f"Same run, same machine ({m.get('cpu', '?')}, {m.get('cores')} cores, Linux {m.get('kernel')}, load "
+             f"average at the end {' '.join(m.get('load', [])) or '?'}). Data "
+             f"directories in the run's temporary directory, on {d.get('source', '?')} ({d.get('fstype', '?')}, "
+             f"{d.get('options', '?')}), a fresh one for every measurement. Command: `" + doc["command"] + "`.")
+    L.append("")
+    base_path = args.get("base_fluxd") or "—"
+    base_args = args.get("base_args") or ""
+    L.append("- **bb8fa48 (before hardening)**: a release fluxd built from commit bb8fa48, the last before the journal "
+             "and the hardening (`run.py --base-fluxd`; `scripts/bench.sh` builds it from `git archive bb8fa48` into "
+             "`.build-bench-base`), started with " + (f"`{base_args}` and " if base_args else "no durability "
+             "arguments (it has neither `--ephemeral` nor a journal), only ") + "`--socket` and `--log-level warning`."
+             + (f" **The base fluxd of this run (`{base_path}`) has `--ephemeral`: it is not bb8fa48 (it ran with its "
+                "default).**" if meta.get("has_ephemeral") else ""))
+    L.append("- **main**: the fluxd under test, `--ephemeral`, or `--data-dir <fresh dir> --durability none|batch|always` "
+             "(`batch`, synced every 100 ms, is the default). Redis pub/sub (`--appendonly no --save \"\"`) and NATS "
+             "(127.0.0.1 TCP) as in workloads 1 and 2.")
+    n1, na = rounds("ephemeral", "rtt") or rounds("bb8fa48", "rtt"), rounds("always", "rtt")
+    c1, c8 = rounds("ephemeral", "pipe-c1") or rounds("bb8fa48", "pipe-c1"), \
+        rounds("ephemeral", "pipe-c8") or rounds("bb8fa48", "pipe-c8")
+    L.append(f"- The pattern of workloads 1 and 2: 1 in flight ({n1 or '?'} round trips; `always`, two syncs per round "
+             f"trip, {na or '?'}), 64 in flight x 1 client ({c1 or '?'} round trips) and x 8 clients ({c8 or '?'} "
+             f"in all), each after a warm-up, a fresh broker and store per measurement; {args['reps']} repetitions, "
+             "in each every shape through every row in turn (the order reversed every other repetition) so drift "
+             "hits all rows alike; medians. Broker CPU: the broker process's user+system CPU over the measured part "
+             "per round trip (fluxbench's `broker_cpu_us_per_round`: /proc, 10 ms ticks, so a pipelined run counts "
+             "a few dozen of them; every thread, e.g. NATS's), and, in the second table, the same process's CPU "
+             "from schedstat (ns, every thread) over the whole client run, warm-up included, per round trip. p99: "
+             "of every round trip's latency.")
+    rounds_cg = next((r.get("rounds") for r in cgs if r.get("rounds")), None)
+    if ir:
+        L.append(f"- Callgrind: fluxd's user-space instructions (Ir) per round trip, 1 client, pipelined (64 in flight) "
+                 f"and one in flight, {rounds_cg:,} round trips per measurement, fluxd under valgrind with turns "
+                 "unbounded by time where it has `--turn-micros`: "
+                 + "; ".join(f"`{r['command']}`" for r in runs.values()) + ". Instructions do not depend on the "
+                 "machine's load.")
+    else:
+        why = "; ".join(r.get("skipped") or r.get("error", "") for r in cgs) or "not run"
+        L.append(f"- Callgrind: not measured ({why[:200]}).")
+    L.append("")
+    L.append("| row | round trips/s: 1 in flight | 64 x 1 client | 64 x 8 clients | broker CPU µs per round trip: "
+             "1 in flight | 64 x 1 | 64 x 8 | p99 µs: 1 in flight | 64 x 1 | 64 x 8 | Ir per round trip: 64 in "
+             "flight | 1 in flight |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, sysn, name in W10_ROWS:
+        shapes = rows[key]
+        if not any(shapes.values()):
+            fail = failed(res, sysn, f"w10-{key}-")
+            L.append(f"| {name} | not measured{' (failed)' if fail else ''} | | | | | | | | | | |")
+            continue
+        cells = [fmt(val(key, sh, "rounds_per_s"), 0) for sh, _ in W10_SHAPES]
+        cells += [fmt(val(key, sh, "broker_cpu_us_per_round"), 2) for sh, _ in W10_SHAPES]
+        cells += [fmt(val(key, sh, "p99_us")) for sh, _ in W10_SHAPES]
+        cells += [f"{ir[key][w]:,}" if key in ir and w in ir[key] else ("—" if key in ("bb8fa48", "ephemeral", "batch")
+                  else "") for w in ("64", "1")]
+        L.append(f"| {name} | " + " | ".join(cells) + " |")
+    L.append("")
+    sched = [(key, name) for key, _, name in W10_ROWS
+             if any(val(key, sh, "broker_sched_us_per_round") is not None for sh, _ in W10_SHAPES)]
+    if sched:
+        L.append("| row | broker CPU µs per round trip (schedstat, ns): 1 in flight | 64 x 1 client | 64 x 8 clients |")
+        L.append("|---|---:|---:|---:|")
+        for key, name in sched:
+            L.append(f"| {name} | " + " | ".join(fmt(val(key, sh, "broker_sched_us_per_round"), 3)
+                                                 for sh, _ in W10_SHAPES) + " |")
+        L.append("")
+
+    def cpu(key, shape):
+        """(schedstat figure, tick figure) of the broker's CPU per round trip."""
+        return val(key, shape, "broker_sched_us_per_round"), val(key, shape, "broker_cpu_us_per_round")
+
+    def ratios(a, b):
+        out = []
+        for field, what, dd in (("rounds_per_s", "round trips/s", 2), ("broker_cpu_us_per_round", "CPU (ticks)", 2),
+                                ("broker_sched_us_per_round", "CPU (schedstat)", 2), ("p99_us", "p99", 2)):
+            if val(a, "rtt", field) is None and val(a, "pipe-c1", field) is None:
+                continue
+            vals = [ratio(val(a, sh, field), val(b, sh, field)) for sh, _ in W10_SHAPES]
+            out.append(f"{what} {' / '.join(vals)}")
+        if a in ir and b in ir:
+            irs = [ratio(ir[a].get(w), ir[b].get(w)) for w in ("64", "1")]
+            out.append(f"Ir per round trip {' / '.join(irs)} (64 / 1 in flight)")
+        return "; ".join(out)
+
+    L.append("Ratios (each figure: 1 in flight / 64 x 1 client / 64 x 8 clients):")
+    L.append("")
+    for a, b in (("batch", "ephemeral"), ("none", "ephemeral"), ("always", "ephemeral"), ("ephemeral", "bb8fa48"),
+                 ("batch", "bb8fa48")):
+        if any(rows[a].values()) and any(rows[b].values()):
+            L.append(f"- `{a}` / `{b}`: {ratios(a, b)}")
+    peers = []
+    for a in ("batch", "ephemeral"):
+        for b, bn in (("redis", "Redis"), ("nats", "NATS")):
+            if any(rows[a].values()) and any(rows[b].values()):
+                (x1, t1), (y1, u1) = cpu(a, "pipe-c1"), cpu(b, "pipe-c1")
+                (x8, t8), (y8, u8) = cpu(a, "pipe-c8"), cpu(b, "pipe-c8")
+                peers.append(f"`{a}` / {bn} {ratio(x1, y1)} / {ratio(x8, y8)} (ticks {ratio(t1, u1)} / {ratio(t8, u8)})")
+    if peers:
+        L.append("- Broker CPU per pipelined round trip against the peers (schedstat, 1 client / 8 clients; "
+                 "informative, no target): " + "; ".join(peers) + ".")
+    if be:
+        extra = {w: be["windows"][w]["new"] - be["windows"][w]["base"] for w in be["windows"]}
+        L.append(f"- Callgrind, the journal's extra instructions (`batch` − `--ephemeral`, measured in the same run): "
+                 f"{extra.get('64', 0):+,} Ir per pipelined round trip, {extra.get('1', 0):+,} per round trip one in "
+                 "flight." + (f" (`--ephemeral` measured {be['windows']['64']['base']:,} / {be['windows']['1']['base']:,} "
+                              f"Ir there, {eb['windows']['64']['new']:,} / {eb['windows']['1']['new']:,} beside bb8fa48.)"
+                              if eb else ""))
+    L.append("")
+
+    if holds:
+        L.append("**Longest loop hold**: a fresh fluxd fed actions by 8 clients x 64 in flight (one fluxbench store "
+                 "owning the 8 stores), then asked for `info`: `load.longestLoopHoldMicros`, the longest one callback "
+                 "(a read of up to 64 KiB of frames, an accept, a timer, a flush of the journal's and the "
+                 "connections' writes, a wake-up) held fluxd's event loop since it started, and where it was measured "
+                 "(`load.longestLoopHoldAt`).")
+        L.append("")
+        L.append("| fluxd | actions | actions/s | longest loop hold µs | measured at | before the feed µs |")
+        L.append("|---|---:|---:|---:|---|---:|")
+        for mode in ("batch", "ephemeral"):
+            h = holds.get(mode)
+            if not h:
+                continue
+            name = "main `--durability batch` (default)" if mode == "batch" else "main `--ephemeral`"
+            if "error" in h:
+                L.append(f"| {name} | {h.get('actions', 0):,} | failed: {h['error'][:120].replace('|', '/')} | | | |")
+                continue
+            L.append(f"| {name} | {h['actions']:,} | {fmt(h.get('feed_rounds_per_s'), 0)} | "
+                     f"{h.get('longest_hold_us', 0):,} | `{h.get('longest_hold_at') or '—'}` | "
+                     f"{fmt(h.get('hold_before_us'), 0) if h.get('hold_before_us') is not None else '—'} |")
+        L.append("")
+
+    # ---- targets
+    checks = []
+    scaled = args.get("scale", 1) != 1
+    for sh, shn in (("pipe-c1", "1 client"), ("pipe-c8", "8 clients")):
+        b, e = val("batch", sh, "rounds_per_s"), val("ephemeral", sh, "rounds_per_s")
+        if b and e:
+            checks.append((f"`batch` pipelined throughput ≥ 0.90x `--ephemeral` ({shn})",
+                           f"{b / e:.3f}x ({b:,.0f} vs {e:,.0f} round trips/s)", b >= 0.9 * e))
+    for sh, shn in (("pipe-c1", "1 client"), ("pipe-c8", "8 clients")):
+        # Judged on schedstat (ns) when the run has it: a pipelined run is a few dozen 10 ms ticks.
+        (bs, bt), (es, et) = cpu("batch", sh), cpu("ephemeral", sh)
+        ticks = f"ticks {bt / et:.3f}x ({bt:.2f} vs {et:.2f} µs)" if bt and et else "ticks —"
+        if bs and es:
+            checks.append((f"`batch` fluxd CPU per pipelined round trip ≤ 1.10x `--ephemeral` ({shn})",
+                           f"schedstat {bs / es:.3f}x ({bs:.3f} vs {es:.3f} µs); {ticks}", bs <= 1.1 * es))
+        elif bt and et:
+            checks.append((f"`batch` fluxd CPU per pipelined round trip ≤ 1.10x `--ephemeral` ({shn})",
+                           ticks, bt <= 1.1 * et))
+    if be:
+        for w, limit, shn in (("64", 1000, "pipelined round trip"), ("1", 1500, "round trip one in flight")):
+            bw = be["windows"].get(w)
+            if bw:
+                x = bw["new"] - bw["base"]
+                checks.append((f"journal's extra instructions (`batch` − `--ephemeral`) per {shn} ≤ {limit:,}",
+                               f"{x:+,} Ir ({bw['new']:,} vs {bw['base']:,})", x <= limit))
+    if eb:
+        for w, shn in (("64", "pipelined"), ("1", "one in flight")):
+            bw = eb["windows"].get(w)
+            if bw:
+                checks.append((f"`--ephemeral` Ir per round trip ≤ bb8fa48's ({shn})",
+                               f"{bw['new']:,} vs {bw['base']:,} Ir ({bw['new'] / bw['base']:.3f}x)",
+                               bw["new"] <= bw["base"]))
+    for mode in ("batch", "none"):
+        for sh, shn in (("pipe-c1", "1 client"), ("pipe-c8", "8 clients")):
+            b, e = val(mode, sh, "p99_us"), val("ephemeral", sh, "p99_us")
+            if b and e:
+                checks.append((f"`{mode}` p99 of pipelined work ≤ 1.2x `--ephemeral`'s ({shn})",
+                               f"{b / e:.3f}x ({b:,.1f} vs {e:,.1f} µs)", b <= 1.2 * e))
+    h = holds.get("batch")
+    if h and "longest_hold_us" in h:
+        us = h["longest_hold_us"]
+        note = "" if h["actions"] >= 1_000_000 else f"; {h['actions']:,} actions, a scaled run"
+        checks.append(("`batch`: longest loop hold over a 1,000,000-action run ≤ 2 ms",
+                       f"{us / 1000:.2f} ms at `{h.get('longest_hold_at') or '?'}`{note}", us <= 2000))
+    for a in ("batch", "ephemeral"):
+        for b, bn in (("redis", "Redis"), ("nats", "NATS")):
+            (x1, t1), (y1, u1) = cpu(a, "pipe-c1"), cpu(b, "pipe-c1")
+            (x8, t8), (y8, u8) = cpu(a, "pipe-c8"), cpu(b, "pipe-c8")
+            if (x1 and y1) or (t1 and u1):
+                checks.append((f"(informative) `{a}` CPU per pipelined round trip / {bn}'s, 1 / 8 clients",
+                               f"schedstat {ratio(x1, y1)} / {ratio(x8, y8)}; ticks {ratio(t1, u1)} / {ratio(t8, u8)}",
+                               None))
+    if checks:
+        L.append("### Targets (issue 27), checked against this run")
+        L.append("")
+        L.append("| target | measured | met |")
+        L.append("|---|---:|:---:|")
+        for name, v, ok in checks:
+            L.append(f"| {name} | {v} | {'PASS' if ok else ('MISS' if ok is not None else '—')} |")
+        L.append("")
+        met = [ok for _, _, ok in checks if ok is not None]
+        L.append(f"{sum(met)} of {len(met)} targets met."
+                 + (f" A scaled run (`--scale {args.get('scale')}`): fewer round trips per measurement and fewer "
+                    "actions before the loop hold is read than the targets are stated for." if scaled else ""))
+        L.append("")
+    fails = [r for r in res if r.get("label", "").startswith("w10-") and "error" in r]
+    if fails:
+        L.append("Failed: " + "; ".join(f"{r['label']}: {r['error'][:160]}" for r in fails))
+        L.append("")
+    return checks
+
+
 def write(doc, path):
     with open(path, "w") as f:
         f.write(render(doc, os.path.join(os.path.dirname(path), "NOTES.md")))
@@ -554,7 +794,7 @@ def render(doc, notes_path):
              "`Benchmarks/results.json`. Do not edit by hand: rerun the command.")
     L.append("")
     L.append(f"- Date: {doc['date']}; whole run {doc['duration_s']} s; scale {doc['args']['scale']} "
-             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6, 7, 8 and 9 (median shown); "
+             f"(1.0 = the counts below), {doc['args']['reps']} repetitions of workloads 1, 2, 6, 7, 8, 9 and 10 (median shown); "
              f"{doc['args'].get('spin', 0)} busy loop(s) at nice 19 kept the cores awake (`--spin`).")
     L.append(f"- Machine: {m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('mem')}, Linux {m.get('kernel')}, "
              f"load average at the end {' '.join(m.get('load', []))}.")
@@ -588,11 +828,11 @@ def render(doc, notes_path):
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     w1 = rows_for("w1-rtt")
     fp50, fp99 = med(w1.get("flux", []), "p50_us"), med(w1.get("flux", []), "p99_us")
-    n1 = next((r["rounds"] for r in res if r.get("label", "").startswith("w1") and "rounds" in r), None)
+    n1 = next((r["rounds"] for r in res if r.get("label", "").startswith("w1-") and "rounds" in r), None)
     for s in present:
         rs = w1[s]
         if not rs:
-            L.append(f"| {NAMES[s]} | not measured{' (failed)' if failed(res, s, 'w1') else ''} | | | | | | |")
+            L.append(f"| {NAMES[s]} | not measured{' (failed)' if failed(res, s, 'w1-') else ''} | | | | | | |")
             continue
         L.append(f"| {NAMES[s]} | {fmt(med(rs, 'p50_us'))} | {fmt(med(rs, 'p99_us'))} | {fmt(med(rs, 'p999_us'))} | "
                  f"{fmt(med(rs, 'rounds_per_s'), 0)} | {fmt(med(rs, 'broker_cpu_us_per_round'), 2)} | "
@@ -741,6 +981,7 @@ def render(doc, notes_path):
 
     large_state_section(L, res, doc)
     durability_section(L, res, doc)
+    durable_speed_section(L, res, doc)
 
     # ---- targets
     L.append("## Targets (issue 6), checked against this run")

@@ -11,12 +11,15 @@ import asyncio
 import json
 import os
 import platform
+import re
 import resource
 import select
+import shlex
 import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -199,6 +202,9 @@ class Bench:
                                                             "flux-large-state-bench")
         self.nats_port = 14222 + os.getpid() % 1000
         self.dirs = 0  # data directories made (workload 9), each fresh
+        # Workload 10's "before" fluxd (bb8fa48: no journal, no --ephemeral) and its arguments (none by default).
+        self.base_fluxd = os.path.abspath(args.base_fluxd) if args.base_fluxd else None
+        self.base_args = shlex.split(args.base_args)
         self.disk = disk_info(self.tmp)
 
     # ---------------------------------------------------------------- build
@@ -228,11 +234,20 @@ class Bench:
     def start_broker(self, system, durability=None):
         """Starts `system` on a private socket. `durability` (workload 9): for fluxd `ephemeral` (the default) or
         `none`/`batch`/`always` on a fresh --data-dir; for Redis `everysec`/`always` (appendonly yes, the AOF in a
-        fresh directory). The broker's data directory, if any, is `proc.data_dir`."""
+        fresh directory). For fluxd, `base` (workload 10) starts the --base-fluxd executable with --base-args only
+        (bb8fa48 has no journal; XDG_STATE_HOME points at a fresh directory, so a newer fluxd given as the base
+        journals there, not in the home directory). The broker's data directory, if any, is `proc.data_dir`."""
         t = self.tmp
         if system == "relay":
             path = f"{t}/relay.sock"
             return Proc([f"{self.bin}/relay", path], ready="relay ready"), path
+        if system == "flux" and durability == "base":
+            path = f"{t}/fluxd-base.sock"
+            state = self.fresh_dir("fluxd-base-state")
+            p = Proc([self.base_fluxd, "--socket", path] + self.base_args + ["--log-level", "warning"],
+                     ready="fluxd ready", env=dict(os.environ, XDG_STATE_HOME=state))
+            p.data_dir = state
+            return p, path
         if system == "flux":
             path = f"{t}/fluxd.sock"
             data = None
@@ -286,13 +301,16 @@ class Bench:
         raise ValueError(system)
 
     def run(self, system, label, clients=1, subs=0, window=1, count=10000, warmup=1000, state=200, idle=0,
-            slow=False, extra_store=None, sdk_store=False, cpu_of_store=False, durability=None):
+            slow=False, extra_store=None, sdk_store=False, cpu_of_store=False, durability=None, sched=False):
         """Starts the broker and the store fresh, runs the client, stops both. Returns the figures.
 
         `sdk_store`: FluxBus with the Swift SDK store instead of the C one. `cpu_of_store`: the CPU and memory
         figures (`broker_*` in the client's output) are the store process's instead of the broker's.
         `durability` (workload 9): see `start_broker`; Redis then also writes (`fluxbench --redis-write`), and the
-        bytes the broker wrote to its data directory are recorded (`journal_bytes`, per action)."""
+        bytes the broker wrote to its data directory are recorded (`journal_bytes`, per action). `sched` (workload
+        10): also the broker's CPU from schedstat (ns, every thread) over the whole client run, warm-up included,
+        per round trip (`broker_sched_us_per_round`): the 10 ms ticks of `broker_cpu_us_per_round` are a few dozen
+        per pipelined run."""
         broker = store = None
         write = ["--redis-write"] if system == "redis" and durability else []
         try:
@@ -319,12 +337,16 @@ class Bench:
                 if slow:
                     cmd.append("--slow")
             t0 = time.time()
+            ns0 = proc_cpu_ns(broker.pid) if sched else None
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.run_timeout + 30)
+            ns1 = proc_cpu_ns(broker.pid) if sched else None
             line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "{}"
             r = json.loads(line)
             if out.returncode != 0 or "error" in r:
                 log(f"{system} {label}: FAILED rc={out.returncode} {out.stderr.strip()[:300]}")
                 r = {"error": r.get("error", f"rc {out.returncode}")}
+            elif ns0 is not None and ns1 is not None:
+                r["broker_sched_us_per_round"] = round((ns1 - ns0) / 1000 / (max(clients, 1) * (count + warmup)), 3)
             r.update({"sys": system, "label": label, "wall": round(time.time() - t0, 2)})
             if durability:
                 r["durability"] = durability
@@ -434,6 +456,12 @@ class Bench:
         # run, then restart time and journal bytes with 1,000,000 journaled actions over 100 stores
         if want("9"):
             self.durability()
+
+        # 10. the durable default against the dispatcher before durability (issue 27): workloads 1 and 2 through
+        # fluxd built from bb8fa48, fluxd --ephemeral / none / batch / always, Redis pub/sub and NATS; callgrind Ir
+        # per round trip; the longest loop hold over 1,000,000 actions
+        if want("10"):
+            self.durable_speed()
 
     # ---------------------------------------------------------------- workload 8: large states (issue 16)
     def large_langs(self):
@@ -701,6 +729,160 @@ class Bench:
             shutil.rmtree(data, ignore_errors=True)
         self.results.append(rec)
 
+    # ---------------------------------------------------------------- workload 10: the durable default (issue 27)
+    W10_ROWS = [("bb8fa48", "flux", "base"), ("ephemeral", "flux", "ephemeral"), ("none", "flux", "none"),
+                ("batch", "flux", "batch"), ("always", "flux", "always"), ("redis", "redis", None),
+                ("nats", "nats", None)]
+
+    def durable_speed(self):
+        """Workload 10 (issue 27): workloads 1 (1 in flight) and 2 (64 in flight x 1 and x 8 clients) through every
+        row of W10_ROWS, in one run: per repetition each shape through every row in turn (the order reversed every
+        other repetition), so drift hits all rows alike; then the longest loop hold over --hold-actions actions
+        (batch and --ephemeral) and callgrind's Ir per round trip (bb8fa48, --ephemeral, batch)."""
+        a, s = self.args, self.args.scale
+        rows = []
+        for key, sysn, mode in self.W10_ROWS:
+            if mode == "base" and not (self.base_fluxd and os.path.exists(self.base_fluxd)):
+                log(f"workload 10: no base fluxd ({self.base_fluxd or 'give --base-fluxd'}): the bb8fa48 row is skipped")
+                continue
+            if not self.have(sysn):
+                log(f"workload 10: {sysn} not installed, its row is skipped")
+                continue
+            rows.append((key, sysn, mode))
+        if self.base_fluxd and os.path.exists(self.base_fluxd):
+            self.base_facts()
+        n1 = max(1000, int(100_000 * s))
+        n1_always = max(1000, int(10_000 * s))  # two syncs per round trip: as workload 9
+        c1, c8 = max(2000, int(200_000 * s)), max(500, int(50_000 * s))
+        log(f"workload 10: rows {[k for k, _, _ in rows]}, {a.reps} repetitions, data directories on "
+            f"{self.disk.get('source', '?')} ({self.disk.get('fstype', '?')})")
+        for rep in range(a.reps):
+            order = rows if rep % 2 == 0 else rows[::-1]
+            for key, sysn, mode in order:
+                n = n1_always if key == "always" else n1
+                self.run(sysn, f"w10-{key}-rtt-rep{rep}", count=n, warmup=max(200, n // 20), durability=mode,
+                         sched=True)
+            for key, sysn, mode in order:
+                self.run(sysn, f"w10-{key}-pipe-c1-rep{rep}", window=64, count=c1, warmup=c1 // 10, durability=mode,
+                         sched=True)
+            for key, sysn, mode in order:
+                self.run(sysn, f"w10-{key}-pipe-c8-rep{rep}", clients=8, window=64, count=c8, warmup=c8 // 10,
+                         durability=mode, sched=True)
+        for mode in ("batch", "ephemeral"):
+            self.loop_hold(mode)
+        self.callgrind_w10()
+
+    def base_facts(self):
+        """What the base fluxd is: whether its --help has --ephemeral (bb8fa48's has not) and its size."""
+        rec = {"sys": "meta", "label": "w10-base", "base_fluxd": self.base_fluxd, "base_args": self.base_args}
+        try:
+            out = subprocess.run([self.base_fluxd, "--help"], capture_output=True, text=True, timeout=10)
+            rec["has_ephemeral"] = "--ephemeral" in out.stdout + out.stderr
+            rec["has_data_dir"] = "--data-dir" in out.stdout + out.stderr
+        except (OSError, subprocess.TimeoutExpired) as e:
+            rec["error"] = str(e)[:200]
+        if rec.get("has_ephemeral"):
+            log(f"workload 10: {self.base_fluxd} has --ephemeral, so it is newer than bb8fa48 (started with "
+                f"{self.base_args or 'no durability arguments'}: its default)")
+        self.results.append(rec)
+
+    def loop_hold(self, mode):
+        """A fresh fluxd (`batch` on a fresh data directory, or `ephemeral`) fed --hold-actions x --scale actions
+        (8 clients x 64 in flight, one fluxbench store owning the 8 stores), then asked for `info`:
+        `load.longestLoopHoldMicros` (the longest one callback held the event loop since fluxd started) and
+        `load.longestLoopHoldAt`, before the feed and after it."""
+        a = self.args
+        clients = 8
+        per = max(1, int(a.hold_actions * a.scale) // clients)
+        actions = per * clients
+        rec = {"sys": "flux", "label": f"w10-hold-{mode}", "durability": mode, "actions": actions,
+               "clients": clients, "window": 64}
+        broker = store = None
+        try:
+            broker, sock = self.start_broker("flux", mode)
+            before = flux_info(sock)
+            rec["hold_before_us"] = before.get("load", {}).get("longestLoopHoldMicros")
+            rec["hold_before_at"] = before.get("load", {}).get("longestLoopHoldAt")
+            store = Proc([f"{self.bin}/fluxbench", "store", "--sys", "flux", "--addr", sock, "--topics",
+                          str(clients)], ready="store ready")
+            log(f"workload 10: feeding {actions:,} actions to a {mode} fluxd for its longest loop hold")
+            timeout = max(a.run_timeout, 600)
+            cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(clients),
+                   "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
+                   "--store-pid", str(store.pid), "--label", rec["label"], "--timeout", str(timeout)]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+            feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
+            if out.returncode != 0 or "error" in feed:
+                raise RuntimeError(f"feed failed: rc {out.returncode} {out.stderr.strip()[-200:]}")
+            after = flux_info(sock)
+            load = after.get("load", {})
+            if "longestLoopHoldMicros" not in load:
+                raise RuntimeError(f"no load.longestLoopHoldMicros in fluxd's info reply ({sorted(load)})")
+            rec.update({"feed_rounds_per_s": feed["rounds_per_s"], "feed_secs": feed["secs"],
+                        "feed_p99_us": feed.get("p99_us"), "longest_hold_us": load["longestLoopHoldMicros"],
+                        "longest_hold_at": load.get("longestLoopHoldAt"), "load": load})
+            log(f"fluxd  {mode:9} {actions:,} actions at {feed['rounds_per_s']:,.0f}/s: longest loop hold "
+                f"{rec['longest_hold_us']} us at {rec['longest_hold_at']} (before the feed {rec['hold_before_us']} us)")
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
+            log(f"workload 10 loop hold {mode}: FAILED {e}")
+            rec["error"] = str(e)[:200]
+        finally:
+            if store:
+                store.stop()
+            if broker:
+                broker.stop()
+                if getattr(broker, "data_dir", None):
+                    shutil.rmtree(broker.data_dir, ignore_errors=True)
+        self.results.append(rec)
+
+    CG_LINE = re.compile(r"window (\d+): base (\d+) Ir/round trip, new (\d+) Ir/round trip")
+
+    def callgrind_w10(self):
+        """fluxd's instructions per round trip (Benchmarks/callgrind-ab.sh, workload 2's pipelined 64 in flight and
+        workload 1's one in flight, 1 client): two runs, bb8fa48 against --ephemeral, then --ephemeral
+        (BASE_ARGS) against batch on a fresh data directory: every figure of the table in 8 measurements, and
+        each comparison the targets make within one run."""
+        a = self.args
+        rounds = max(2000, int(a.cg_rounds * a.scale))
+        script = os.path.join(HERE, "callgrind-ab.sh")
+        missing = [x for x in ("valgrind", "callgrind_control", "callgrind_annotate", "objcopy") if not shutil.which(x)]
+        if missing:
+            log(f"workload 10: {', '.join(missing)} not installed: callgrind figures skipped")
+            self.results.append({"sys": "callgrind", "label": "w10-callgrind", "skipped": f"no {', '.join(missing)}"})
+            return
+        runs = []
+        if self.base_fluxd and os.path.exists(self.base_fluxd):
+            runs.append(("bb8fa48", "ephemeral", self.base_fluxd, " ".join(shlex.quote(x) for x in self.base_args), []))
+        else:
+            log("workload 10: no base fluxd: callgrind runs --ephemeral against batch only")
+        runs.append(("ephemeral", "batch", self.fluxd, "--ephemeral",
+                     ["--", "--data-dir", "DATA", "--durability", "batch"]))
+        for base_key, new_key, base, base_args, extra in runs:
+            argv = [script, base, self.fluxd, str(rounds)] + extra
+            shown = (f"BASE_ARGS={shlex.quote(base_args)} " if base_args else "") + \
+                "Benchmarks/callgrind-ab.sh " + " ".join(shlex.quote(x) for x in [base, self.fluxd, str(rounds)] + extra)
+            rec = {"sys": "callgrind", "label": f"w10-callgrind-{base_key}-{new_key}", "base": base_key,
+                   "new": new_key, "rounds": rounds, "command": shown, "windows": {}}
+            log(f"workload 10: callgrind {base_key} against {new_key}, {rounds:,} round trips per measurement")
+            t0 = time.time()
+            try:
+                # XDG_STATE_HOME: a base newer than bb8fa48 (durable by default) journals in the run's directory.
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, start_new_session=True,
+                                     env=dict(os.environ, BASE_ARGS=base_args,
+                                              XDG_STATE_HOME=self.fresh_dir("callgrind-state")))
+                for line in out.stdout.splitlines():
+                    hit = self.CG_LINE.search(line)
+                    if hit:
+                        rec["windows"][hit.group(1)] = {"base": int(hit.group(2)), "new": int(hit.group(3))}
+                        log(f"callgrind {line.strip()}")
+                if out.returncode != 0 or len(rec["windows"]) < 2:
+                    raise RuntimeError(f"rc {out.returncode}: {(out.stderr.strip() or out.stdout.strip())[-300:]}")
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                log(f"workload 10 callgrind {base_key} against {new_key}: FAILED {e}")
+                rec["error"] = str(e)[:300]
+            rec["wall"] = round(time.time() - t0, 1)
+            self.results.append(rec)
+
     def cleanup(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -793,6 +975,46 @@ def client_figures(m):
 
 def fmt_num(v):
     return "—" if v is None else f"{v:,.1f}"
+
+
+def flux_info(path, timeout=30):
+    """fluxd's `info` reply (protocol/SPEC.md §8.7) over a new client connection on socket `path`: 4-byte
+    big-endian length + JSON per frame, `hello` first."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    buf = b""
+
+    def send(m):
+        body = json.dumps(m).encode()
+        s.sendall(struct.pack(">I", len(body)) + body)
+
+    def recv():
+        nonlocal buf
+        while True:
+            if len(buf) >= 4:
+                n = struct.unpack(">I", buf[:4])[0]
+                if len(buf) >= 4 + n:
+                    m, buf = json.loads(buf[4:4 + n]), buf[4 + n:]
+                    return m
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                raise RuntimeError("fluxd closed the info connection")
+            buf += chunk
+    try:
+        s.connect(path)
+        send({"op": "hello", "protocol": 1, "role": "client", "name": "bench-info"})
+        w = recv()
+        if w.get("op") != "welcome":
+            raise RuntimeError(f"no welcome: {str(w)[:200]}")
+        send({"op": "info", "id": "bench-info"})
+        while True:
+            m = recv()
+            if m.get("op") == "info":
+                return m
+            if m.get("op") == "error":
+                raise RuntimeError(f"info: {str(m)[:200]}")
+    finally:
+        s.close()
 
 
 def proc_cpu_ticks(pid):
@@ -918,10 +1140,25 @@ def main():
                          "fluxd; workload 8 runs without Swift when there is none)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1 for a quick run)")
     ap.add_argument("--reps", type=int, default=3,
-                    help="repetitions of workloads 1, 2, 6, 7, 8 and 9 (medians reported)")
+                    help="repetitions of workloads 1, 2, 6, 7, 8, 9 and 10 (medians reported)")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections in workload 5")
     ap.add_argument("--spin", type=int, default=1, help="busy loops at nice 19 keeping cores awake (0 = quiet)")
-    ap.add_argument("--only", default="", help="comma-separated workload numbers to run (default all)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated workload numbers to run (default all): 1 round trip, 2 pipelined, 3 fan-out, "
+                         "4 a 1 MB state, 5 idle connections, 6 slow subscriber, 7 the Swift SDK store, 8 large states "
+                         "(issue 16), 9 durability (issue 15), 10 the durable default against bb8fa48, the dispatcher "
+                         "before durability (issue 27: needs --base-fluxd)")
+    ap.add_argument("--base-fluxd", default=None,
+                    help="workload 10: a release fluxd built from commit bb8fa48 (scripts/bench.sh builds it into "
+                         ".build-bench-base; BASE_FLUXD=PATH there); without it the bb8fa48 row is skipped")
+    ap.add_argument("--base-args", default="",
+                    help="workload 10: the base fluxd's arguments besides --socket and --log-level (default none: "
+                         "bb8fa48 has no --ephemeral and no journal)")
+    ap.add_argument("--cg-rounds", type=int, default=20000,
+                    help="workload 10: round trips per callgrind measurement (times --scale, at least 2000)")
+    ap.add_argument("--hold-actions", type=int, default=1_000_000,
+                    help="workload 10: actions fed (8 clients x 64 in flight) before reading fluxd's longest loop "
+                         "hold (times --scale)")
     ap.add_argument("--restart-actions", type=int, default=1_000_000,
                     help="workload 9: actions journaled (over 100 stores) before the restarts (times --scale)")
     ap.add_argument("--large-window", type=int, default=16,
@@ -938,12 +1175,13 @@ def main():
     ap.add_argument("--run-timeout", type=float, default=120)
     ap.add_argument("--out", default=None,
                     help="raw figures (default results.json; with --only 8 results-large-state.json, with --only 9 "
-                         "results-durability.json, with another --only results-partial.json)")
+                         "results-durability.json, with --only 10 results-durable-speed.json, with another --only "
+                         "results-partial.json)")
     ap.add_argument("--command", default="scripts/bench.sh")
     args = ap.parse_args()
     if args.out is None:
-        name = {"": "results.json", "8": "results-large-state.json", "9": "results-durability.json"}.get(
-            args.only, "results-partial.json")
+        name = {"": "results.json", "8": "results-large-state.json", "9": "results-durability.json",
+                "10": "results-durable-speed.json"}.get(args.only, "results-partial.json")
         args.out = os.path.join(HERE, name)
 
     # SIGTERM ends the run through the `finally` blocks: brokers, stores and busy loops are stopped by pid.

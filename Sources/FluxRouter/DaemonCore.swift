@@ -186,7 +186,7 @@ public final class DaemonCore: RouterEffectSink {
         precondition(!feeding, "DaemonCore.handle re-entered")
         if case .closed(let peer) = event { forget(peer) }
         feeding = true
-        router.handle(event, now: now, sink: self)
+        router.handle(event, now: now, core: self)
         feeding = false
         if !later.isEmpty { finish(now: now) }
     }

@@ -208,6 +208,12 @@ public final class Router {
         handle(event, now: now, &out)
     }
 
+    /// `handle(_:now:sink:)` for the daemon core (the same effects, called directly).
+    func handle(_ event: RouterEvent, now: Millis, core: DaemonCore) {
+        var out = Output(effects: [], sink: nil, core: core, debugLogs: config.debugLogs)
+        handle(event, now: now, &out)
+    }
+
     func handle(_ event: RouterEvent, now: Millis, _ out: inout Output) {
         if epoch == nil { epoch = now }
         self.now = now

@@ -31,14 +31,18 @@ struct Output {
     var effects: [RouterEffect]
     /// Carries the effects out as they come instead (the caller of `handle(_:now:sink:)` keeps it alive).
     unowned(unsafe) let sink: (any RouterEffectSink)?
+    /// The sink when it is a `DaemonCore` (`Router.handle(_:now:core:)`), called at +0 and without a witness: a
+    /// call through the `unowned(unsafe)` existential retained and released the core for every frame (issue 27).
+    let core: Unmanaged<DaemonCore>?
     var traffic = Traffic()
 
     /// Whether `.debug` log effects are made at all (their text costs more than the rest of a refused request).
     let debugLogs: Bool
 
-    init(effects: [RouterEffect], sink: (any RouterEffectSink)?, debugLogs: Bool) {
+    init(effects: [RouterEffect], sink: (any RouterEffectSink)?, core: DaemonCore? = nil, debugLogs: Bool) {
         self.effects = effects
         self.sink = sink
+        self.core = core.map { Unmanaged.passUnretained($0) }
         self.debugLogs = debugLogs
     }
 
@@ -47,11 +51,20 @@ struct Output {
         guard !peer.closing else { return }
         traffic.framesOut += 1
         traffic.bytesOut += UInt64(frame.bytes.count)
-        if let sink { sink.send(frame, to: peer.id) } else { effects.append(.send(peer.id, frame)) }
+        if let core {
+            core._withUnsafeGuaranteedRef { $0.send(frame, to: peer.id) }
+        } else if let sink {
+            sink.send(frame, to: peer.id)
+        } else {
+            effects.append(.send(peer.id, frame))
+        }
     }
 
     /// Whether `peer`'s connection is behind (SPEC §16.3); never without a sink (effects collected for a test).
-    func isBehind(_ peer: Peer) -> Bool { sink?.isBehind(peer.id) ?? false }
+    func isBehind(_ peer: Peer) -> Bool {
+        if let core { return core._withUnsafeGuaranteedRef { $0.isBehind(peer.id) } }
+        return sink?.isBehind(peer.id) ?? false
+    }
 
     mutating func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
         if level == .debug && !debugLogs { return }
@@ -59,7 +72,13 @@ struct Output {
     }
 
     mutating func append(_ effect: RouterEffect) {
-        if let sink { sink.perform(effect) } else { effects.append(effect) }
+        if let core {
+            core._withUnsafeGuaranteedRef { $0.perform(effect) }
+        } else if let sink {
+            sink.perform(effect)
+        } else {
+            effects.append(effect)
+        }
     }
 }
 

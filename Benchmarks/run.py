@@ -770,6 +770,13 @@ class Bench:
                          durability=mode, sched=True)
         for mode in ("batch", "ephemeral"):
             self.loop_hold(mode)
+        # The same feeds with fluxd at real-time priority (SCHED_FIFO, every thread): the 10 other processes on
+        # the 2 cores (clients, store, spinner) cannot preempt it inside a callback, so the hold is fluxd's own work.
+        if os.geteuid() == 0 and shutil.which("chrt"):
+            for mode in ("batch", "ephemeral"):
+                self.loop_hold(mode, realtime=True)
+        else:
+            log("workload 10: not root or no chrt: the loop holds at real-time priority are skipped")
         self.callgrind_w10()
 
     def base_facts(self):
@@ -786,20 +793,23 @@ class Bench:
                 f"{self.base_args or 'no durability arguments'}: its default)")
         self.results.append(rec)
 
-    def loop_hold(self, mode):
+    def loop_hold(self, mode, realtime=False):
         """A fresh fluxd (`batch` on a fresh data directory, or `ephemeral`) fed --hold-actions x --scale actions
         (8 clients x 64 in flight, one fluxbench store owning the 8 stores), then asked for `info`:
         `load.longestLoopHoldMicros` (the longest one callback held the event loop since fluxd started) and
-        `load.longestLoopHoldAt`, before the feed and after it."""
+        `load.longestLoopHoldAt`, before the feed and after it. `realtime`: fluxd (every thread) runs SCHED_FIFO
+        priority 1 (`chrt -a -f -p 1`), so no other process preempts it inside a callback."""
         a = self.args
         clients = 8
         per = max(1, int(a.hold_actions * a.scale) // clients)
         actions = per * clients
-        rec = {"sys": "flux", "label": f"w10-hold-{mode}", "durability": mode, "actions": actions,
-               "clients": clients, "window": 64}
+        rec = {"sys": "flux", "label": f"w10-hold{'-rt' if realtime else ''}-{mode}", "durability": mode,
+               "actions": actions, "clients": clients, "window": 64, "realtime": realtime}
         broker = store = None
         try:
             broker, sock = self.start_broker("flux", mode)
+            if realtime:
+                subprocess.run(["chrt", "-a", "-f", "-p", "1", str(broker.pid)], check=True, capture_output=True)
             before = flux_info(sock)
             rec["hold_before_us"] = before.get("load", {}).get("longestLoopHoldMicros")
             rec["hold_before_at"] = before.get("load", {}).get("longestLoopHoldAt")
@@ -821,7 +831,7 @@ class Bench:
             rec.update({"feed_rounds_per_s": feed["rounds_per_s"], "feed_secs": feed["secs"],
                         "feed_p99_us": feed.get("p99_us"), "longest_hold_us": load["longestLoopHoldMicros"],
                         "longest_hold_at": load.get("longestLoopHoldAt"), "load": load})
-            log(f"fluxd  {mode:9} {actions:,} actions at {feed['rounds_per_s']:,.0f}/s: longest loop hold "
+            log(f"fluxd  {mode + (' (SCHED_FIFO)' if realtime else ''):9} {actions:,} actions at {feed['rounds_per_s']:,.0f}/s: longest loop hold "
                 f"{rec['longest_hold_us']} us at {rec['longest_hold_at']} (before the feed {rec['hold_before_us']} us)")
         except (RuntimeError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
             log(f"workload 10 loop hold {mode}: FAILED {e}")

@@ -81,7 +81,12 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// Called once the daemon has closed everything and stopped the loop.
     @exclusivity(unchecked) public var onStopped: (() -> Void)?
     /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
-    @exclusivity(unchecked) public private(set) var core: DaemonCore!
+    @exclusivity(unchecked) public private(set) var core: DaemonCore! {
+        didSet { coreRef = core.map { Unmanaged.passUnretained($0) } }
+    }
+    /// `core`, unretained, for the call per event (`feed`): through the `var` it was retained and released each
+    /// time (issue 27). `core` keeps it alive and sets it.
+    @exclusivity(unchecked) private var coreRef: Unmanaged<DaemonCore>!
     let loop: EventLoop
     /// Work done off the loop (the router's preparations) and the metrics endpoint's refresh requests, taken at the
     /// loop's wake-up.
@@ -91,8 +96,10 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     @exclusivity(unchecked) private var listener: PipeListener?
     @exclusivity(unchecked) private var connections: [PeerID: Connection] = [:]
     /// A direct-mapped cache in front of `connections` (slot `peer % size`): frames go out in runs to a few
-    /// peers (a store and its subscribers), which then cost no hashing.
-    @exclusivity(unchecked) private var connectionCache = [(peer: PeerID, connection: Connection?)](
+    /// peers (a store and its subscribers), which then cost no hashing. Unretained (`connections` owns them; an
+    /// entry is cleared where its connection leaves `connections`, `connectionClosed`): a write through it costs
+    /// no retain and release per frame (issue 27).
+    @exclusivity(unchecked) private var connectionCache = [(peer: PeerID, connection: Unmanaged<Connection>?)](
         repeating: (0, nil), count: Daemon.connectionCacheSize)
     private static let connectionCacheSize = 64
     @exclusivity(unchecked) private var nextPeer: PeerID = 1
@@ -132,6 +139,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             journal?.syncObserver = metrics.journalSyncObserver
         }
         core = DaemonCore(config: coreConfig, transport: self, journal: journal)
+        coreRef = Unmanaged.passUnretained(core)  // (observers do not run in init)
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
         if let journal {
             logger.info("journal: keeping at most \(journal.retainBytes) bytes of history (--retain-bytes), \(journal.diskPerUser) per user (--disk-per-user)")
@@ -383,7 +391,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             router.longestLoopHold = loop.longestHoldNanoseconds / 1000
             router.longestLoopHoldAt = loop.longestHoldSite
         }
-        core.handle(event, now: loop.now)
+        coreRef._withUnsafeGuaranteedRef { $0.handle(event, now: loop.now) }
         if journaled { loop.requestBeforeFlush() }
         armDeadlineTimer()
     }
@@ -396,7 +404,15 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     // MARK: - DaemonTransport
 
     public func write(_ frame: Frame, to peer: PeerID) -> Int {
-        guard let connection = connection(peer) else { return 0 }
+        let slot = Int(truncatingIfNeeded: peer % PeerID(Daemon.connectionCacheSize))
+        if connectionCache[slot].peer == peer, let cached = connectionCache[slot].connection {
+            return cached._withUnsafeGuaranteedRef { connection in
+                connection.send(frame)
+                return connection.queuedBytes
+            }
+        }
+        guard let connection = connections[peer] else { return 0 }
+        connectionCache[slot] = (peer, Unmanaged.passUnretained(connection))
         connection.send(frame)
         return connection.queuedBytes
     }
@@ -437,16 +453,6 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
 
     public func discard(_ garbage: Garbage) { wakes.discard(garbage) }
 
-
-    /// The open connection of `peer` (through `connectionCache`).
-    @inline(__always)
-    private func connection(_ peer: PeerID) -> Connection? {
-        let slot = Int(truncatingIfNeeded: peer % PeerID(Daemon.connectionCacheSize))
-        if connectionCache[slot].peer == peer, let c = connectionCache[slot].connection { return c }
-        guard let c = connections[peer] else { return nil }
-        connectionCache[slot] = (peer, c)
-        return c
-    }
 
     /// What the router knows of a store (e.g. whether a supervised worker has registered it yet).
     public func storeStatus(_ name: String) -> StoreStatusInfo { router.storeStatus(name) }

@@ -113,6 +113,10 @@ public final class DaemonCore: RouterEffectSink {
     /// (Unowned and unchecked: the adapter owns the core and outlives it; a checked unowned reference cost a
     /// reference-count operation per frame.)
     private unowned(unsafe) let transport: any DaemonTransport
+    /// `transport.write`, for the frames of the hot path: the transport held at +0 (`Unmanaged`) inside a closure
+    /// made once at init for its concrete type. A call through the `unowned(unsafe)` existential still retained
+    /// and released the transport for every frame (issue 27).
+    private let writeFrame: (Frame, PeerID) -> Int
     @exclusivity(unchecked) private var hostHandlers: [Op: (PeerID, HostRequest) -> HostAnswer] = [:]
     @exclusivity(unchecked) private var feeding = false
     /// Work found while carrying out an event's effects, done once the router is finished with it.
@@ -162,11 +166,14 @@ public final class DaemonCore: RouterEffectSink {
 
     /// A core that writes through `transport` (kept unowned: the adapter owns the core); durable with `journal`
     /// once `attachJournal` restored what it recovered.
-    public init(config: DaemonCoreConfig, transport: any DaemonTransport, journal: (any JournalCommitting)? = nil) {
+    public init<Transport: DaemonTransport>(config: DaemonCoreConfig, transport: Transport,
+                                            journal: (any JournalCommitting)? = nil) {
         self.config = config
         self.committer = journal
         self.router = Router(config: config.router, journal: journal)
         self.transport = transport
+        let unretained = Unmanaged.passUnretained(transport)
+        self.writeFrame = { frame, peer in unretained._withUnsafeGuaranteedRef { $0.write(frame, to: peer) } }
         self.checkAbove = min(Self.accountingSlack, config.router.maxBacklog)
     }
 
@@ -304,7 +311,7 @@ public final class DaemonCore: RouterEffectSink {
     /// The router's `.send`: queues the frame; a peer whose queue passed `maxBacklog` is a slow consumer, one
     /// whose queue grew past what was charged is charged again.
     public func send(_ frame: Frame, to peer: PeerID) {
-        let queued = transport.write(frame, to: peer)
+        let queued = writeFrame(frame, peer)
         if queued > checkAbove { queueGrew(peer, queued) }
     }
 

@@ -283,6 +283,9 @@ public final class Connection: HandleOwner {
         var offset = 0
         var handled = 0
         var inTurn = 0
+        // The delegate once per read, not once per frame (a retain and a release each; issue 27): it changes only
+        // when the connection is made or closed, and a closed connection stops this loop.
+        let delegate = self.delegate
         while phase == .open, let frame = decoder.next(from: bytes, at: &offset) {
             delegate?.connection(self, received: frame)
             handled += 1
@@ -325,6 +328,7 @@ public final class Connection: HandleOwner {
         let start = EventLoop.clock()
         defer { eventLoop.holdEnded(since: start) }
         var inTurn = 0
+        let delegate = self.delegate  // (once per turn, as in `received`)
         while phase == .open, let frame = decoder.next() {
             delegate?.connection(self, received: frame)
             inTurn += 1
@@ -366,15 +370,15 @@ public final class Connection: HandleOwner {
         var total = pendingBytes
         if count < pending.count {
             total = 0
-            for i in 0..<count { total &+= pending[i].bytes.count }
+            for i in 0..<count { total &+= pending.bytes(at: i).count }
         }
         var request: WriteRequest?
         // > 0: bytes left for `uv_write` (request made); 0: all written by `uv_try_write`; < 0: a libuv error.
         let rc = withUnsafeTemporaryAllocation(of: uv_buf_t.self, capacity: count) { bufs -> Int in
             for i in 0..<count {
-                let frame = pending[i]
-                let base = UnsafeMutableRawPointer(mutating: frame.bytes.baseAddress!)
-                bufs[i] = uv_buf_init(base.assumingMemoryBound(to: CChar.self), UInt32(frame.bytes.count))
+                let bytes = pending.bytes(at: i)  // (kept alive by the queue, then by the request)
+                let base = UnsafeMutableRawPointer(mutating: bytes.baseAddress!)
+                bufs[i] = uv_buf_init(base.assumingMemoryBound(to: CChar.self), UInt32(bytes.count))
             }
             var first = 0
             var remaining = total

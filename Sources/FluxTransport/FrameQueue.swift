@@ -43,6 +43,14 @@ struct FrameQueue: ~Copyable {
         }
     }
 
+    /// The wire bytes of the frame at `index` (`0 ..< count`), read in place: no copy of the frame, so no retain
+    /// and release of its storage (a write's iovecs; issue 27). Valid while the frame stays queued.
+    @inline(__always)
+    func bytes(at index: Int) -> UnsafeRawBufferPointer {
+        precondition(index >= 0 && index < count, "FrameQueue index out of range")
+        return (base.unsafelyUnwrapped + (head &+ index)).pointee.bytes
+    }
+
     /// Releases every frame; keeps the capacity.
     mutating func removeAll() {
         guard let base else { return }

@@ -213,7 +213,7 @@ public struct Envelope: Sendable {
 
     func int(at span: JSONSpan?) -> FieldResult<Int64> {
         guard let s = span else { return .absent }
-        guard s.kind == .number, let v = parseJSONInteger(body, s.range) else { return .wrongType }
+        guard s.kind == .number, let v = parseJSONInteger(body[s.range]) else { return .wrongType }
         return .value(v)
     }
 
@@ -268,43 +268,6 @@ extension FieldResult: Equatable where Value: Equatable {}
 
 /// Parses a JSON integer literal; nil for fractions, exponents or overflow.
 public func parseJSONInteger(_ bytes: ArraySlice<UInt8>) -> Int64? {
-    var i = bytes.startIndex
-    let end = bytes.endIndex
-    let negative = i < end && bytes[i] == UInt8(ascii: "-")
-    if negative { i &+= 1 }
-    guard i < end, end &- i <= 18 else { return parseJSONIntegerChecked(bytes) }
-    var value: Int64 = 0
-    while i < end {
-        let d = bytes[i] &- 48
-        guard d <= 9 else { return nil }
-        value = value &* 10 &+ Int64(d)
-        i &+= 1
-    }
-    return negative ? -value : value
-}
-
-/// `parseJSONInteger` of `body[range]`, without making a slice (which retains the array).
-@inline(__always)
-func parseJSONInteger(_ body: [UInt8], _ range: Range<Int>) -> Int64? {
-    // Up to 18 digits cannot overflow: one pass without overflow checks (the seqs and versions of every `done`
-    // and `settled`; issue 27). Anything else (more digits, a fraction, an exponent) takes the checked path.
-    var i = range.lowerBound
-    let end = range.upperBound
-    let negative = i < end && body[i] == UInt8(ascii: "-")
-    if negative { i &+= 1 }
-    guard i < end, end &- i <= 18 else { return parseJSONIntegerChecked(body[range]) }
-    var value: Int64 = 0
-    while i < end {
-        let d = body[i] &- 48
-        guard d <= 9 else { return nil }
-        value = value &* 10 &+ Int64(d)
-        i &+= 1
-    }
-    return negative ? -value : value
-}
-
-/// `parseJSONInteger` with overflow checks, digit by digit.
-func parseJSONIntegerChecked(_ bytes: ArraySlice<UInt8>) -> Int64? {
     var i = bytes.startIndex
     var negative = false
     if i < bytes.endIndex && bytes[i] == UInt8(ascii: "-") { negative = true; i += 1 }

@@ -360,17 +360,14 @@ public final class Journal: JournalCommitting {
     public func commit(now: UInt64) -> CommitResult {
         if isRefusing, case .failed? = refusal { return .failed }
         if checkpointsInFlight > 0 { takeFinished() }
-        let writer = self.writer
+        // (`writer` read in place, and written through the +0 `stager`: a local copy of the class reference
+        // retained and released it at every commit. After a roll-over below, `writer` is the new segment's.)
         if writer.stagedCount > 0 {
             let bytes = writer.stagedBytes
             do throws(StorageError) {
                 while true {
-                    do {
-                        try writer.write()
-                        break
-                    } catch {
-                        guard error.isDiskFull, reclaimOldest("the disk is full") else { throw error }
-                    }
+                    guard let error = stager._withUnsafeGuaranteedRef({ $0.writeStaged() }) else { break }
+                    guard error.isDiskFull, reclaimOldest("the disk is full") else { throw error }
                 }
             } catch {
                 if error.isDiskFull {

@@ -58,6 +58,13 @@ public final class SegmentWriter {
         return buffer.count - before
     }
 
+    /// `write()`, its failure returned (for a caller holding the writer at +0, in a closure that cannot throw
+    /// a typed error).
+    func writeStaged() -> StorageError? {
+        do { try write() } catch { return error }
+        return nil
+    }
+
     /// Writes what is staged, in one write. On failure nothing of it stays in the file and it stays staged.
     public func write() throws(StorageError) {
         if let failure { throw failure }

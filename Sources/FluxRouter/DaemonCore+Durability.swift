@@ -49,19 +49,25 @@ extension DaemonCore {
     /// written. Returns whether frames may be written now (false: hold them all and call again before the next
     /// flush: the write is retried then).
     public func commitJournal(now: Millis) -> Bool {
-        // (`committer` is a `let`: this runs at every loop iteration of a durable fluxd, and a copy of the
-        // existential from a `var` cost a retain and a release each time.)
-        guard let journal = committer else { return true }
-        defer { if durability.charged != 0 || durability.held { accountStagedJournal(journal) } }
-        if !journal.hasStaged && !durability.held && !journal.isRefusing { return true }
-        switch journal.commit(now: UInt64(now)) {
+        // (`committer` is a `let`, called through in place: this runs at every loop iteration of a durable fluxd,
+        // and a copy of the existential, from a `var` or into a local a `defer` captured, cost a retain and a
+        // release each time.)
+        guard committer != nil else { return true }
+        let mayWrite = commitStaged(now: now)
+        if durability.charged != 0 || durability.held { accountStagedJournal(committer!) }
+        return mayWrite
+    }
+
+    private func commitStaged(now: Millis) -> Bool {
+        if !committer!.hasStaged && !durability.held && !committer!.isRefusing { return true }
+        switch committer!.commit(now: UInt64(now)) {
         case .written:
-            if journal.noteCount != durability.notesLogged { logNotes(journal) }
+            if committer!.noteCount != durability.notesLogged { logNotes(committer!) }
             if durability.held {
                 durability.held = false
                 onLog?(.notice, "journal: written again; the frames held back go out")
             }
-            if journal.isRefusing || durability.refusingDiskFull { noteDiskFull(journal) }
+            if committer!.isRefusing || durability.refusingDiskFull { noteDiskFull(committer!) }
             return true
         case .diskFull:
             if !durability.held {
@@ -70,8 +76,8 @@ extension DaemonCore {
             }
             return false
         case .failed:
-            logFailure(journal)
-            return !journal.holdsFramesWhenFailed
+            logFailure(committer!)
+            return !committer!.holdsFramesWhenFailed
         }
     }
 

@@ -435,7 +435,8 @@ extension Router {
     func publish(_ store: StoreEntry, state: ArraySlice<UInt8>, seq: UInt64, patch: ArraySlice<UInt8>? = nil,
                  _ out: inout Output) -> Bool {
         if store.tree != nil { _ = retainedSnapshot(store) }  // R4 compares with the retained bytes, however made
-        if let current = store.snapshot, sameBytes(UnsafeRawBufferPointer(rebasing: current.bytes[store.stateRange]), state) {
+        // (The retained bytes read in place: binding the `Frame` copied it, a retain and a release per state.)
+        if let current = store.snapshot?.bytes, sameBytes(UnsafeRawBufferPointer(rebasing: current[store.stateRange]), state) {
             return true
         }
         // The retained snapshot is charged to the connection that published it (within its allowance a small
@@ -448,7 +449,7 @@ extension Router {
         store.snapshot = frame
         store.snapshotSeq = seq
         // The bytes are the state now (SPEC §16.5); a tree parsed for path subscribers goes with its charge.
-        store.lastTreePayer = store.treePayer
+        if store.lastTreePayer !== store.treePayer { store.lastTreePayer = store.treePayer }
         if store.treePayer != nil {
             dropPathTree(store)
         } else if let tree = store.tree {

@@ -650,6 +650,19 @@ class Bench:
                          durability=mode)
         self.restart()
 
+    def feed(self, sock, clients, per, broker, store, label):
+        """Feeds a running fluxd `clients` x `per` actions (64 in flight per client, no warm-up) through the
+        fluxbench store `store`; returns fluxbench's figures, raises RuntimeError when the feed failed."""
+        timeout = max(self.args.run_timeout, 600)
+        cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(clients),
+               "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
+               "--store-pid", str(store.pid), "--label", label, "--timeout", str(timeout)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+        feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
+        if out.returncode != 0 or "error" in feed:
+            raise RuntimeError(f"feed failed: rc {out.returncode} {out.stderr.strip()[-200:]}")
+        return feed
+
     def restart(self):
         """A durable fluxd (batch) fed `--restart-actions` actions over 100 stores (100 clients, one store process
         owning the 100 stores, 64 in flight per client), then restarted on the same data directory after SIGKILL
@@ -689,13 +702,7 @@ class Bench:
             store = Proc([f"{self.bin}/fluxbench", "store", "--sys", "flux", "--addr", sock, "--topics", str(stores)],
                          ready="store ready")
             log(f"feeding {actions:,} actions over {stores} stores")
-            cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(stores),
-                   "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
-                   "--store-pid", str(store.pid), "--label", "w9-feed", "--timeout", str(max(a.run_timeout, 600))]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.run_timeout, 600) + 30)
-            feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
-            if out.returncode != 0 or "error" in feed:
-                raise RuntimeError(f"feed failed: rc {out.returncode} {out.stderr.strip()[-200:]}")
+            feed = self.feed(sock, stores, per, broker, store, "w9-feed")
             rec["feed_rounds_per_s"] = feed["rounds_per_s"]
             rec["feed_secs"] = feed["secs"]
             after = data_bytes(data)
@@ -816,14 +823,7 @@ class Bench:
             store = Proc([f"{self.bin}/fluxbench", "store", "--sys", "flux", "--addr", sock, "--topics",
                           str(clients)], ready="store ready")
             log(f"workload 10: feeding {actions:,} actions to a {mode} fluxd for its longest loop hold")
-            timeout = max(a.run_timeout, 600)
-            cmd = [f"{self.bin}/fluxbench", "client", "--sys", "flux", "--addr", sock, "--clients", str(clients),
-                   "--window", "64", "--count", str(per), "--warmup", "0", "--rss-pid", str(broker.pid),
-                   "--store-pid", str(store.pid), "--label", rec["label"], "--timeout", str(timeout)]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
-            feed = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {"error": out.stderr[-200:]}
-            if out.returncode != 0 or "error" in feed:
-                raise RuntimeError(f"feed failed: rc {out.returncode} {out.stderr.strip()[-200:]}")
+            feed = self.feed(sock, clients, per, broker, store, rec["label"])
             after = flux_info(sock)
             load = after.get("load", {})
             if "longestLoopHoldMicros" not in load:

@@ -81,11 +81,9 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
     /// Called once the daemon has closed everything and stopped the loop.
     @exclusivity(unchecked) public var onStopped: (() -> Void)?
     /// The daemon core: the router and the policies around it. Register host operations and observe stores here.
-    @exclusivity(unchecked) public private(set) var core: DaemonCore! {
-        didSet { coreRef = core.map { Unmanaged.passUnretained($0) } }
-    }
+    @exclusivity(unchecked) public private(set) var core: DaemonCore!
     /// `core`, unretained, for the call per event (`feed`): through the `var` it was retained and released each
-    /// time (issue 27). `core` keeps it alive and sets it.
+    /// time (issue 27). Both are set once, in `init`; `core` keeps it alive.
     @exclusivity(unchecked) private var coreRef: Unmanaged<DaemonCore>!
     let loop: EventLoop
     /// Work done off the loop (the router's preparations) and the metrics endpoint's refresh requests, taken at the
@@ -139,7 +137,7 @@ public final class Daemon: ListenerDelegate, ConnectionDelegate, DaemonTransport
             journal?.syncObserver = metrics.journalSyncObserver
         }
         core = DaemonCore(config: coreConfig, transport: self, journal: journal)
-        coreRef = Unmanaged.passUnretained(core)  // (observers do not run in init)
+        coreRef = Unmanaged.passUnretained(core)
         core.onLog = { [unowned self] level, message in self.logger.log(level: level.swiftLogLevel, "\(message)") }
         if let journal {
             logger.info("journal: keeping at most \(journal.retainBytes) bytes of history (--retain-bytes), \(journal.diskPerUser) per user (--disk-per-user)")

@@ -96,27 +96,29 @@ public final class MemoryJournal: JournalCommitting {
         records.append(body)
     }
 
-    public func decoded() -> [JournalRecord] {
-        records.map { try! RecordDecoder.decode($0, 0..<$0.count) }
-    }
+    public func decoded() -> [JournalRecord] { Self.decode(records) }
 
     /// The state a fluxd restarted on the written records would recover (what `Journal` recovers from its
     /// segments).
     public func recovered(outcomes: OutcomeLog = OutcomeLog()) -> JournalState {
-        var s = JournalState(outcomes: outcomes)
-        for r in decodedWritten() { s.apply(r) }
-        return s
+        Self.state(of: decodedWritten(), outcomes: outcomes)
     }
 
     /// The written records, decoded.
-    public func decodedWritten() -> [JournalRecord] {
-        written.map { try! RecordDecoder.decode($0, 0..<$0.count) }
-    }
+    public func decodedWritten() -> [JournalRecord] { Self.decode(written) }
 
     /// The state a fluxd restarted on these records would recover.
     public func state(outcomes: OutcomeLog = OutcomeLog()) -> JournalState {
+        Self.state(of: decoded(), outcomes: outcomes)
+    }
+
+    private static func decode(_ bodies: some Collection<[UInt8]>) -> [JournalRecord] {
+        bodies.map { try! RecordDecoder.decode($0, 0..<$0.count) }
+    }
+
+    private static func state(of records: [JournalRecord], outcomes: OutcomeLog) -> JournalState {
         var s = JournalState(outcomes: outcomes)
-        for r in decoded() { s.apply(r) }
+        for r in records { s.apply(r) }
         return s
     }
 }

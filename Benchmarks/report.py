@@ -115,6 +115,18 @@ LARGE_WINDOW_ROWS = [
 ]
 
 
+def targets_table(L, issue, checks, marks):
+    """An issue's targets checked against this run: (target, measured, met) rows, `met` True / False (marked
+    `marks`) or None (informative, no target: "—")."""
+    L.append(f"### Targets (issue {issue}), checked against this run")
+    L.append("")
+    L.append("| target | measured | met |")
+    L.append("|---|---:|:---:|")
+    for name, val, ok in checks:
+        L.append(f"| {name} | {val} | {marks[0] if ok else (marks[1] if ok is not None else '—')} |")
+    L.append("")
+
+
 def large_rows(res, lang, mode, window=1):
     rows = [r for r in res if r.get("sys") == "large" and r.get("lang") == lang and r.get("mode") == mode
             and r.get("window", 1) == window and "error" not in r]
@@ -273,13 +285,7 @@ def large_state_section(L, res, doc):
             checks.append(("Swift SDK: a new subscriber still gets the whole state at once",
                            f"{fmt(late, 1)} ms to the decoded whole state", whole))
     if checks:
-        L.append("### Targets (issue 16), checked against this run")
-        L.append("")
-        L.append("| target | measured | met |")
-        L.append("|---|---:|:---:|")
-        for name, val, ok in checks:
-            L.append(f"| {name} | {val} | {'✓' if ok else '✗'} |")
-        L.append("")
+        targets_table(L, 16, checks, ("✓", "✗"))
         L.append("What bounds the missed ones (one action in flight: every frame wakes fluxd, the store and each "
                  "subscriber on 2 shared cores), with the measurements behind it: `Benchmarks/large-state.md`. "
                  "The fluxd figure checked here is window 1, utime+stime; what fluxd itself costs per action is "
@@ -476,13 +482,7 @@ def durability_section(L, res, doc):
         if "journal_bytes_per_action" in restart:
             checks.append(("(report) journal bytes per action", f"{restart['journal_bytes_per_action']}", None))
     if checks:
-        L.append("### Targets (issue 15), checked against this run")
-        L.append("")
-        L.append("| target | measured | met |")
-        L.append("|---|---:|:---:|")
-        for name, val, ok in checks:
-            L.append(f"| {name} | {val} | {'yes' if ok else ('no' if ok is not None else '—')} |")
-        L.append("")
+        targets_table(L, 15, checks, ("yes", "no"))
         if restart and restart.get("actions", 0) < 1_000_000:
             L.append(f"The restart ran with {restart['actions']:,} actions (a scaled run), so the 1 s target for "
                      "1,000,000 is not judged here.")
@@ -723,13 +723,7 @@ def durable_speed_section(L, res, doc):
                                f"schedstat {ratio(x1, y1)} / {ratio(x8, y8)}; ticks {ratio(t1, u1)} / {ratio(t8, u8)}",
                                None))
     if checks:
-        L.append("### Targets (issue 27), checked against this run")
-        L.append("")
-        L.append("| target | measured | met |")
-        L.append("|---|---:|:---:|")
-        for name, v, ok in checks:
-            L.append(f"| {name} | {v} | {'PASS' if ok else ('MISS' if ok is not None else '—')} |")
-        L.append("")
+        targets_table(L, 27, checks, ("PASS", "MISS"))
         met = [ok for _, _, ok in checks if ok is not None]
         L.append(f"{sum(met)} of {len(met)} targets met."
                  + (f" A scaled run (`--scale {args.get('scale')}`): fewer round trips per measurement and fewer "

@@ -178,7 +178,7 @@ let package = Package(
         .testTarget(name: "FluxJournalTests", dependencies: ["FluxJournal"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxJSONValueTests", dependencies: ["FluxJSONValue", "CFluxSys"], swiftSettings: swiftSettings),
         .testTarget(name: "FluxSDKTests", dependencies: ["FluxClient", "FluxStore", "FluxTesting", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
-        .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore"], swiftSettings: swiftSettings),
+        .testTarget(name: "IntegrationTests", dependencies: ["FluxClient", "FluxCore", "FluxJournal"], swiftSettings: swiftSettings),
         // fluxctl's pure functions (the views of `top` and `bench`), tested without a bus.
         .testTarget(name: "FluxctlUnitTests", dependencies: ["fluxctl"], swiftSettings: swiftSettings),
     ]

@@ -309,15 +309,18 @@ public final class Journal: JournalCommitting {
     }
 
     public func result(seq: UInt64, store: JournalName, outcome: ResultOutcome, version: UInt64, uid: UInt32) {
+        // A `done` that follows the store's new state for this action marks that state's record (format
+        // version 4): no record of its own.
+        if case .done = outcome, stage({ $0.markDone(seq: seq, store: store, version: version) ? 1 : 0 }) == 1 { return }
         charge(uid, stage { $0.stageResult(seq: seq, store: store, outcome: outcome, version: version) })
     }
 
     public func snapshot(store: JournalName, version: UInt64, seq: UInt64, state: ArraySlice<UInt8>, uid: UInt32) {
-        charge(uid, stage { $0.stageState(.snapshot, store: store, version: version, seq: seq, bytes: state) })
+        charge(uid, stage { $0.stageState(isPatch: false, store: store, version: version, seq: seq, bytes: state) })
     }
 
     public func patch(store: JournalName, version: UInt64, seq: UInt64, patch: ArraySlice<UInt8>, uid: UInt32) {
-        charge(uid, stage { $0.stageState(.patch, store: store, version: version, seq: seq, bytes: patch) })
+        charge(uid, stage { $0.stageState(isPatch: true, store: store, version: version, seq: seq, bytes: patch) })
     }
 
     public func forget(store: String, seq: UInt64, versionFloor: UInt64, uid: UInt32) {

@@ -126,8 +126,8 @@ extension Journal {
             var loaded = JournalState(outcomes: state.outcomes)
             var ok = true
             for range in scan.records {
-                guard let record = try? RecordDecoder.decode(bytes, range) else { ok = false; break }
-                loaded.apply(record)
+                guard let records = try? RecordDecoder.decodeAll(bytes, range) else { ok = false; break }
+                for record in records { loaded.apply(record) }
             }
             guard ok else {
                 notes.append("skipped the checkpoint \(candidate.path): a record does not decode")
@@ -180,15 +180,16 @@ extension Journal {
             for range in scan.records {
                 if let c = cut, range.lowerBound >= c.offset { break }
                 do {
-                    let record = try RecordDecoder.decode(bytes, range)
-                    if case .action(let a) = record {
-                        if info.firstSeq == nil { info.firstSeq = a.seq }
-                        info.lastSeq = a.seq
-                        info.actions += 1
-                        info.lastTime = a.time
+                    for record in try RecordDecoder.decodeAll(bytes, range) {
+                        if case .action(let a) = record {
+                            if info.firstSeq == nil { info.firstSeq = a.seq }
+                            info.lastSeq = a.seq
+                            info.actions += 1
+                            info.lastTime = a.time
+                        }
+                        state.apply(record)
+                        applied += 1
                     }
-                    state.apply(record)
-                    applied += 1
                 } catch {
                     cut = (range.lowerBound - recordHeaderSize, "a record that does not decode: \(error)")
                     break
@@ -247,7 +248,7 @@ extension Journal {
             }
         }
         for range in scan.records {
-            if case .action(let a)? = try? RecordDecoder.decode(bytes, range) {
+            for case .action(let a) in (try? RecordDecoder.decodeAll(bytes, range)) ?? [] {
                 if info.firstSeq == nil { info.firstSeq = a.seq }
                 info.lastSeq = a.seq
                 info.lastTime = a.time

@@ -73,20 +73,21 @@ public final class JournalReadView: Sendable {
             var stream = RecordStream(fd: file.fd, length: file.length)
             while let range = stream.next() {
                 let bytes = stream.buffer
-                guard let record = try? RecordDecoder.decode(bytes, range) else { continue }
-                switch record {
-                case .action(let a) where a.seq >= start && entries.count < limit:
-                    index[a.seq] = entries.count
-                    entries.append(HistoryEntry(action: a.owned(), results: []))
-                    open += 1
-                case .result(let seq, let store, let outcome, let version):
-                    guard let i = index[seq] else { continue }
-                    entries[i].results.append(TargetResult(store: store, outcome: outcome.owned(), version: version))
-                    if entries[i].results.count == entries[i].action.targets.count { open -= 1 }
-                default:
-                    break
+                for record in (try? RecordDecoder.decodeAll(bytes, range)) ?? [] {
+                    switch record {
+                    case .action(let a) where a.seq >= start && entries.count < limit:
+                        index[a.seq] = entries.count
+                        entries.append(HistoryEntry(action: a.owned(), results: []))
+                        open += 1
+                    case .result(let seq, let store, let outcome, let version):
+                        guard let i = index[seq] else { continue }
+                        entries[i].results.append(TargetResult(store: store, outcome: outcome.owned(), version: version))
+                        if entries[i].results.count == entries[i].action.targets.count { open -= 1 }
+                    default:
+                        break
+                    }
+                    if entries.count == limit && open == 0 { return HistoryPage(first: first, entries: entries) }
                 }
-                if entries.count == limit && open == 0 { return HistoryPage(first: first, entries: entries) }
             }
             if let problem = stream.problem {
                 return HistoryPage(first: first, entries: entries, damage: "\(file.path): \(problem)")
@@ -119,42 +120,50 @@ public final class JournalReadView: Sendable {
             var stream = RecordStream(fd: file.fd, length: file.length)
             while let range = stream.next() {
                 let bytes = stream.buffer
-                guard range.count > 1, bytes[range.lowerBound] == RecordKind.snapshot.rawValue
-                        || bytes[range.lowerBound] == RecordKind.patch.rawValue
-                        || bytes[range.lowerBound] == RecordKind.forget.rawValue else { continue }
-                switch try? RecordDecoder.decode(bytes, range) {
-                case .forget(let name, _, let floor)? where name == store:
-                    // SPEC §10: the store was forgotten; `state-at` answers for the store of that name made later
-                    // only (its versions are above `floor`: one read first from the checkpoint stays).
-                    if (base?.version ?? 0) <= floor { base = nil }
-                    if (result?.version ?? 0) <= floor {
-                        best = nil
-                        result = nil
-                    }
-                case .snapshot(let name, let v, let s, let state)? where name == store:
-                    base = (v, nil, Array(state))
-                    if wanted(v, s) {
-                        best = (v, s)
-                        result = PastState(version: v, seq: s, state: Array(state))
-                    }
-                case .patch(let name, let v, let s, let patch)? where name == store:
-                    guard var current = base, current.version + 1 == v else { base = nil; continue }
-                    if current.state == nil { current.state = try? JSONValue(parsing: current.bytes) }
-                    guard var tree = current.state, let p = try? JSONPatch(parsing: patch), (try? tree.apply(p)) != nil else {
-                        base = nil
+                guard range.count > 1, Self.mayHoldStates(bytes[range.lowerBound]) else { continue }
+                for record in (try? RecordDecoder.decodeAll(bytes, range)) ?? [] {
+                    switch Optional(record) {
+                    case .forget(let name, _, let floor)? where name == store:
+                        // SPEC §10: the store was forgotten; `state-at` answers for the store of that name made later
+                        // only (its versions are above `floor`: one read first from the checkpoint stays).
+                        if (base?.version ?? 0) <= floor { base = nil }
+                        if (result?.version ?? 0) <= floor {
+                            best = nil
+                            result = nil
+                        }
+                    case .snapshot(let name, let v, let s, let state)? where name == store:
+                        base = (v, nil, Array(state))
+                        if wanted(v, s) {
+                            best = (v, s)
+                            result = PastState(version: v, seq: s, state: Array(state))
+                        }
+                    case .patch(let name, let v, let s, let patch)? where name == store:
+                        guard var current = base, current.version + 1 == v else { base = nil; continue }
+                        if current.state == nil { current.state = try? JSONValue(parsing: current.bytes) }
+                        guard var tree = current.state, let p = try? JSONPatch(parsing: patch), (try? tree.apply(p)) != nil else {
+                            base = nil
+                            continue
+                        }
+                        base = (v, tree, [])
+                        if wanted(v, s) {
+                            best = (v, s)
+                            result = PastState(version: v, seq: s, state: tree.compactBytes)
+                        }
+                    default:
                         continue
                     }
-                    base = (v, tree, [])
-                    if wanted(v, s) {
-                        best = (v, s)
-                        result = PastState(version: v, seq: s, state: tree.compactBytes)
-                    }
-                default:
-                    continue
                 }
             }
         }
         return result
+    }
+
+    /// Whether a record of this kind may hold a snapshot, a patch or a forget (what `stateAt` reads).
+    private static func mayHoldStates(_ kind: UInt8) -> Bool {
+        switch RecordKind(rawValue: kind) {
+        case .snapshot?, .patch?, .forget?, .stateFixed?, .batch?: return true
+        default: return false
+        }
     }
 }
 

@@ -17,7 +17,10 @@ public enum SegmentHeader {
     public static let magic: [UInt8] = Array("FLUXJRNL".utf8)
     /// The format this code writes; it reads every version up to it.
     /// Version 2 (fluxd 0.4.0) adds record kind 9, `patch` (SPEC §16); everything else is as in version 1.
-    public static let currentVersion: UInt16 = 3
+    /// Version 3 adds kind 10, `forget`. Version 4 (issue 27) adds kinds 11 to 13: an action and a state with
+    /// fixed-width fields (a state that is also the store's `done` result), and a batch: the records of one loop
+    /// iteration in one framed record.
+    public static let currentVersion: UInt16 = 4
     /// Header bytes: magic, version, reserved.
     public static let size = 12
 

@@ -3,8 +3,9 @@ import CFluxSys
 import Glibc
 #endif
 
-// The journal's hot path (issue 27): a record is framed and encoded straight into the segment writer's staging
-// bytes, its length computed first, the fields stored through a pointer, the body's checksum taken once. No
+// The journal's hot path (issue 27): a record is encoded straight into the segment writer's staging bytes, in the
+// open batch (format version 4: the records of one write share one frame and one checksum, taken when the batch is
+// written), its length computed first, the fields stored through a pointer, numbers and lengths fixed-width. No
 // growable-array appends per field (each paid a uniqueness check and a generic copy), no closure, no copy of a
 // payload or state beyond the one into the staging bytes. The bytes are exactly `RecordEncoder`'s (the format of
 // docs/journal.md), which `RecordStagingTests` checks field by field against it.
@@ -95,6 +96,28 @@ struct RecordCursor {
         }
     }
 
+    @inline(__always)
+    mutating func u64(_ v: UInt64) {
+        UnsafeMutableRawPointer(at).storeBytes(of: v.littleEndian, as: UInt64.self)
+        at += 8
+    }
+
+    @inline(__always)
+    mutating func u32(_ v: UInt32) {
+        UnsafeMutableRawPointer(at).storeBytes(of: v.littleEndian, as: UInt32.self)
+        at += 4
+    }
+
+    /// A byte string with a `u32` length (format version 4's fixed-width records).
+    @inline(__always)
+    mutating func fixed(_ b: ArraySlice<UInt8>) {
+        u32(UInt32(truncatingIfNeeded: b.count))
+        b.withUnsafeBufferPointer { source in
+            if let s = source.baseAddress { at.update(from: s, count: source.count) }
+        }
+        at += b.count
+    }
+
     /// Bytes encoded before (`JournalName`, `JournalNameList`), copied as they are.
     @inline(__always)
     mutating func encoded(_ b: [UInt8]) {
@@ -164,49 +187,75 @@ enum FieldSize {
     static func string(_ s: String) -> Int { bytes(s.utf8.count) }
 }
 
+/// The most bytes of records one batch gathers before another starts (a record larger than that has a batch of its
+/// own): one checksum per batch, and a torn batch loses at most what one write held.
+let batchBodyLimit = 1 << 20
+
 extension SegmentWriter {
-    /// Stages one record whose body is `bodyLength` bytes that `fill` writes (exactly that many): its header,
-    /// then the body, then the body's checksum in the header. Returns the record's bytes (header included).
+    /// Stages one record whose body is `bodyLength` bytes that `fill` writes (exactly that many) in the open batch
+    /// (opened here when there is none, or when this record would take it past `batchBodyLimit`), as its `u32`
+    /// length and body. Returns the bytes it added (a batch's header included).
     @inline(__always)
-    func stageRecord(bodyLength: Int, _ fill: (inout RecordCursor) -> Void) -> Int {
-        precondition(bodyLength <= maxRecordBytes, "journal record of \(bodyLength) bytes")
-        let total = recordHeaderSize + bodyLength
-        let start = buffer.reserve(total)
-        var cursor = RecordCursor(at: start + recordHeaderSize)
+    func stageInBatch(bodyLength: Int, _ fill: (inout RecordCursor) -> Void) -> Int {
+        precondition(bodyLength <= maxRecordBytes - 5, "journal record of \(bodyLength) bytes")
+        var added = 4 + bodyLength
+        if batchStart < 0 || buffer.count - batchStart + added > batchBodyLimit {
+            added += openBatch()
+        }
+        let start = buffer.reserve(4 + bodyLength)
+        UnsafeMutableRawPointer(start).storeBytes(of: UInt32(truncatingIfNeeded: bodyLength).littleEndian, as: UInt32.self)
+        var cursor = RecordCursor(at: start + 4)
         fill(&cursor)
-        assert(cursor.at == start + total, "a record's fields did not fill its computed length")
-        cfluxsys_seal_record(start, UInt32(bodyLength))  // the header: length and the two checksums
-        buffer.count += total
-        stagedCount += 1
-        return total
+        assert(cursor.at == start + 4 + bodyLength, "a record's fields did not fill its computed length")
+        buffer.count += 4 + bodyLength
+        lastState = -1
+        return added
     }
 
-    // MARK: - The records of the hot path (the same bytes as `RecordEncoder`'s)
+    /// Seals the open batch (if any) and starts a new one; returns its header's bytes.
+    private func openBatch() -> Int {
+        sealBatch()
+        let header = buffer.reserve(recordHeaderSize + 1)
+        header[recordHeaderSize] = RecordKind.batch.rawValue
+        batchStart = buffer.count
+        buffer.count += recordHeaderSize + 1
+        stagedCount += 1
+        return recordHeaderSize + 1
+    }
 
-    /// An accepted action (`RecordEncoder.action`).
+    /// Frames the open batch: its length and the two checksums in its header. Nothing is added to it after.
+    func sealBatch() {
+        guard batchStart >= 0 else { return }
+        cfluxsys_seal_record(buffer.base + batchStart, UInt32(buffer.count - batchStart - recordHeaderSize))
+        batchStart = -1
+        lastState = -1
+    }
+
+    // MARK: - The records of the hot path (format version 4; the same bytes as `RecordEncoder`'s)
+
+    /// An accepted action (`RecordEncoder.actionFixed`).
     func stageAction(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64, cause: UInt64?,
                      id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32, payload: ArraySlice<UInt8>,
                      targets: JournalNameList) -> Int {
-        var length = 1 + FieldSize.varint(seq) + FieldSize.varint(time) + FieldSize.bytes(typeJSON.count)
-            + FieldSize.varint(origin) + 1 + FieldSize.bytes(payload.count) + targets.encoded.count
+        var length = 2 + 24 + 4 + typeJSON.count + 4 + payload.count + targets.encoded.count
         var flags: UInt8 = 0
-        if let cause { flags |= RecordEncoder.hasCause; length += FieldSize.varint(cause) }
-        if let id { flags |= RecordEncoder.hasID; length += FieldSize.bytes(id.count) }
-        if let session { flags |= RecordEncoder.hasSession; length += FieldSize.bytes(session.count) + FieldSize.varint(UInt64(uid)) }
-        return stageRecord(bodyLength: length) { c in
-            c.byte(RecordKind.action.rawValue)
-            c.varint(seq)
-            c.varint(time)
-            c.bytes(typeJSON)
-            c.varint(origin)
+        if cause != nil { flags |= RecordEncoder.hasCause; length += 8 }
+        if let id { flags |= RecordEncoder.hasID; length += 4 + id.count }
+        if let session { flags |= RecordEncoder.hasSession; length += 8 + session.count }
+        return stageInBatch(bodyLength: length) { c in
+            c.byte(RecordKind.actionFixed.rawValue)
             c.byte(flags)
-            if let cause { c.varint(cause) }
-            if let id { c.bytes(id) }
+            c.u64(seq)
+            c.u64(time)
+            c.u64(origin)
+            if let cause { c.u64(cause) }
+            c.fixed(typeJSON)
+            if let id { c.fixed(id) }
             if let session {
-                c.bytes(session)
-                c.varint(UInt64(uid))
+                c.fixed(session)
+                c.u32(uid)
             }
-            c.bytes(payload)
+            c.fixed(payload)
             c.encoded(targets.encoded)
         }
     }
@@ -219,7 +268,7 @@ extension SegmentWriter {
         case .rejected(let error): length += FieldSize.bytes(error.count)
         case .unavailable(let code, let message): length += FieldSize.string(code) + FieldSize.string(message)
         }
-        return stageRecord(bodyLength: length) { c in
+        return stageInBatch(bodyLength: length) { c in
             c.byte(RecordKind.result.rawValue)
             c.varint(seq)
             c.encoded(store.encoded)
@@ -238,15 +287,36 @@ extension SegmentWriter {
         }
     }
 
-    /// A retained snapshot (`kind` .snapshot) or a patch (.patch): store, version, seq, the JSON bytes.
-    func stageState(_ kind: RecordKind, store: JournalName, version: UInt64, seq: UInt64, bytes: ArraySlice<UInt8>) -> Int {
-        let length = 1 + store.encoded.count + FieldSize.varint(version) + FieldSize.varint(seq) + FieldSize.bytes(bytes.count)
-        return stageRecord(bodyLength: length) { c in
-            c.byte(kind.rawValue)
+    /// A retained snapshot or (`isPatch`) a patch (`RecordEncoder.stateFixed`, not yet a result): store,
+    /// version, seq, the JSON bytes.
+    func stageState(isPatch: Bool, store: JournalName, version: UInt64, seq: UInt64, bytes: ArraySlice<UInt8>) -> Int {
+        let length = 2 + 16 + store.encoded.count + 4 + bytes.count
+        let added = stageInBatch(bodyLength: length) { c in
+            c.byte(RecordKind.stateFixed.rawValue)
+            c.byte(isPatch ? RecordEncoder.stateIsPatch : 0)
+            c.u64(version)
+            c.u64(seq)
             c.encoded(store.encoded)
-            c.varint(version)
-            c.varint(seq)
-            c.bytes(bytes)
+            c.fixed(bytes)
         }
+        lastState = buffer.count - length
+        lastStateSeq = seq
+        lastStateVersion = version
+        return added
+    }
+
+    /// Makes the state just staged (nothing staged since) also `store`'s `done` result for `seq` at `version`,
+    /// when it is that store's state for that action at that version; returns whether it did (else the result
+    /// needs a record of its own).
+    @inline(__always)
+    func markDone(seq: UInt64, store: JournalName, version: UInt64) -> Bool {
+        guard lastState >= 0, lastStateSeq == seq, lastStateVersion == version else { return false }
+        let body = buffer.base + lastState
+        let name = store.encoded
+        guard buffer.count - lastState - 18 >= name.count,
+              name.withUnsafeBufferPointer({ memcmp(body + 18, $0.baseAddress!, $0.count) == 0 }) else { return false }
+        body[1] |= RecordEncoder.stateIsDone
+        lastState = -1
+        return true
     }
 }

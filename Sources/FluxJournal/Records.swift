@@ -1,6 +1,7 @@
 // The bodies of journal records (format version 1, docs/journal.md "Record bodies"): one kind byte, then the
 // record's fields. Integers are unsigned LEB128 varints; byte strings (names, JSON texts, states) are a varint
-// length and the bytes. JSON texts (action types, payloads, states, store errors) are kept as the exact bytes
+// length and the bytes. The kinds of version 4 (`actionFixed`, `stateFixed`, `batch`) use fixed-width
+// little-endian numbers and lengths instead, except in names and target lists. JSON texts (action types, payloads, states, store errors) are kept as the exact bytes
 // fluxd forwarded, never re-encoded.
 
 /// What a record is.
@@ -29,6 +30,16 @@ public enum RecordKind: UInt8, Sendable {
     /// routes) when the seq given was the last accepted, and the version floor: the highest version a forgotten store reached, above which every store
     /// made later starts. A checkpoint carries the floor as a forget record of the empty name (no store's).
     case forget = 10
+    /// Since format version 4 (issue 27): an accepted action whose numbers and lengths are fixed-width (`u64`,
+    /// `u32`, little-endian), so fluxd writes it without sizing varints. Decodes as `action`.
+    case actionFixed = 11
+    /// Since format version 4: a store's new snapshot or patch with fixed-width numbers, which may also be the
+    /// store's `done` result for the action `seq` (a flag): one record where version 3 wrote two. Decodes as
+    /// `snapshot` or `patch`, then `result`.
+    case stateFixed = 12
+    /// Since format version 4: the records one loop iteration staged, framed and checksummed once: repeated `u32`
+    /// length (little-endian) and a record body of any other kind.
+    case batch = 13
 }
 
 /// An accepted action as journaled.
@@ -116,6 +127,57 @@ public enum RecordEncoder {
 
     /// Flags of an action record: which optional fields follow.
     static let hasCause: UInt8 = 1, hasID: UInt8 = 2, hasSession: UInt8 = 4
+    /// Flags of a `stateFixed` record: a patch rather than a snapshot; also the store's `done` result for `seq`.
+    static let stateIsPatch: UInt8 = 1, stateIsDone: UInt8 = 2
+
+    /// An accepted action, format version 4 (`actionFixed`): kind, flags, `u64` seq, time and origin, `u64` cause
+    /// if flagged, then `u32`-length byte strings: type, id if flagged, session (and `u32` uid) if flagged,
+    /// payload; then the targets as in `action`.
+    public static func actionFixed(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64,
+                                   cause: UInt64?, id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32,
+                                   payload: ArraySlice<UInt8>, targets: [String], into out: inout [UInt8]) {
+        out.append(RecordKind.actionFixed.rawValue)
+        var flags: UInt8 = 0
+        if cause != nil { flags |= hasCause }
+        if id != nil { flags |= hasID }
+        if session != nil { flags |= hasSession }
+        out.append(flags)
+        u64(seq, &out)
+        u64(time, &out)
+        u64(origin, &out)
+        if let cause { u64(cause, &out) }
+        fixedBytes(typeJSON, &out)
+        if let id { fixedBytes(id, &out) }
+        if let session {
+            fixedBytes(session, &out)
+            u32(uid, &out)
+        }
+        fixedBytes(payload, &out)
+        varint(UInt64(targets.count), &out)
+        for t in targets { string(t, &out) }
+    }
+
+    /// A new snapshot (or, `isPatch`, a patch), format version 4 (`stateFixed`): kind, flags, `u64` version and
+    /// seq, the store as a `str`, the bytes with a `u32` length. `isDone`: also the store's `done` result for
+    /// `seq`, at `version`.
+    public static func stateFixed(store: String, version: UInt64, seq: UInt64, bytes: ArraySlice<UInt8>,
+                                  isPatch: Bool, isDone: Bool, into out: inout [UInt8]) {
+        out.append(RecordKind.stateFixed.rawValue)
+        out.append((isPatch ? stateIsPatch : 0) | (isDone ? stateIsDone : 0))
+        u64(version, &out)
+        u64(seq, &out)
+        string(store, &out)
+        fixedBytes(bytes, &out)
+    }
+
+    /// Record bodies in one `batch` record.
+    public static func batch(_ bodies: [[UInt8]], into out: inout [UInt8]) {
+        out.append(RecordKind.batch.rawValue)
+        for body in bodies {
+            u32(UInt32(body.count), &out)
+            out.append(contentsOf: body)
+        }
+    }
 
     public static func action(seq: UInt64, time: UInt64, typeJSON: ArraySlice<UInt8>, origin: UInt64,
                               cause: UInt64?, id: ArraySlice<UInt8>?, session: ArraySlice<UInt8>?, uid: UInt32,
@@ -255,6 +317,19 @@ public enum RecordEncoder {
         out.append(contentsOf: b)
     }
 
+    static func u64(_ v: UInt64, _ out: inout [UInt8]) {
+        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+    }
+
+    static func u32(_ v: UInt32, _ out: inout [UInt8]) {
+        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt32(i)))) }
+    }
+
+    static func fixedBytes<C: Collection>(_ b: C, _ out: inout [UInt8]) where C.Element == UInt8 {
+        u32(UInt32(b.count), &out)
+        out.append(contentsOf: b)
+    }
+
     @inline(__always)
     static func string(_ s: String, _ out: inout [UInt8]) {
         var s = s
@@ -270,7 +345,53 @@ public struct RecordDecoder {
     var at: Int
     let end: Int
 
-    /// Decodes the body at `range` of `buffer` (slices of the result share `buffer`'s storage).
+    /// Decodes the body at `range` of `buffer` into the records it holds, in order: one, or for the kinds of
+    /// format version 4 that carry several (`batch`, a `stateFixed` that is also a result), more.
+    public static func decodeAll(_ buffer: [UInt8], _ range: Range<Int>) throws(RecordDecodingError) -> [JournalRecord] {
+        var out: [JournalRecord] = []
+        try decodeAll(buffer, range, into: &out, nested: false)
+        return out
+    }
+
+    static func decodeAll(_ buffer: [UInt8], _ range: Range<Int>, into out: inout [JournalRecord], nested: Bool)
+        throws(RecordDecodingError)
+    {
+        guard !range.isEmpty else { throw RecordDecodingError(reason: "an empty record") }
+        switch RecordKind(rawValue: buffer[range.lowerBound]) {
+        case .batch?:
+            guard !nested else { throw RecordDecodingError(reason: "a batch inside a batch") }
+            var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
+            while d.at < d.end {
+                let n = Int(try d.u32())
+                guard n <= d.end - d.at else { throw RecordDecodingError(reason: "a record runs past its batch") }
+                try decodeAll(buffer, d.at..<(d.at + n), into: &out, nested: true)
+                d.at += n
+            }
+        case .stateFixed?:
+            var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
+            let flags = try d.byte()
+            let version = try d.u64(), seq = try d.u64()
+            let store = try d.string()
+            let bytes = try d.fixedBytes()
+            guard d.at == d.end else { throw RecordDecodingError(reason: "\(d.end - d.at) bytes left after a record") }
+            guard flags & ~(RecordEncoder.stateIsPatch | RecordEncoder.stateIsDone) == 0 else {
+                throw RecordDecodingError(reason: "unknown state flags \(flags)")
+            }
+            if flags & RecordEncoder.stateIsPatch != 0 {
+                out.append(.patch(store: store, version: version, seq: seq, patch: bytes))
+            } else {
+                out.append(.snapshot(store: store, version: version, seq: seq, state: bytes))
+            }
+            if flags & RecordEncoder.stateIsDone != 0 {
+                out.append(.result(seq: seq, store: store, outcome: .done, version: version))
+            }
+        default:
+            out.append(try decode(buffer, range))
+        }
+    }
+
+    /// Decodes the body at `range` of `buffer`, one record of a kind that holds one (slices of the result share
+    /// `buffer`'s storage; `decodeAll` reads every kind).
     public static func decode(_ buffer: [UInt8], _ range: Range<Int>) throws(RecordDecodingError) -> JournalRecord {
         var d = RecordDecoder(buffer: buffer, at: range.lowerBound, end: range.upperBound)
         let r = try d.record()
@@ -284,6 +405,7 @@ public struct RecordDecoder {
         guard let kindByte = try? d.byte(), let kind = RecordKind(rawValue: kindByte) else { return (nil, nil) }
         switch kind {
         case .action, .result: return (kind, try? d.varint())
+        case .actionFixed: return (kind, (try? d.byte()).flatMap { _ in try? d.u64() })
         default: return (kind, nil)
         }
     }
@@ -355,6 +477,24 @@ public struct RecordDecoder {
         case .segmentSummary:
             return .segmentSummary(number: try varint(), firstSeq: try varint(), lastSeq: try varint(),
                                    lastTime: try varint(), actions: try varint())
+        case .actionFixed:
+            let flags = try byte()
+            let seq = try u64(), time = try u64(), origin = try u64()
+            let cause = flags & RecordEncoder.hasCause != 0 ? try u64() : nil
+            let type = try fixedBytes()
+            let id = flags & RecordEncoder.hasID != 0 ? try fixedBytes() : nil
+            var session: ArraySlice<UInt8>?
+            var uid: UInt32 = 0
+            if flags & RecordEncoder.hasSession != 0 {
+                session = try fixedBytes()
+                uid = try u32()
+            }
+            let payload = try fixedBytes()
+            let targets = try strings()
+            return .action(ActionEntry(seq: seq, time: time, typeJSON: type, origin: origin, cause: cause, id: id,
+                                       session: session, uid: uid, payload: payload, targets: targets))
+        case .stateFixed, .batch:
+            throw RecordDecodingError(reason: "a \(kind) record holds more than one record (decodeAll reads it)")
         }
     }
 
@@ -383,6 +523,29 @@ public struct RecordDecoder {
             if b < 0x80 { return value }
             shift += 7
         }
+    }
+
+    mutating func u64() throws(RecordDecodingError) -> UInt64 {
+        guard end - at >= 8 else { throw RecordDecodingError(reason: "record ends early") }
+        var v: UInt64 = 0
+        for i in 0..<8 { v |= UInt64(buffer[at + i]) << (8 * UInt64(i)) }
+        at += 8
+        return v
+    }
+
+    mutating func u32() throws(RecordDecodingError) -> UInt32 {
+        guard end - at >= 4 else { throw RecordDecodingError(reason: "record ends early") }
+        var v: UInt32 = 0
+        for i in 0..<4 { v |= UInt32(buffer[at + i]) << (8 * UInt32(i)) }
+        at += 4
+        return v
+    }
+
+    mutating func fixedBytes() throws(RecordDecodingError) -> ArraySlice<UInt8> {
+        let n = Int(try u32())
+        guard n <= end - at else { throw RecordDecodingError(reason: "a field runs past its record") }
+        defer { at += n }
+        return buffer[at..<(at + n)]
     }
 
     mutating func bytes() throws(RecordDecodingError) -> ArraySlice<UInt8> {

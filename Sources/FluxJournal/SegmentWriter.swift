@@ -18,8 +18,17 @@ public final class SegmentWriter {
     public var stagedBytes: Int { buffer.count }
     /// A copy of the staged bytes (tests).
     public var staged: [UInt8] { Array(buffer.bytes) }
-    /// How many records are staged.
+    /// How many framed records are staged (an open batch counts as one).
     @exclusivity(unchecked) public internal(set) var stagedCount = 0
+    /// Where the open batch record starts in `buffer` (its header), or -1: the hot path's records go into one
+    /// batch per write (format version 4), sealed (framed, checksummed) when written.
+    @exclusivity(unchecked) var batchStart = -1
+    /// Where the body of the last record staged starts in `buffer` when it is a state (`stateFixed`) that a `done`
+    /// result may still mark (`markDone`), else -1.
+    @exclusivity(unchecked) var lastState = -1
+    /// That state's seq and version.
+    @exclusivity(unchecked) var lastStateSeq: UInt64 = 0
+    @exclusivity(unchecked) var lastStateVersion: UInt64 = 0
     /// Set when a sync failed: nothing more is written.
     @exclusivity(unchecked) public private(set) var failure: StorageError?
 
@@ -37,8 +46,9 @@ public final class SegmentWriter {
         }
     }
 
-    /// Stages one record.
+    /// Stages one record, framed on its own (after the open batch, which is sealed first).
     public func append<Body: Collection>(_ body: Body) where Body.Element == UInt8 {
+        sealBatch()
         var framed: [UInt8] = []
         appendRecord(body, to: &framed)
         framed.withUnsafeBufferPointer { b in
@@ -49,13 +59,16 @@ public final class SegmentWriter {
     }
 
     /// Stages one record whose body `encode` appends to an array (the records off the hot path: registrations,
-    /// seq reservations, forgets); returns its bytes, framed.
+    /// seq reservations, forgets) in the open batch; returns the bytes it added.
     public func appendEncoded(_ encode: (inout [UInt8]) -> Void) -> Int {
         var body: [UInt8] = []
         encode(&body)
-        let before = buffer.count
-        append(body)
-        return buffer.count - before
+        return stageInBatch(bodyLength: body.count) { c in
+            body.withUnsafeBufferPointer { b in
+                if let s = b.baseAddress { c.at.update(from: s, count: b.count) }
+                c.at += b.count
+            }
+        }
     }
 
     /// `write()`, its failure returned (for a caller holding the writer at +0, in a closure that cannot throw
@@ -69,6 +82,7 @@ public final class SegmentWriter {
     public func write() throws(StorageError) {
         if let failure { throw failure }
         guard buffer.count > 0 else { return }
+        sealBatch()
         do {
             try file.write(buffer.bytes, at: written)
         } catch {

@@ -94,7 +94,16 @@ struct JournalTests {
         defer { dir.remove() }
         let options = Journal.Options(directory: dir.path)
         var first: Journal? = try Journal(options: options)
-        Self.fill(first!, actions: 1...3)
+        // One write per action, as a loop iteration each: three batch records (format version 4).
+        Self.fill(first!, actions: 1...1)
+        for seq: UInt64 in 1...2 {
+            first!.snapshot(store: "todos", version: seq, seq: seq, state: ArraySlice("[\(seq)]".utf8))
+            first!.result(seq: seq, store: "todos", outcome: .done, version: seq)
+            #expect(first!.commit(now: 0) == .written)
+            first!.action(seq: seq + 1, typeJSON: ArraySlice(#""todo/add""#.utf8), origin: 1, cause: nil,
+                          id: ArraySlice("\"c-\(seq + 1)\"".utf8), session: ArraySlice(#""s""#.utf8), uid: 1000,
+                          payload: ArraySlice(#"{"n":\#(seq + 1)}"#.utf8), targets: ["todos"])
+        }
         #expect(first!.commit(now: 0) == .written)
         first = nil  // released here, and its lock with it (a do-scope left that to the optimizer)
         let segment = Journal.segments(dir.path)[0].path

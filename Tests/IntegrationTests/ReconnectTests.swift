@@ -1,5 +1,6 @@
 import FluxClient
 import FluxCore
+import FluxJournal
 import Foundation
 import Glibc
 import Testing
@@ -117,27 +118,26 @@ private func newestSegment(in dataDirectory: String) throws -> String {
     return dataDirectory + "/" + last
 }
 
-/// Zeroes the last record of the segment at `path` (as if fluxd had crashed before writing it: what follows the
-/// records is zeros, blocks allocated ahead) and returns its kind, the first byte of its body (4: a result).
-/// Segment format: a 12-byte header, then records of a 12-byte header (length u32 BE, two CRC-32C) and a body.
-private func zeroLastRecord(of path: String) throws -> UInt8 {
-    let data = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
-    var at = 12
-    var last: (start: Int, end: Int)?
-    while at + 12 <= data.count, !data[at..<(at + 12)].allSatisfy({ $0 == 0 }) {
-        let length = data[at..<(at + 4)].reduce(0) { $0 << 8 | Int($1) }
-        let end = at + 12 + length
-        guard end <= data.count else { break }
-        last = (at, end)
-        at = end
+/// Makes the segment's last record hold the store's new state without its `done` result: what a crash between the
+/// two left in a format-3 journal. (Since format version 4 fluxd writes a store's new state and its `done` for the
+/// action as one record, `stateFixed` with the done flag, in the loop iteration's batch: this clears the flag and
+/// seals the batch again.) Returns whether the last record was such a batch.
+private func dropLastDone(of path: String) throws -> Bool {
+    var data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+    guard let last = JournalScan(data).records.last, data[last.lowerBound] == RecordKind.batch.rawValue else { return false }
+    var at = last.lowerBound + 1
+    var inner = -1
+    while at + 4 <= last.upperBound {
+        let n = data[at..<(at + 4)].reversed().reduce(0) { $0 << 8 | Int($1) }
+        inner = at + 4
+        at += 4 + n
     }
-    guard let last else { throw HarnessError.unexpectedOutput("no record in \(path)") }
-    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-    defer { try? handle.close() }
-    try handle.seek(toOffset: UInt64(last.start))
-    try handle.write(contentsOf: Data(count: last.end - last.start))
-    try handle.synchronize()
-    return data[last.start + 12]
+    guard inner >= 0, data[inner] == RecordKind.stateFixed.rawValue, data[inner + 1] & 2 != 0 else { return false }
+    data[inner + 1] &= ~2
+    let crc = CRC32C.checksum(data[last])
+    for i in 0..<4 { data[last.lowerBound - 4 + i] = UInt8(truncatingIfNeeded: crc >> (24 - 8 * UInt32(i))) }
+    try Data(data).write(to: URL(fileURLWithPath: path))
+    return true
 }
 
 @Suite("Reconnecting clients and stores across a restart of a durable fluxd")
@@ -221,10 +221,11 @@ struct ReconnectIntegrationTests {
             let milk = try await client.dispatchAndSettle(type: "todo/create", payload: Create(title: "milk")).requireDone()
             try await sub.wait("version 2") { $0.contains { $0.snapshot?.version == 2 } }
 
-            // fluxd journals the state (version 2, seq of milk) before the result: crash between the two.
-            var kind: UInt8 = 0
-            try await bus.crashAndRestart { data in kind = try zeroLastRecord(of: newestSegment(in: data)) }
-            #expect(kind == 4, "the last record was the result of todo/create")
+            // The journal holds the state (version 2, seq of milk) but not the result: as a crash between the two
+            // left it before format version 4.
+            var split = false
+            try await bus.crashAndRestart { data in split = try dropLastDone(of: newestSegment(in: data)) }
+            #expect(split, "the last record was the state and result of todo/create")
             try await events.wait("the client reconnected") { $0.contains(.reconnected(epochChanged: false)) }
 
             // The store adopts version 2 (seq of milk) and is sent milk again, marked redelivered: it answers done

@@ -1,9 +1,11 @@
-"""Reading fluxd's journal segments (docs/journal.md, format versions 1 to 3) from Python, for the torn and corrupt
+"""Reading fluxd's journal segments (docs/journal.md, format versions 1 to 4) from Python, for the torn and corrupt
 journal tests: the 12-byte header ("FLUXJRNL", u16 version, 2 reserved bytes), then records of a u32 big-endian
 body length, the CRC-32C of those 4 length bytes, the CRC-32C of the body, and the body.
 
-Only what the tests need of the bodies is decoded (kind byte, then varints and length-prefixed byte strings):
-seq reservations, registrations, actions, results and snapshots."""
+Only what the tests need of the bodies is decoded (kind byte, then varints and length-prefixed byte strings, or in
+version 4's kinds fixed-width little-endian numbers): seq reservations, registrations, actions, results and
+snapshots. Since version 4 fluxd writes the records of one loop iteration as one framed `batch` record: a
+`Record` is a framed record, and `entries` the records it holds (`kinds` their kinds)."""
 
 import glob
 import json
@@ -52,16 +54,19 @@ class Record:
         self.body = body
         self.end = start + RECORD_HEADER + len(body)
         self.kind, self.fields = decode_body(body)
+        # (kind, fields) of each record it holds: itself, or a batch's records (a state that is also a result: both)
+        self.entries: List[Tuple[str, Dict[str, Any]]] = decode_entries(body)
+        self.kinds = [k for k, _ in self.entries]
 
     def __repr__(self) -> str:
-        return f"Record({self.kind} @{self.start}..{self.end} {self.fields})"
+        return f"Record({self.kind} @{self.start}..{self.end} {self.entries})"
 
 
 def parse_segment(data: bytes) -> List[Record]:
     """The records of a whole, undamaged segment (AssertionError if it is not one)."""
     assert data[:8] == MAGIC, "not a journal segment"
     (version,) = struct.unpack(">H", data[8:10])
-    assert version in (1, 2, 3), f"segment format version {version}; these tests read versions 1 to 3"
+    assert version in (1, 2, 3, 4), f"segment format version {version}; these tests read versions 1 to 4"
     records = []
     at = HEADER
     while at < len(data):
@@ -110,12 +115,29 @@ class _Reader:
     def string(self) -> str:
         return self.bytes().decode()
 
+    def u64(self) -> int:
+        (v,) = struct.unpack("<Q", self.body[self.at:self.at + 8])
+        self.at += 8
+        return v
+
+    def u32(self) -> int:
+        (v,) = struct.unpack("<I", self.body[self.at:self.at + 4])
+        self.at += 4
+        return v
+
+    def fixed_bytes(self) -> bytes:
+        n = self.u32()
+        out = self.body[self.at:self.at + n]
+        assert len(out) == n
+        self.at += n
+        return out
+
     def strings(self) -> List[str]:
         return [self.string() for _ in range(self.varint())]
 
 
 KINDS = {1: "seq-reserve", 2: "register", 3: "action", 4: "result", 5: "snapshot", 6: "store-position", 7: "outcome",
-         8: "segment-summary", 9: "patch", 10: "forget"}
+         8: "segment-summary", 9: "patch", 10: "forget", 11: "action", 12: "state", 13: "batch"}
 
 
 def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
@@ -130,6 +152,33 @@ def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
             f["store"] = r.string()
             f["handles"] = r.strings()
             f["waitFor"] = r.strings()
+        elif kind == "action" and body[0] == 11:  # format version 4: fixed-width numbers and lengths
+            flags = r.byte()
+            f["seq"], f["time"], f["origin"] = r.u64(), r.u64(), r.u64()
+            if flags & 1:
+                f["cause"] = r.u64()
+            f["type"] = json.loads(r.fixed_bytes())
+            if flags & 2:
+                f["id"] = json.loads(r.fixed_bytes())
+            if flags & 4:
+                f["session"] = json.loads(r.fixed_bytes())
+                f["uid"] = r.u32()
+            f["payload"] = json.loads(r.fixed_bytes())
+            f["targets"] = r.strings()
+        elif kind == "state":  # format version 4: a snapshot or patch, and maybe the store's done result
+            flags = r.byte()
+            f["patch" if flags & 1 else "snapshot"] = True
+            f["done"] = bool(flags & 2)
+            f["version"], f["seq"] = r.u64(), r.u64()
+            f["store"] = r.string()
+            f["bytes"] = json.loads(r.fixed_bytes())
+        elif kind == "batch":
+            f["records"] = []
+            while r.at < len(body):
+                n = r.u32()
+                f["records"].append(body[r.at:r.at + n])
+                assert len(f["records"][-1]) == n
+                r.at += n
         elif kind == "action":
             f["seq"] = r.varint()
             f["time"] = r.varint()
@@ -165,6 +214,21 @@ def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
     return kind, f
 
 
+def decode_entries(body: bytes) -> List[Tuple[str, Dict[str, Any]]]:
+    """The records a framed record's body holds, as (kind, fields) in the kinds of version 3: a batch's records,
+    and a version-4 state as a snapshot or patch, then its done result."""
+    kind, f = decode_body(body)
+    if kind == "batch":
+        return [e for inner in f["records"] for e in decode_entries(inner)]
+    if kind == "state":
+        common = {"store": f["store"], "version": f["version"], "seq": f["seq"]}
+        out = [("patch", dict(common, patch=f["bytes"])) if f.get("patch") else ("snapshot", dict(common, state=f["bytes"]))]
+        if f["done"]:
+            out.append(("result", {"seq": f["seq"], "store": f["store"], "version": f["version"], "outcome": "done"}))
+        return out
+    return [(kind, f)]
+
+
 def records_end(path: str) -> int:
     """Where a segment's records end (fluxd keeps zeros reserved past them: the file is longer)."""
     with open(path, "rb") as f:
@@ -190,18 +254,17 @@ class Expected:
         self.actions: Dict[int, Dict[str, Any]] = {}  # seq -> action fields
         self.results: Dict[int, Dict[str, Any]] = {}
         self.highest_seq = 0
-        for rec in records:
-            f = rec.fields
-            if rec.kind == "seq-reserve":
+        for kind, f in (e for rec in records for e in rec.entries):
+            if kind == "seq-reserve":
                 self.highest_seq = max(self.highest_seq, f["upTo"])
-            elif rec.kind == "action":
+            elif kind == "action":
                 self.actions[f["seq"]] = f
                 self.highest_seq = max(self.highest_seq, f["seq"])
-            elif rec.kind == "result" and f["store"] == store:
+            elif kind == "result" and f["store"] == store:
                 self.results[f["seq"]] = f
                 if f["outcome"] != "unavailable":
                     self.answered_seq = max(self.answered_seq, f["seq"])
-            elif rec.kind == "snapshot" and f["store"] == store:
+            elif kind == "snapshot" and f["store"] == store:
                 self.snapshot = f
         self.session = session
 

@@ -147,16 +147,15 @@ public final class DaemonCore: RouterEffectSink {
     }
 
     private struct Later {
-        var hostRequests: [(PeerID, HostRequest)] = []
-        var storeChanges: [StoreChange] = []
-        var stalls: [(String, Int32?, Bool)] = []
-        var overLimit: [(PeerID, RouterEvent)] = []
-        var toAccount: [PeerID] = []
-        var preparations: [(PeerID, Preparation)] = []
-        var isEmpty: Bool {
-            hostRequests.isEmpty && storeChanges.isEmpty && stalls.isEmpty && overLimit.isEmpty && toAccount.isEmpty
-                && preparations.isEmpty
-        }
+        var hostRequests: [(PeerID, HostRequest)] = [] { didSet { isEmpty = false } }
+        var storeChanges: [StoreChange] = [] { didSet { isEmpty = false } }
+        var stalls: [(String, Int32?, Bool)] = [] { didSet { isEmpty = false } }
+        var overLimit: [(PeerID, RouterEvent)] = [] { didSet { isEmpty = false } }
+        var toAccount: [PeerID] = [] { didSet { isEmpty = false } }
+        var preparations: [(PeerID, Preparation)] = [] { didSet { isEmpty = false } }
+        /// Nothing was added (one flag read after every event, not six arrays'; only ever added to, then
+        /// replaced whole).
+        private(set) var isEmpty = true
     }
 
     /// How far a peer's queued bytes may grow past what was charged before a write charges them again.

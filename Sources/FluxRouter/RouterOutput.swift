@@ -85,23 +85,21 @@ struct Output {
 /// Traffic counters: plain integers, so an event counts into its own `Traffic` (in `Output`) and adds it to the
 /// router's counters once, without copying the errors dictionary per event.
 public struct Traffic: Sendable {
-    public var connections: UInt64 = 0
-    public var framesIn: UInt64 = 0
-    public var framesOut: UInt64 = 0
-    public var bytesIn: UInt64 = 0
-    public var bytesOut: UInt64 = 0
-    public var actions: UInt64 = 0
-    public var snapshots: UInt64 = 0
+    /// The counters, one lane each (the last unused): an event's traffic is added to the totals in one vector
+    /// add, not seven checked ones (issue 27). They wrap at 2^64 instead of trapping.
+    private var lanes = SIMD8<UInt64>()
 
-    mutating func add(_ t: Traffic) {
-        connections += t.connections
-        framesIn += t.framesIn
-        framesOut += t.framesOut
-        bytesIn += t.bytesIn
-        bytesOut += t.bytesOut
-        actions += t.actions
-        snapshots += t.snapshots
-    }
+    public init() {}
+
+    public var connections: UInt64 { get { lanes[0] } set { lanes[0] = newValue } }
+    public var framesIn: UInt64 { get { lanes[1] } set { lanes[1] = newValue } }
+    public var framesOut: UInt64 { get { lanes[2] } set { lanes[2] = newValue } }
+    public var bytesIn: UInt64 { get { lanes[3] } set { lanes[3] = newValue } }
+    public var bytesOut: UInt64 { get { lanes[4] } set { lanes[4] = newValue } }
+    public var actions: UInt64 { get { lanes[5] } set { lanes[5] = newValue } }
+    public var snapshots: UInt64 { get { lanes[6] } set { lanes[6] = newValue } }
+
+    mutating func add(_ t: Traffic) { lanes &+= t.lanes }
 }
 
 /// At most `perWindow` log lines of one kind per `window` ms; the first line after a window with suppressed ones

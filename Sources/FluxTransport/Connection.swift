@@ -307,7 +307,7 @@ public final class Connection: HandleOwner {
         if phase == .open && (decoder.bufferedByteCount != 0 || storedAccounted != 0) {
             delegate?.connectionAccountingChanged(self)
         }
-        eventLoop.holdEnded(since: start)
+        withLoop { $0.holdEnded(since: start) }
     }
 
     private func pauseForTurn() {
@@ -519,10 +519,12 @@ private func connectionAlloc(_ handle: UnsafeMutablePointer<uv_handle_t>?, _ sug
 
 private func connectionRead(_ stream: UnsafeMutablePointer<uv_stream_t>?, _ nread: Int,
                             _ buf: UnsafePointer<uv_buf_t>?) {
-    let connection = Unmanaged<Connection>.fromOpaque(stream!.pointee.data).takeUnretainedValue()
+    // (At +0: `handle->data` holds the connection until its close callback, which runs after this one returns.)
+    let owner = Unmanaged<Connection>.fromOpaque(stream!.pointee.data)
     if nread > 0 {
-        connection.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread))
+        owner._withUnsafeGuaranteedRef { $0.received(UnsafeRawBufferPointer(start: buf!.pointee.base, count: nread)) }
     } else if nread < 0 {
+        let connection = owner.takeUnretainedValue()
         let start = EventLoop.clock()  // (`received` measures its own hold)
         connection.readFailed(nread)
         connection.eventLoop.holdEnded(since: start)

@@ -19,6 +19,9 @@ public class HandleOwner {
     /// The loop this handle belongs to. Not retained: the loop outlives its handles (`run()` returns only after
     /// every handle closed), and this keeps reference counting off the hot path.
     final unowned(unsafe) let eventLoop: EventLoop
+    /// `eventLoop` for the hot path, called at +0 (`withLoop`): a call through the `unowned(unsafe)` reference
+    /// still retained and released the loop each time (issue 27).
+    private final let loopRef: Unmanaged<EventLoop>
     private final var adopted = false
     /// `uv_close` has been called.
     final private(set) var closeStarted = false
@@ -31,7 +34,12 @@ public class HandleOwner {
         memory.initializeMemory(as: UInt8.self, repeating: 0, count: size)
         handle = UnsafeMutablePointer<uv_handle_t>(OpaquePointer(memory))
         eventLoop = loop
+        loopRef = Unmanaged.passUnretained(loop)
     }
+
+    /// Calls `body` with the loop, not retained (it outlives its handles).
+    @inline(__always)
+    final func withLoop<R>(_ body: (EventLoop) -> R) -> R { loopRef._withUnsafeGuaranteedRef(body) }
 
     deinit {
         // Reached only when the handle was never adopted (init failed) or after the close callback.

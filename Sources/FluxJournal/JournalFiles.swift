@@ -157,6 +157,16 @@ extension Journal {
         if let first = all.first, first.number != covered + 1 {
             throw JournalError("the journal is missing segments \(covered + 1) to \(first.number - 1) (before \(first.path)); restore them, or move the data directory away to start a new history")
         }
+        // A segment made ahead of a roll-over (`Journal.prepareNextSegment`: a header and zeros) that a crash left
+        // without a record is not history: removed, so that the segment before it is the last one, whose torn
+        // tail (a crash in the middle of its write) is then dropped as such rather than taken for corruption.
+        while all.count > 1, let bytes = readWholeFile(all[all.count - 1].path) {
+            let scan = JournalScan(bytes)
+            guard scan.problem == nil, scan.records.isEmpty else { break }
+            let path = all.removeLast().path
+            unlink(path)
+            notes.append("removed \(path): a segment started or made ahead of a roll-over that holds no record")
+        }
         var last: (Int, Int)?
         for (index, segment) in all.enumerated() {
             guard let bytes = readWholeFile(segment.path) else {
@@ -422,6 +432,61 @@ final class BackgroundSync: Sendable {
 
     /// Waits until the sync under way (if any) is done.
     func wait() { queue.sync {} }
+}
+
+/// A segment file made ready on the sync thread for the loop's next roll-over: opened, its header written, space
+/// reserved up to `reservedEnd`. `@unchecked Sendable`: made on the sync thread and handed over once, through
+/// `NextSegment`'s lock; only the journal's thread uses it after.
+final class PreparedSegment: @unchecked Sendable {
+    let number: Int
+    let file: PosixFile
+    let reservedEnd: Int
+
+    private init(number: Int, file: PosixFile, reservedEnd: Int) {
+        self.number = number
+        self.file = file
+        self.reservedEnd = reservedEnd
+    }
+
+    /// Creates segment `number` at `path` (which must not hold anything: a file left there is not touched), or
+    /// nil when it cannot (a full disk: the roll-over then opens the segment itself and handles the error).
+    static func make(path: String, number: Int, reserveEnd: Int) -> PreparedSegment? {
+        guard let file = try? PosixFile(path: path) else { return nil }
+        guard (try? file.length()) == 0 else {
+            file.close()
+            return nil
+        }
+        do throws(StorageError) {
+            let header = SegmentHeader.bytes()
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: header.count, alignment: 1)
+            defer { buffer.deallocate() }
+            buffer.copyBytes(from: header)
+            try file.write(UnsafeRawBufferPointer(buffer), at: 0)
+            try file.reserve(upTo: reserveEnd, writeZeros: false)
+        } catch {
+            file.close()
+            unlink(path)
+            return nil
+        }
+        return PreparedSegment(number: number, file: file, reservedEnd: reserveEnd)
+    }
+}
+
+/// Where the sync thread leaves the next segment it made (`Journal.prepareNextSegment`).
+final class NextSegment: Sendable {
+    /// The number asked for and what came of it (nil segment: it could not be made).
+    private let slot = Mutex<(number: Int, segment: PreparedSegment?)?>(nil)
+
+    func put(_ number: Int, _ segment: PreparedSegment?) { slot.withLock { $0 = (number, segment) } }
+
+    /// What came of segment `number`: nil while it is still being made.
+    func take(_ number: Int) -> (number: Int, segment: PreparedSegment?)? {
+        slot.withLock { s in
+            guard let done = s, done.number == number else { return nil }
+            s = nil
+            return done
+        }
+    }
 }
 
 /// Checkpoints the sync thread wrote, waiting for the loop thread to take them in.

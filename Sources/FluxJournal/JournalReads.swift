@@ -206,7 +206,9 @@ extension Journal {
             if !needed, let last = info.lastSeq, last >= max(from, first) { needed = true }
             let isCurrent = info.number == current
             if needed {
-                files.append(opened(path, length: isCurrent ? written : nil, info: info, isCurrent: isCurrent))
+                // A closed segment up to its records (its reserved zeros may still be being cut on the sync thread).
+                let length = isCurrent ? written : (info.bytes > 0 ? info.bytes : nil)
+                files.append(opened(path, length: length, info: info, isCurrent: isCurrent))
             } else {
                 files.append(.init(fd: -1, path: path, length: 0, info: info, isCurrent: isCurrent, openError: nil))
             }

@@ -143,6 +143,75 @@ struct JournalTests {
         }
     }
 
+    @Test("a crash mid-write with the next segment made ahead: the torn record is dropped and the empty segment removed, not taken for corruption")
+    func tornBeforeASegmentMadeAhead() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        let options = Journal.Options(directory: dir.path)
+        var first: Journal? = try Journal(options: options)
+        Self.fill(first!, actions: 1...3)
+        #expect(first!.commit(now: 0) == .written)
+        first = nil
+        let segment = Journal.segments(dir.path)[0].path
+        var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: segment)))
+        let end = JournalScan(bytes).validEnd
+        // A write cut short by the crash: the start of a record (a header whose length says more), then zeros.
+        var torn: [UInt8] = []
+        appendRecord([UInt8](repeating: 0x41, count: 100), to: &torn)
+        bytes.replaceSubrange(end..<(end + 40), with: torn.prefix(40))
+        try Data(bytes).write(to: URL(fileURLWithPath: segment))
+        // The next segment, made ahead: a header and zeros.
+        try Data(SegmentHeader.bytes() + [UInt8](repeating: 0, count: 4096))
+            .write(to: URL(fileURLWithPath: dir.path + "/" + Journal.segmentName(2)))
+        let journal = try Journal(options: options)
+        #expect(journal.openingNotes.contains { $0.contains("removed") && $0.contains(Journal.segmentName(2)) })
+        #expect(journal.openingNotes.contains { $0.contains("dropped a torn last record") })
+        #expect(journal.recovered.actionCount == 3 && journal.currentSegmentNumber == 1)
+        #expect(Journal.segments(dir.path).count == 1)
+    }
+
+    @Test("the next segment is made on the sync thread once the current one is half full; the roll-over takes it, and the closed one is cut to its records there")
+    func nextSegmentMadeAhead() throws {
+        let dir = Dir()
+        defer { dir.remove() }
+        var options = Journal.Options(directory: dir.path)
+        options.segmentBytes = 64 << 10
+        options.checkpointMinBytes = 16 << 10
+        options.backgroundCheckpoints = true
+        let payload = ArraySlice(("\"" + String(repeating: "x", count: 1000) + "\"").utf8)
+        var seq: UInt64 = 0
+        func one(_ journal: Journal) {
+            seq += 1
+            journal.action(seq: seq, typeJSON: ArraySlice(#""t""#.utf8), origin: 1, cause: nil, id: nil, session: nil,
+                           uid: 1000, payload: payload, targets: ["s"])
+            #expect(journal.commit(now: 0) == .written)
+        }
+        let second = dir.path + "/" + Journal.segmentName(2)
+        do {
+            let journal = try Journal(options: options)
+            journal.checkpointCapture = { OneSnapshot() }
+            while journal.writerForReads.written < 8 << 10 { one(journal) }
+            journal.settleBackground()
+            // Made ahead: a header and the first reserve, no record; still segment 1's turn.
+            let made = try [UInt8](Data(contentsOf: URL(fileURLWithPath: second)))
+            #expect(journal.currentSegmentNumber == 1)
+            #expect(made.count == min(SegmentHeader.size + options.reserveBytes, options.segmentBytes + (256 << 10)))
+            #expect(JournalScan(made).problem == nil && JournalScan(made).records.isEmpty && JournalScan(made).version == SegmentHeader.currentVersion)
+            while journal.currentSegmentNumber == 1 { one(journal) }
+            let closedBytes = journal.segmentInfos.first { $0.number == 1 }!.bytes
+            one(journal)
+            journal.settleBackground()
+            // The roll-over took it (the records go on after its header); the closed segment lost its zeros.
+            #expect(Journal.fileSize(dir.path + "/" + Journal.segmentName(1)) == closedBytes)
+            let now = try [UInt8](Data(contentsOf: URL(fileURLWithPath: second)))
+            #expect(JournalScan(now).records.count >= 1)
+            journal.close(now: 0)
+        }
+        let reopened = try Journal(options: options)
+        let entries = reopened.history(from: nil, limit: 1000).entries
+        #expect(entries.count == Int(seq) && entries.last?.action.seq == seq, "every action, across the two segments")
+    }
+
     @Test("background checkpoints: the closed segment's sync, the checkpoint and retention happen on the sync thread; a user's bytes stay charged until its checkpoint is written; a restart reads the checkpoint")
     func backgroundCheckpoints() throws {
         let dir = Dir()
@@ -174,7 +243,13 @@ struct JournalTests {
             #expect(journal.checkpoints > 10)
             #expect(journal.segmentsDeleted > 0)
             journal.settleBackground()  // (the deletions were queued after the checkpoints)
-            #expect(Journal.segments(dir.path).count == journal.segmentInfos.count)
+            // (Plus, at most, the next segment, made ready on the sync thread ahead of the roll-over: a header and
+            // reserved zeros.)
+            let files = Journal.segments(dir.path)
+            let ahead = files.filter { $0.number > journal.currentSegmentNumber }
+            #expect(files.count - ahead.count == journal.segmentInfos.count)
+            #expect(ahead.map(\.number).allSatisfy { $0 == journal.currentSegmentNumber + 1 } && ahead.count <= 1)
+            #expect(ahead.allSatisfy { JournalScan((try? [UInt8](Data(contentsOf: URL(fileURLWithPath: $0.path)))) ?? []).records.isEmpty })
             #expect(Journal.checkpoints(dir.path).count == 2)
             journal.close(now: 0)
         }

@@ -3139,6 +3139,12 @@ RULE_LIMITS = {
            "1,024, while the store is up; `fairPending` keeps it from being refused): its latency is that queue's "
            "length times the store's time per action, whatever fluxd does. The loop-hold target, fluxd's own "
            "part, is met."),
+    "15": ("the well-behaved client's round trip crosses fluxd's loop twice (its dispatch, then its store's `done`), "
+           "and each crossing can wait behind one of the flood's 900 KB frames: R1 accepts everything in one global "
+           "order, and SPEC §15.2 journals every record in that order before any frame reveals it, so the client's "
+           "action and result are written after the 900 KB states staged before them, in the same write. Its p99 is "
+           "bounded by its baseline plus two of the attack's longest holds, not one (met against that bound). The "
+           "loop-hold target, fluxd's own part, is met."),
 }
 
 

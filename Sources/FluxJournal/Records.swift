@@ -525,21 +525,19 @@ public struct RecordDecoder {
         }
     }
 
-    mutating func u64() throws(RecordDecodingError) -> UInt64 {
-        guard end - at >= 8 else { throw RecordDecodingError(reason: "record ends early") }
-        var v: UInt64 = 0
-        for i in 0..<8 { v |= UInt64(buffer[at + i]) << (8 * UInt64(i)) }
-        at += 8
+    /// A fixed-width little-endian number (format version 4's fields).
+    mutating func littleEndian<T: FixedWidthInteger & UnsignedInteger>(_: T.Type) throws(RecordDecodingError) -> T {
+        let size = MemoryLayout<T>.size
+        guard end - at >= size else { throw RecordDecodingError(reason: "record ends early") }
+        var v: T = 0
+        for i in 0..<size { v |= T(buffer[at + i]) << (8 * i) }
+        at += size
         return v
     }
 
-    mutating func u32() throws(RecordDecodingError) -> UInt32 {
-        guard end - at >= 4 else { throw RecordDecodingError(reason: "record ends early") }
-        var v: UInt32 = 0
-        for i in 0..<4 { v |= UInt32(buffer[at + i]) << (8 * UInt32(i)) }
-        at += 4
-        return v
-    }
+    mutating func u64() throws(RecordDecodingError) -> UInt64 { try littleEndian(UInt64.self) }
+
+    mutating func u32() throws(RecordDecodingError) -> UInt32 { try littleEndian(UInt32.self) }
 
     mutating func fixedBytes() throws(RecordDecodingError) -> ArraySlice<UInt8> {
         let n = Int(try u32())

@@ -140,6 +140,22 @@ KINDS = {1: "seq-reserve", 2: "register", 3: "action", 4: "result", 5: "snapshot
          8: "segment-summary", 9: "patch", 10: "forget", 11: "action", 12: "state", 13: "batch"}
 
 
+def _action_rest(r: "_Reader", f: Dict[str, Any], flags: int, number, blob, uid, type_first: bool) -> None:
+    """An action's fields after its flags, read with the version's number and byte-string readers (version 4 has
+    the cause, then the type, before the optional id; version 3 read the type before the flags)."""
+    if flags & 1:
+        f["cause"] = number()
+    if type_first:
+        f["type"] = json.loads(blob())
+    if flags & 2:
+        f["id"] = json.loads(blob())
+    if flags & 4:
+        f["session"] = json.loads(blob())
+        f["uid"] = uid()
+    f["payload"] = json.loads(blob())
+    f["targets"] = r.strings()
+
+
 def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
     """The kind and the fields the tests use. Kinds the tests do not decode keep their kind name only."""
     r = _Reader(body)
@@ -155,16 +171,7 @@ def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
         elif kind == "action" and body[0] == 11:  # format version 4: fixed-width numbers and lengths
             flags = r.byte()
             f["seq"], f["time"], f["origin"] = r.u64(), r.u64(), r.u64()
-            if flags & 1:
-                f["cause"] = r.u64()
-            f["type"] = json.loads(r.fixed_bytes())
-            if flags & 2:
-                f["id"] = json.loads(r.fixed_bytes())
-            if flags & 4:
-                f["session"] = json.loads(r.fixed_bytes())
-                f["uid"] = r.u32()
-            f["payload"] = json.loads(r.fixed_bytes())
-            f["targets"] = r.strings()
+            _action_rest(r, f, flags, r.u64, r.fixed_bytes, r.u32, type_first=True)
         elif kind == "state":  # format version 4: a snapshot or patch, and maybe the store's done result
             flags = r.byte()
             f["patch" if flags & 1 else "snapshot"] = True
@@ -184,16 +191,7 @@ def decode_body(body: bytes) -> Tuple[str, Dict[str, Any]]:
             f["time"] = r.varint()
             f["type"] = json.loads(r.bytes())
             f["origin"] = r.varint()
-            flags = r.byte()
-            if flags & 1:
-                f["cause"] = r.varint()
-            if flags & 2:
-                f["id"] = json.loads(r.bytes())
-            if flags & 4:
-                f["session"] = json.loads(r.bytes())
-                f["uid"] = r.varint()
-            f["payload"] = json.loads(r.bytes())
-            f["targets"] = r.strings()
+            _action_rest(r, f, r.byte(), r.varint, r.bytes, r.varint, type_first=False)
         elif kind == "result":
             f["seq"] = r.varint()
             f["store"] = r.string()

@@ -146,10 +146,10 @@ public final class Journal: JournalCommitting {
     public var isClosing: Bool { closing }
     /// A closed segment's sync was handed to the sync thread: a sync here waits for it first (the next segment's
     /// records must not be durable before the closed one's).
-    @exclusivity(unchecked) private var rolledInBackground = false
+    @exclusivity(unchecked) var rolledInBackground = false
     /// The segment number `prepareNextSegment` asked the sync thread for (0: none), and where it comes back.
-    @exclusivity(unchecked) private var preparingSegment = 0
-    private let nextSegment = NextSegment()
+    @exclusivity(unchecked) var preparingSegment = 0
+    let nextSegment = NextSegment()
     /// Segments deleted to make room (beyond `retainBytes`, or while the disk was full) since the journal opened.
     @exclusivity(unchecked) public internal(set) var segmentsReclaimed = 0
 
@@ -213,7 +213,7 @@ public final class Journal: JournalCommitting {
     @exclusivity(unchecked) private var stagedSeq: UInt64 = 0
     @exclusivity(unchecked) private var lastSync: UInt64 = 0
     /// Where the disk space allocated ahead of the writes ends.
-    @exclusivity(unchecked) private var reservedEnd = 0
+    @exclusivity(unchecked) var reservedEnd = 0
     /// Called to read the wall clock (ms since the Unix epoch) for action records, when a test sets one (nil:
     /// `systemClock`, called directly: a closure call per action cost ~25 instructions).
     let wallClock: (() -> UInt64)?
@@ -224,7 +224,7 @@ public final class Journal: JournalCommitting {
         if let wallClock { return wallClock() }
         return Self.systemClock()
     }
-    private let makeFile: (String) throws(StorageError) -> any AppendFile
+    let makeFile: (String) throws(StorageError) -> any AppendFile
 
     /// Opens (creating if needed) the journal in `options.directory`. `makeFile` opens a segment for appending
     /// (tests pass one that fails chosen writes or syncs).
@@ -340,7 +340,7 @@ public final class Journal: JournalCommitting {
         if uid == payer { payerBytes += bytes } else { chargeTail(uid, bytes) }
     }
 
-    private func flushPayer() {
+    func flushPayer() {
         if payerBytes > 0 { tailUsers[payer, default: 0] += payerBytes }
         payerBytes = 0
     }
@@ -428,7 +428,7 @@ public final class Journal: JournalCommitting {
     /// Grows the zeros ahead of the writes towards `reserveTarget`, by at most `reserveStep` a call (a loop
     /// iteration writes and syncs at most that much of them); a failure for lack of space refuses new work
     /// until a later reservation succeeds (`retrySpace`), while what was accepted finishes in the zeros there.
-    private func reserveSpace() {
+    func reserveSpace() {
         // `always` writes the zeros, a step at a time, at start too (they are written and synced on the loop
         // thread); the other modes only allocate them, all at once.
         let writeZeros = options.durability == .always
@@ -532,91 +532,6 @@ public final class Journal: JournalCommitting {
             lastSync = now
             syncs += 1
         }
-    }
-
-    /// Where a segment rolls over: at `checkpointMinBytes`, or the size of the last checkpoint when larger (so
-    /// checkpoints stay a fraction of the journal), and at most `segmentBytes`.
-    private var rollOverAt: Int { min(options.segmentBytes, max(options.checkpointMinBytes, lastCheckpointBytes)) }
-
-    /// Opens the next segment on the sync thread, its header written and its first reserve allocated, once the
-    /// current one is half full: a new segment's `fallocate` held the loop 1-3 ms at every roll-over (issue 27).
-    /// Only where the slow work goes to the sync thread and segments are real files.
-    private func prepareNextSegment() {
-        guard preparingSegment == 0, inBackground, writer.file is PosixFile, writer.written >= rollOverAt / 2 else { return }
-        let number = segmentNumber + 1
-        preparingSegment = number
-        let path = options.directory + "/" + Self.segmentName(number)
-        let reserveEnd = min(SegmentHeader.size + options.reserveBytes, options.segmentBytes + (256 << 10))
-        let next = nextSegment
-        background.run { next.put(number, PreparedSegment.make(path: path, number: number, reserveEnd: reserveEnd)) }
-    }
-
-    /// Starts a new segment after syncing the full one.
-    private func rollOver(now: UInt64) {
-        // The next segment made ready on the sync thread (`prepareNextSegment`), when it was asked for.
-        var prepared: PreparedSegment?
-        if preparingSegment == segmentNumber + 1 {
-            var made = nextSegment.take(preparingSegment)
-            if made == nil {
-                // Still being made: the roll-over waits for a later commit (a segment rolls over at about its
-                // size), up to `segmentBytes`; there (the sync thread busy for a whole segment's writes: a slow
-                // disk) it waits for it, rather than make the same file here too.
-                guard writer.written >= options.segmentBytes else { return }
-                background.wait()
-                made = nextSegment.take(preparingSegment)
-            }
-            preparingSegment = 0
-            prepared = made?.segment  // (nil: it could not be made; opened here, with the error handled as before)
-        }
-        // The closed segment is made durable before anything of the next one is (on the sync thread, in order,
-        // when the slow work goes there).
-        let fd = inBackground ? writer.file.duplicateDescriptor() : nil
-        if fd == nil { guard sync(now: now) else { return } }
-        do {
-            let next: SegmentWriter
-            do {
-                if let prepared {
-                    next = try SegmentWriter(file: prepared.file, existingLength: SegmentHeader.size)
-                } else {
-                    next = try Self.open(options.directory, segmentNumber + 1, existingLength: nil, makeFile)
-                }
-            } catch {
-                if let fd { Glibc.close(fd) }
-                throw error
-            }
-            if let fd {
-                // A closed segment keeps no zeros past its records: cut on the sync thread (freeing the reserve
-                // held the loop 1-2 ms), before its sync there, which closes `fd`.
-                let end = off_t(writer.written)
-                background.run { _ = ftruncate(fd, end) }
-                if writer.synced < writer.written {
-                    background.sync(fd, path: writer.file.path, observer: syncObserver)
-                } else {
-                    background.run { Glibc.close(fd) }
-                }
-                rolledInBackground = true
-                let dir = options.directory
-                background.run { try? Self.syncDirectory(dir) }
-            } else {
-                try? writer.file.truncate(to: writer.written)  // a closed segment keeps no zeros past its records
-                try Self.syncDirectory(options.directory)
-            }
-            writer.file.close()
-            flushPayer()
-            retiredTails.append((segmentNumber, writer.written, tailUsers))
-            tailUsers.removeAll(keepingCapacity: true)
-            if let i = segmentInfos.lastIndex(where: { $0.number == segmentNumber }) { segmentInfos[i].bytes = writer.written }
-            writer = next
-            segmentNumber += 1
-            segmentInfos.append(SegmentInfo(number: segmentNumber))
-            reservedEnd = prepared?.reservedEnd ?? writer.written
-            reserveSpace()
-        } catch {
-            // The full segment stays in use; the next commit tries again.
-            openingNotes.append("could not start a new segment: \(error)")
-            return
-        }
-        checkpoint(through: segmentNumber - 1, now: now)
     }
 
     /// Syncs, writes a checkpoint of everything (so the next start reads just that), and closes: a clean stop.

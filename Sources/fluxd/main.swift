@@ -187,8 +187,17 @@ struct Fluxd: ParsableCommand {
         valueName: "address"))
     var metrics: String?
 
+    /// The largest `--max-frame` of a durable fluxd: half of what one journal record holds (`maxRecordBytes`),
+    /// the rest for the record's fields and an action's target names.
+    static let maxDurableFrame = maxRecordBytes / 2
+
     func validate() throws {
         guard maxFrame > 0 else { throw ValidationError("--max-frame must be at least 1") }
+        // A journal record holds one frame's payload or state, with its fields and the action's target names: a
+        // larger frame from a peer would stop a durable fluxd (the journal refuses a record past `maxRecordBytes`).
+        guard ephemeral || Int(maxFrame) <= Self.maxDurableFrame else {
+            throw ValidationError("--max-frame must be at most \(Self.maxDurableFrame) bytes (32 MiB) with a journal: one record holds a frame's payload or state; larger frames need --ephemeral")
+        }
         guard queueLimit >= 0 else { throw ValidationError("--queue-limit must not be negative") }
         guard storeWindow >= 1 else { throw ValidationError("--store-window must be at least 1") }
         guard deltaHistory >= 0 else { throw ValidationError("--delta-history must be 0 or more bytes") }

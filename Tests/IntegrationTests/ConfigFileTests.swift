@@ -36,6 +36,20 @@ struct ConfigFileTests {
         #expect(checked == 0, "\(out)\(err)")
     }
 
+    @Test("--max-frame is at most 32 MiB with a journal (one record holds a frame's payload or state); --ephemeral takes more", .onDedicatedThreads)
+    func maxFrameFitsAJournalRecord() throws {
+        let dir = try TempDirectory(prefix: "fluxframe")
+        defer { dir.remove() }
+        for (frame, ephemeral, ok) in [(33_554_432, false, true), (33_554_433, false, false), (100_000_000, true, true)] {
+            let config = dir.path + "/frame-\(frame)-\(ephemeral).toml"
+            try "[fluxd]\nmax_frame = \(frame)\nmax_backlog = 200000000\nephemeral = \(ephemeral)\n"
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let (status, out, err) = try runFluxd(["--check-config", config])
+            #expect((status == 0) == ok, "\(frame) \(ephemeral): \(out)\(err)")
+            if !ok { #expect(err.contains("--max-frame must be at most 33554432 bytes (32 MiB) with a journal"), "\(err)") }
+        }
+    }
+
     @Test("--check-config: ok with a summary, or exit 1 naming the file, line and key (or the option) of the problem; nothing starts", .onDedicatedThreads)
     func checkConfig() throws {
         let dir = try TempDirectory(prefix: "fluxcfg")

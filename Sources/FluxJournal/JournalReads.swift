@@ -120,8 +120,13 @@ public final class JournalReadView: Sendable {
             var stream = RecordStream(fd: file.fd, length: file.length)
             while let range = stream.next() {
                 let bytes = stream.buffer
-                guard range.count > 1, Self.mayHoldStates(bytes[range.lowerBound]) else { continue }
-                for record in (try? RecordDecoder.decodeAll(bytes, range)) ?? [] {
+                // (Only the records that can hold the store's states are decoded: a batch's actions and results are
+                // passed over by their first byte.)
+                var held: [JournalRecord] = []
+                for body in (try? RecordDecoder.bodies(bytes, range)) ?? [] where body.count > 1 && Self.mayHoldStates(bytes[body.lowerBound]) {
+                    try? RecordDecoder.decodeHeld(bytes, body, into: &held)
+                }
+                for record in held {
                     switch Optional(record) {
                     case .forget(let name, _, let floor)? where name == store:
                         // SPEC §10: the store was forgotten; `state-at` answers for the store of that name made later
@@ -161,7 +166,7 @@ public final class JournalReadView: Sendable {
     /// Whether a record of this kind may hold a snapshot, a patch or a forget (what `stateAt` reads).
     private static func mayHoldStates(_ kind: UInt8) -> Bool {
         switch RecordKind(rawValue: kind) {
-        case .snapshot?, .patch?, .forget?, .stateFixed?, .batch?: return true
+        case .snapshot?, .patch?, .forget?, .stateFixed?: return true
         default: return false
         }
     }

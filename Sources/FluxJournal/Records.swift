@@ -349,44 +349,50 @@ public struct RecordDecoder {
     /// format version 4 that carry several (`batch`, a `stateFixed` that is also a result), more.
     public static func decodeAll(_ buffer: [UInt8], _ range: Range<Int>) throws(RecordDecodingError) -> [JournalRecord] {
         var out: [JournalRecord] = []
-        try decodeAll(buffer, range, into: &out, nested: false)
+        for body in try bodies(buffer, range) { try decodeHeld(buffer, body, into: &out) }
         return out
     }
 
-    static func decodeAll(_ buffer: [UInt8], _ range: Range<Int>, into out: inout [JournalRecord], nested: Bool)
-        throws(RecordDecodingError)
-    {
+    /// The record bodies the body at `range` holds, undecoded: a batch's records (format version 4), or the body
+    /// itself. A reader that wants some kinds only looks at each one's first byte (`stateAt`).
+    public static func bodies(_ buffer: [UInt8], _ range: Range<Int>) throws(RecordDecodingError) -> [Range<Int>] {
         guard !range.isEmpty else { throw RecordDecodingError(reason: "an empty record") }
-        switch RecordKind(rawValue: buffer[range.lowerBound]) {
-        case .batch?:
-            guard !nested else { throw RecordDecodingError(reason: "a batch inside a batch") }
-            var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
-            while d.at < d.end {
-                let n = Int(try d.u32())
-                guard n <= d.end - d.at else { throw RecordDecodingError(reason: "a record runs past its batch") }
-                try decodeAll(buffer, d.at..<(d.at + n), into: &out, nested: true)
-                d.at += n
-            }
-        case .stateFixed?:
-            var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
-            let flags = try d.byte()
-            let version = try d.u64(), seq = try d.u64()
-            let store = try d.string()
-            let bytes = try d.fixedBytes()
-            guard d.at == d.end else { throw RecordDecodingError(reason: "\(d.end - d.at) bytes left after a record") }
-            guard flags & ~(RecordEncoder.stateIsPatch | RecordEncoder.stateIsDone) == 0 else {
-                throw RecordDecodingError(reason: "unknown state flags \(flags)")
-            }
-            if flags & RecordEncoder.stateIsPatch != 0 {
-                out.append(.patch(store: store, version: version, seq: seq, patch: bytes))
-            } else {
-                out.append(.snapshot(store: store, version: version, seq: seq, state: bytes))
-            }
-            if flags & RecordEncoder.stateIsDone != 0 {
-                out.append(.result(seq: seq, store: store, outcome: .done, version: version))
-            }
-        default:
+        guard buffer[range.lowerBound] == RecordKind.batch.rawValue else { return [range] }
+        var held: [Range<Int>] = []
+        var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
+        while d.at < d.end {
+            let n = Int(try d.u32())
+            guard n <= d.end - d.at else { throw RecordDecodingError(reason: "a record runs past its batch") }
+            guard n > 0 else { throw RecordDecodingError(reason: "an empty record") }
+            guard buffer[d.at] != RecordKind.batch.rawValue else { throw RecordDecodingError(reason: "a batch inside a batch") }
+            held.append(d.at..<(d.at + n))
+            d.at += n
+        }
+        return held
+    }
+
+    /// Decodes one body that is not a batch into its records (a `stateFixed` that is also a result: two).
+    static func decodeHeld(_ buffer: [UInt8], _ range: Range<Int>, into out: inout [JournalRecord]) throws(RecordDecodingError) {
+        guard buffer[range.lowerBound] == RecordKind.stateFixed.rawValue else {
             out.append(try decode(buffer, range))
+            return
+        }
+        var d = RecordDecoder(buffer: buffer, at: range.lowerBound + 1, end: range.upperBound)
+        let flags = try d.byte()
+        let version = try d.u64(), seq = try d.u64()
+        let store = try d.string()
+        let bytes = try d.fixedBytes()
+        guard d.at == d.end else { throw RecordDecodingError(reason: "\(d.end - d.at) bytes left after a record") }
+        guard flags & ~(RecordEncoder.stateIsPatch | RecordEncoder.stateIsDone) == 0 else {
+            throw RecordDecodingError(reason: "unknown state flags \(flags)")
+        }
+        if flags & RecordEncoder.stateIsPatch != 0 {
+            out.append(.patch(store: store, version: version, seq: seq, patch: bytes))
+        } else {
+            out.append(.snapshot(store: store, version: version, seq: seq, state: bytes))
+        }
+        if flags & RecordEncoder.stateIsDone != 0 {
+            out.append(.result(seq: seq, store: store, outcome: .done, version: version))
         }
     }
 
